@@ -1,0 +1,53 @@
+# Two commands for a fresh machine: `make demo` (the autonomic demo) and `make test` (the suite).
+# Set-up is idempotent: the venv is rebuilt only when pyproject.toml changes.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: setup setup-test sysdeps demo test test-fast bench lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# torch==2.13.0 is pinned in pyproject.toml: pip takes the CPU wheel on this machine.
+$(VENV)/.installed-core: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev,alibi]'
+	touch $@ $(VENV)/.installed-core
+
+setup: $(VENV)/.installed-core
+
+setup-test: $(VENV)/.installed-test sysdeps
+
+# Debian tools some tests use (compose file parser); tests skip with a reason where absent.
+sysdeps:
+	@command -v docker-compose >/dev/null 2>&1 || \
+	  (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	   (apt-get install -y -qq docker-compose >/dev/null 2>&1 || \
+	    (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq docker-compose >/dev/null 2>&1)) || \
+	   echo "note: docker-compose not installed; the compose test will skip")
+
+demo: setup
+	$(BIN)/scanflow demo
+
+# pytest exits 5 when it collects no test: treat that as a failure to notice, not a crash.
+test: setup-test
+	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+test-fast: setup-test
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+bench: setup-test
+	for b in benchmarks/*.py; do $(BIN)/python $$b --quick || exit 1; done
+
+lint: setup-test
+	$(BIN)/ruff check scanflow agents workflows tests benchmarks
+
+clean:
+	rm -rf $(VENV) .scanflow

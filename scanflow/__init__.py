@@ -1,0 +1,2 @@
+"""Scanflow: autonomic MLOps."""
+__version__ = "0.1.0"

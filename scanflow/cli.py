@@ -1,0 +1,62 @@
+"""`scanflow ...`: the command line. Typer, for typed options and help text for free.
+
+Each area owns its sub-commands in its own `cli.py` (agent, serving, tracking, platform, demo);
+those modules import heavy libraries (torch, mlflow, kubernetes) inside the commands, so
+`scanflow --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from scanflow.agent.cli import app as agent_app
+from scanflow.platform.cli import deploy as deploy_command
+from scanflow.serving.cli import app as serve_app
+from scanflow.tracking.cli import app as mlflow_app
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Scanflow: autonomic MLOps.")
+app.add_typer(agent_app, name="agent", help="Serve agents declared in a Python file.")
+app.add_typer(serve_app, name="serve", help="Run an inference replica or a gateway.")
+app.add_typer(mlflow_app, name="mlflow", help="Run the embedded MLflow tracking server.")
+app.command("deploy")(deploy_command)
+
+
+@app.command()
+def validate(file: Path = typer.Argument(..., help="workflow file: .py (defines `workflow`) or .yaml")) -> None:
+    """Check a workflow declaration; print it as YAML when valid."""
+    from scanflow.spec import SpecError, load_workflow
+
+    try:
+        wf = load_workflow(file)
+    except SpecError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    typer.echo(wf.to_yaml(), nl=False)
+    typer.echo(
+        f"ok: workflow {wf.name!r}: {len(wf.jobs)} jobs, {len(wf.services)} services, "
+        f"{len(wf.agents)} agents",
+        err=True,
+    )
+
+
+@app.command()
+def demo(
+    json_output: bool = typer.Option(False, "--json", help="print the figures as JSON, last line"),
+    quick: bool = typer.Option(False, "--quick", help="small sizes (as in the tests)"),
+    home: Path = typer.Option(Path(".scanflow/demo"), help="state directory for this run"),
+) -> None:
+    """Run the autonomic scenarios S1-S4 on the embedded default; exit 0 only if each met its bar."""
+    from scanflow.demo import run_demo
+
+    ok = run_demo(json_output=json_output, quick=quick, home=home)
+    raise typer.Exit(0 if ok else 1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

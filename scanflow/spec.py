@@ -1,0 +1,301 @@
+"""Workflow declarations: what a team runs (jobs, services) and who supervises it (agents).
+
+Everything here is a frozen pydantic model, so a workflow is a value: it validates on construction
+(an error names the field, the value and what is allowed), round-trips exactly through JSON/YAML,
+and can be passed between processes. Who uses it: the CLI (`scanflow validate`, `deploy`), the
+platforms (what to run), the agents (the SLO they defend).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+NAME_RE = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label: valid for K8s and for files
+_MEMORY_RE = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+_MEMORY_FACTORS = {
+    None: 1,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+
+
+class SpecError(ValueError):
+    """A workflow declaration is wrong; the message names the field, the value and what is allowed."""
+
+
+def parse_memory(value: str | int) -> int:
+    """Kubernetes-style quantity ('512Mi', '2G', 1048576) -> bytes."""
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"memory must be >= 0 bytes, got {value}")
+        return value
+    m = _MEMORY_RE.match(str(value).strip())
+    if not m:
+        raise ValueError(
+            f"memory {value!r} is not a quantity: use bytes or a number with Ki, Mi, Gi, Ti, K, M, G, T "
+            "(for example '512Mi')"
+        )
+    return int(float(m.group(1)) * _MEMORY_FACTORS[m.group(2)])
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Resources(_Spec):
+    """CPU (cores, may be fractional) and memory (a Kubernetes quantity) for one replica or job."""
+
+    cpu: float = Field(1.0, gt=0, le=512, description="cores per replica, e.g. 0.5 or 2")
+    memory: str = Field("512Mi", description="memory per replica, Kubernetes quantity e.g. '512Mi'")
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _check_memory(cls, v: Any) -> str:
+        if isinstance(v, int):
+            v = str(v)
+        parse_memory(v)
+        return str(v)
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_memory(self.memory)
+
+
+class Affinity(_Spec):
+    """Where replicas may run.
+
+    none: anywhere (the OS / scheduler decides). pinned: exclusive whole cores per replica (local:
+    sched_setaffinity; Kubernetes: Guaranteed QoS with integer CPUs under the static CPU manager).
+    numa: pinned and memory from the replica's socket (the paper's CPUMEM policy).
+    """
+
+    policy: Literal["none", "pinned", "numa"] = "none"
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    spread_across_nodes: bool = False
+
+
+class SLO(_Spec):
+    """Service level objective: `percentile` latency below `latency_ms`, errors below `error_rate`."""
+
+    latency_ms: float = Field(50.0, gt=0)
+    percentile: float = Field(99.0, gt=0, lt=100)
+    error_rate: float = Field(0.01, ge=0, le=1)
+
+
+class Job(_Spec):
+    """A batch job, such as training: `entrypoint` is 'module:function' or a command list."""
+
+    name: str = Field(pattern=NAME_RE, max_length=63)
+    entrypoint: str | list[str]
+    params: dict[str, Any] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    timeout_s: float = Field(1800.0, gt=0)
+    image: str | None = None
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _check_entrypoint(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, str):
+            if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", v):
+                raise ValueError(f"entrypoint {v!r} must be 'package.module:function' or a command list")
+        elif not v:
+            raise ValueError("entrypoint command list must not be empty")
+        return v
+
+
+class Service(_Spec):
+    """An online service: replicas serving one registered model, behind one gateway endpoint."""
+
+    name: str = Field(pattern=NAME_RE, max_length=63)
+    model_uri: str = Field(description="'models:/name@alias', 'models:/name/3', 'runs:/...' or a path")
+    replicas: int = Field(1, ge=0, le=256)
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(8, ge=1, le=256)
+    threads: int | None = Field(None, ge=1, le=512, description="intra-op threads; default from cpu")
+    resources: Resources = Field(default_factory=Resources)
+    affinity: Affinity = Field(default_factory=Affinity)
+    slo: SLO = Field(default_factory=SLO)
+    backup: str | None = Field(None, description="name of another service that takes traffic on failover")
+    port: int | None = Field(None, ge=1024, le=65535, description="gateway port; free port if unset")
+    max_batch_size: int = Field(32, ge=1, le=4096)
+    max_batch_wait_ms: float = Field(2.0, ge=0, le=1000)
+    image: str | None = None
+
+    @field_validator("model_uri")
+    @classmethod
+    def _check_model_uri(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("model_uri must not be empty")
+        if v.startswith("models:/") and not re.match(r"^models:/[^/@]+(@[\w-]+|/\d+|/latest)?$", v):
+            raise ValueError(f"model_uri {v!r}: use models:/NAME@ALIAS or models:/NAME/VERSION")
+        return v
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> "Service":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"min_replicas={self.min_replicas} is above max_replicas={self.max_replicas}"
+            )
+        if not self.min_replicas <= self.replicas <= self.max_replicas and self.replicas != 0:
+            raise ValueError(
+                f"replicas={self.replicas} must lie in [min_replicas={self.min_replicas}, "
+                f"max_replicas={self.max_replicas}]"
+            )
+        if self.backup == self.name:
+            raise ValueError(f"backup={self.backup!r} cannot be the service itself")
+        return self
+
+
+class ActionSpec(_Spec):
+    """One action of a strategy: a local actuator, or an actuator of another agent over REST."""
+
+    actuator: str = Field(min_length=1)
+    agent: str | None = Field(None, description="another agent's name; None = this agent")
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class StrategySpec(_Spec):
+    """Event -> constraint -> actions, with a cooldown and a maximum rate."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
+    event: str = Field(min_length=1, description="event name or glob pattern, e.g. 'drift.*'")
+    constraint: str = Field("True", description="safe expression over event, state, since(...)")
+    actions: list[ActionSpec] = Field(min_length=1)
+    cooldown_s: float = Field(0.0, ge=0)
+    max_per_minute: float | None = Field(None, gt=0)
+
+
+class AgentSpec(_Spec):
+    """An agent of the workflow: role, where it listens, its declarative strategies."""
+
+    name: str = Field(pattern=NAME_RE, max_length=63)
+    role: Literal["tracker", "checker", "planner", "executor", "custom"] = "custom"
+    module: str | None = Field(None, description="'package.module:agent' that builds the Agent object")
+    port: int | None = Field(None, ge=1024, le=65535)
+    strategies: list[StrategySpec] = Field(default_factory=list)
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
+class Workflow(_Spec):
+    """A whole declaration: the jobs, services and agents of one ML application."""
+
+    name: str = Field(pattern=NAME_RE, max_length=63)
+    jobs: list[Job] = Field(default_factory=list)
+    services: list[Service] = Field(default_factory=list)
+    agents: list[AgentSpec] = Field(default_factory=list)
+    tracking_uri: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_references(self) -> "Workflow":
+        for kind, items in (("jobs", self.jobs), ("services", self.services), ("agents", self.agents)):
+            names = [i.name for i in items]
+            dup = {n for n in names if names.count(n) > 1}
+            if dup:
+                raise ValueError(f"{kind}: duplicate names {sorted(dup)}")
+        services = {s.name for s in self.services}
+        for s in self.services:
+            if s.backup is not None and s.backup not in services:
+                raise ValueError(
+                    f"services.{s.name}.backup={s.backup!r} is not a service of this workflow "
+                    f"(services: {sorted(services)})"
+                )
+        return self
+
+    def service(self, name: str) -> Service:
+        for s in self.services:
+            if s.name == name:
+                return s
+        raise KeyError(f"no service {name!r} in workflow {self.name!r}")
+
+    def job(self, name: str) -> Job:
+        for j in self.jobs:
+            if j.name == name:
+                return j
+        raise KeyError(f"no job {name!r} in workflow {self.name!r}")
+
+    # -- serialisation ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Workflow":
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise SpecError(format_validation_error(exc)) from None
+
+    @classmethod
+    def from_yaml(cls, text: str) -> "Workflow":
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SpecError(f"not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise SpecError(f"a workflow file must hold a mapping at the top, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per problem: 'services.0.replicas = 500: Input should be less than or equal to 256'."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        value = err.get("input")
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        lines.append(f"{loc} = {shown}: {err['msg']}")
+    return "invalid workflow:\n  " + "\n  ".join(lines)
+
+
+def load_workflow(path: str | Path) -> Workflow:
+    """Read a workflow from YAML/JSON, or from a Python file that defines `workflow` (a Workflow).
+
+    The Python file runs as a module (user code: load only files you trust, as with any import).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise SpecError(f"workflow file {str(p)!r} does not exist")
+    if p.suffix in {".yaml", ".yml", ".json"}:
+        return Workflow.from_yaml(p.read_text())
+    if p.suffix == ".py":
+        module = load_python_file(p)
+        wf = getattr(module, "workflow", None)
+        if wf is None:
+            raise SpecError(f"{p}: defines no variable named 'workflow'")
+        if isinstance(wf, Workflow):
+            return wf
+        if isinstance(wf, dict):
+            return Workflow.from_dict(wf)
+        raise SpecError(f"{p}: 'workflow' is a {type(wf).__name__}, expected scanflow.spec.Workflow")
+    raise SpecError(f"{p}: unknown file type {p.suffix!r}; use .py, .yaml, .yml or .json")
+
+
+def load_python_file(path: str | Path) -> Any:
+    """Import a user's Python file as a module (name derived from the path) and return it."""
+    p = Path(path).resolve()
+    name = "scanflow_user_" + re.sub(r"\W", "_", p.stem)
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise SpecError(f"cannot import {p}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
