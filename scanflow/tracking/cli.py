@@ -1,5 +1,44 @@
-"""Sub-commands of this area (filled in by its owner). Keep heavy imports inside the commands."""
+"""`scanflow mlflow ...`: run the embedded MLflow tracking server. Heavy imports stay inside commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("up")
+def up(
+    home: Annotated[Path, typer.Option(help="state directory: mlflow.db, artifacts/, log")] = Path(
+        ".scanflow/mlflow"
+    ),
+    port: Annotated[int, typer.Option(help="TCP port (0: pick a free one)")] = 5000,
+    host: Annotated[str, typer.Option(help="interface to bind (0.0.0.0 in containers)")] = "127.0.0.1",
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option("--allow-host", help="extra Host header names clients use (compose/Kubernetes names)"),
+    ] = None,
+) -> None:
+    """Run an MLflow server (SQLite + proxied artifacts) in the foreground until Ctrl-C / SIGTERM."""
+    import signal
+    import threading
+
+    from scanflow.tracking.server import MlflowServer, _write_state
+
+    server = MlflowServer(home, port=port or None, host=host, extra_allowed_hosts=allow_host or ())
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with server:
+        _write_state(server.home, server)
+        typer.echo(f"mlflow server ready at {server.url} (log {server.log_path})")
+        try:
+            while not stop.wait(1.0):
+                if server._proc is None or server._proc.poll() is not None:
+                    typer.echo("mlflow server exited; see its log", err=True)
+                    raise typer.Exit(1)
+        except KeyboardInterrupt:
+            pass
+    typer.echo("mlflow server stopped")

@@ -1,0 +1,299 @@
+"""The embedded MLflow tracking server: Scanflow's knowledge base on one machine.
+
+Who calls it: `scanflow mlflow up` (scanflow/tracking/cli.py), `ensure_tracking()` when no
+`SCANFLOW_TRACKING_URI` is configured, the demo, and the test suite's session-scoped `mlflow_server`
+fixture. Agents, replicas and jobs in other processes only ever see its URL.
+
+Why a subprocess rather than an in-process Flask app: MLflow's server owns its own event loop and
+workers, and a separate process group can be stopped cleanly (SIGTERM, then SIGKILL) without leaving
+orphans. Why these flags:
+- SQLite backend in `home` (durable, no extra service), artifacts proxied by the server
+  (`--serve-artifacts --artifacts-destination`), so a client in another process or container uploads and
+  downloads over HTTP and never needs the server's filesystem.
+- `MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`: ~490 MB instead of ~2.2 GB resident (DESIGN.md section 8).
+- `--allowed-hosts`: the security middleware answers 403 to a Host header it does not know; we list
+  loopback, private ranges, the bind host and any extra names (compose service names, Kubernetes DNS).
+- `--workers 1`: one machine, two cores; SQLite prefers one writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+LOOPBACK_HOSTS: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]")
+PRIVATE_HOST_PATTERNS: tuple[str, ...] = (
+    "10.*",
+    "192.168.*",
+    *(f"172.{i}.*" for i in range(16, 32)),
+)
+
+
+class MlflowServerError(RuntimeError):
+    """The server did not come up (the message quotes the tail of its log)."""
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host if host not in ("0.0.0.0", "") else "127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def allowed_hosts(host: str, extra: Sequence[str] = ()) -> list[str]:
+    """Host-header patterns the server accepts: loopback, private IPs, the bind host, extra names.
+
+    Each name is allowed bare and with any port (`name:*`), since clients send `Host: name:port`.
+    Pure, so the rule is testable and the same list can be written into compose / Kubernetes manifests.
+    """
+    names: list[str] = list(LOOPBACK_HOSTS)
+    if host not in ("0.0.0.0", "", "::"):
+        names.append(host)
+    else:
+        names.append(socket.gethostname())
+    names.extend(e.strip() for e in extra if e.strip())
+    patterns: list[str] = []
+    for name in names:
+        for pattern in (name, f"{name}:*"):
+            if pattern not in patterns:
+                patterns.append(pattern)
+    patterns.extend(PRIVATE_HOST_PATTERNS)
+    return patterns
+
+
+def _mlflow_executable() -> list[str]:
+    """The `mlflow` CLI of this interpreter's environment (not whatever is first on PATH)."""
+    candidate = Path(sys.executable).with_name("mlflow")
+    if candidate.exists():
+        return [str(candidate)]
+    found = shutil.which("mlflow")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "mlflow"]
+
+
+class MlflowServer:
+    """`mlflow server` as a child process with its state in `home`.
+
+    Use as a context manager (`with MlflowServer(home) as srv: srv.url`) or call start()/stop().
+    `home` holds mlflow.db (SQLite), artifacts/ and mlflow.log.
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        *,
+        extra_allowed_hosts: Sequence[str] = (),
+        startup_timeout_s: float = 60.0,
+    ) -> None:
+        self.home = Path(home).resolve()
+        self.host = host
+        self.port = port if port is not None else _free_port(host)
+        self.extra_allowed_hosts = tuple(extra_allowed_hosts)
+        self.startup_timeout_s = startup_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL clients use (loopback when bound to all interfaces)."""
+        h = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
+        return f"http://{h}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / "mlflow.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def command(self) -> list[str]:
+        """The exact command line (no secrets in it); exposed for docs and tests."""
+        db = self.home / "mlflow.db"
+        return [
+            *_mlflow_executable(),
+            "server",
+            "--host", self.host,
+            "--port", str(self.port),
+            "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{db}",
+            "--serve-artifacts",
+            "--artifacts-destination", str(self.home / "artifacts"),
+            "--allowed-hosts", ",".join(allowed_hosts(self.host, self.extra_allowed_hosts)),
+        ]  # fmt: skip
+
+    def start(self) -> str:
+        """Start the server and wait until /health answers; return the URL. Idempotent."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self.url
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "artifacts").mkdir(exist_ok=True)
+        env = dict(os.environ)
+        env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
+        env.pop("MLFLOW_TRACKING_URI", None)  # the server must not point at another server
+        with open(self.log_path, "ab") as logf:
+            self._proc = subprocess.Popen(
+                self.command(),
+                cwd=self.home,
+                env=env,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: stop() kills the uvicorn worker too
+            )
+        log.info("mlflow server pid %s starting at %s (log %s)", self._proc.pid, self.url, self.log_path)
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        delay = 0.05
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                assert self._proc is not None
+                if self._proc.poll() is not None:
+                    raise MlflowServerError(
+                        f"mlflow server exited with code {self._proc.returncode}:\n{self._log_tail()}"
+                    )
+                try:
+                    if client.get(f"{self.url}/health").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise MlflowServerError(
+                        f"mlflow server not healthy after {self.startup_timeout_s:.0f}s:\n{self._log_tail()}"
+                    )
+                time.sleep(delay)
+                delay = min(delay * 1.5, 0.5)
+
+    def _log_tail(self, n: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the whole process group: SIGTERM, then SIGKILL after `timeout_s`."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        # the group may still hold a worker even when the parent is gone
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log.warning("mlflow server pid %s did not exit", proc.pid)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def is_healthy(url: str, timeout_s: float = 2.0) -> bool:
+    """True when an MLflow server answers /health at `url`."""
+    try:
+        return httpx.get(f"{url.rstrip('/')}/health", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+# --- one shared local server per Scanflow home ------------------------------------------------
+
+_owned: dict[Path, MlflowServer] = {}
+
+
+def _state_file(home: Path) -> Path:
+    return home / "server.json"
+
+
+def _read_state(home: Path) -> str | None:
+    import json
+
+    try:
+        data = json.loads(_state_file(home).read_text())
+        url = data.get("url")
+        return str(url) if url else None
+    except (OSError, ValueError):
+        return None
+
+
+def _write_state(home: Path, server: MlflowServer) -> None:
+    import json
+
+    tmp = _state_file(home).with_suffix(".tmp")
+    tmp.write_text(json.dumps({"url": server.url, "pid": server.pid}))
+    tmp.replace(_state_file(home))
+
+
+def ensure_tracking(settings: object) -> str:
+    """The tracking URI to use: `settings.tracking_uri` if set, else a local server in `home/mlflow`.
+
+    Who calls it: agents, the CLI and the demo at startup. A server already running for this home
+    (started by `scanflow mlflow up` or another process; found through home/mlflow/server.json and a
+    /health probe) is reused. Otherwise one is started, owned by this process and stopped at exit.
+    A file lock makes concurrent callers start at most one server.
+    """
+    import atexit
+    import fcntl
+
+    uri = getattr(settings, "tracking_uri", None)
+    if uri:
+        return str(uri)
+    home = (Path(getattr(settings, "home", Path(".scanflow"))) / "mlflow").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            known = _read_state(home)
+            if known and is_healthy(known):
+                return known
+            server = _owned.get(home)
+            if server is None or server.pid is None:
+                server = MlflowServer(home)
+                server.start()
+                _owned[home] = server
+                atexit.register(server.stop)
+            _write_state(home, server)
+            return server.url
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
