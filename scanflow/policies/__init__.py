@@ -1,0 +1,19 @@
+"""Planner decision policies: pure `decide(ctx) -> (decision, new_state)` functions.
+
+Each module holds one policy; the context carries `now`, the observed metrics, the config and the
+typed (frozen) state, and the decision carries `reason` and its `inputs`. The caller (the Planner
+agent, a benchmark, a test) owns the clock and applies the decision; state goes back into the next
+context, so a restarted Planner resumes with the same hysteresis.
+
+- autoscale: replicas on latency vs SLO and queue depth (S2)
+- hpa: the Kubernetes HPA algorithm, the baseline autoscale must beat
+- retrain: retrain on drift, promote challenger vs champion (S1)
+- failover: primary <-> backup routing with hysteresis (S4)
+- tune: replicas x threads x pinning for a machine (S3)
+- guardrails: bounds, cold start, hysteresis, cooldown, max step shared by the replica policies
+"""
+
+from scanflow.policies import autoscale, failover, guardrails, hpa, retrain, tune
+from scanflow.policies.types import Decision, Streak
+
+__all__ = ["Decision", "Streak", "autoscale", "failover", "guardrails", "hpa", "retrain", "tune"]

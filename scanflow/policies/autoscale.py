@@ -1,0 +1,145 @@
+"""Replica autoscaling on latency vs the SLO and on queue depth (not CPU): the Planner's S2 policy.
+
+`decide(ctx) -> (ScaleDecision, AutoscaleState)` is pure: the caller (the Planner agent, the scaling
+benchmark, a test) owns the clock and the metrics and passes them in; the state comes back out, so a
+restarted Planner resumes with the same hysteresis.
+
+Steps, in order:
+1. raw desired value: the replicas the demand needs. With the arrival rate and the mean service time
+   known, Little's law: (rate * service_time + backlog * service_time / drain_s) / target_utilization,
+   where the backlog term drains the queue already built up within `drain_s`. Without them, the
+   queue-depth estimate in_flight / target_in_flight (Ray Serve's target ongoing requests).
+2. factors: latency above the SLO means overload -> at least one replica more than now (unless
+   replicas are still starting); latency in the band between `latency_low` * SLO and the SLO means
+   "comfortable" -> never scale down; only below the band may the count fall.
+3. guardrails (bounds, cold start, hysteresis, cooldown, max step): `guardrails.apply_guardrails`.
+
+Defaults: act fast on overload (1 tick, no delay, unbounded step), slow and sure on scale-down
+(several ticks over `down_delay_s`, one replica at a time, cooldown after any change), so it never
+flaps on a step in load.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from scanflow.policies.guardrails import Guardrails, GuardState, apply_guardrails
+from scanflow.policies.types import Decision
+
+
+def default_autoscale_guardrails() -> Guardrails:
+    return Guardrails(
+        min_replicas=1, max_replicas=8,
+        up_ticks=1, up_delay_s=0.0, cooldown_up_s=0.0, max_step_up=None,
+        down_ticks=5, down_delay_s=30.0, cooldown_down_s=60.0, max_step_down=1,
+        cold_start_s=30.0,
+    )
+
+
+@dataclass(frozen=True)
+class AutoscaleConfig:
+    """Targets of the policy. `target_utilization` leaves headroom for bursts (0.7 = 30%)."""
+
+    target_utilization: float = 0.7
+    target_in_flight: float = 2.0  # per replica, used when rate or service time is unknown
+    drain_s: float = 5.0  # drain an existing backlog within this many (nominal) seconds
+    latency_low: float = 0.5  # below latency_low * SLO, scaling down is allowed
+    guardrails: Guardrails = field(default_factory=default_autoscale_guardrails)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.target_utilization <= 1:
+            raise ValueError(f"target_utilization must be in (0, 1], got {self.target_utilization}")
+        if self.target_in_flight <= 0 or self.drain_s <= 0:
+            raise ValueError("target_in_flight and drain_s must be > 0")
+        if not 0 <= self.latency_low < 1:
+            raise ValueError(f"latency_low must be in [0, 1), got {self.latency_low}")
+
+
+@dataclass(frozen=True)
+class AutoscaleState:
+    guard: GuardState = field(default_factory=GuardState)
+
+
+@dataclass(frozen=True)
+class AutoscaleContext:
+    """One tick's view of a service.
+
+    latency_ms: the SLO percentile of requests completed in the last window (None: no traffic).
+    in_flight: requests queued or executing, over all replicas, now.
+    arrival_rate: requests per second arriving at the gateway in the last window (None: unknown).
+    service_time_ms: mean processing time per request in a replica, queueing excluded (None: unknown).
+    """
+
+    now: float
+    current_replicas: int
+    slo_latency_ms: float
+    latency_ms: float | None = None
+    in_flight: float = 0.0
+    arrival_rate: float | None = None
+    service_time_ms: float | None = None
+    ready_replicas: int | None = None
+    config: AutoscaleConfig = field(default_factory=AutoscaleConfig)
+    state: AutoscaleState = field(default_factory=AutoscaleState)
+
+    def __post_init__(self) -> None:
+        if self.current_replicas < 0:
+            raise ValueError(f"current_replicas must be >= 0, got {self.current_replicas}")
+        if self.slo_latency_ms <= 0:
+            raise ValueError(f"slo_latency_ms must be > 0, got {self.slo_latency_ms}")
+        if self.in_flight < 0:
+            raise ValueError(f"in_flight must be >= 0, got {self.in_flight}")
+
+
+@dataclass(frozen=True)
+class ScaleDecision(Decision):
+    replicas: int = 0
+    current: int = 0
+    action: Literal["up", "down", "hold"] = "hold"
+
+
+def needed_replicas(ctx: AutoscaleContext) -> tuple[int, str]:
+    """Step 1: the replicas the demand needs now, and which estimate gave it."""
+    cfg = ctx.config
+    if ctx.arrival_rate is not None and ctx.service_time_ms is not None:
+        s = ctx.service_time_ms / 1000.0
+        drain = cfg.drain_s / cfg.guardrails.time_scale
+        busy = ctx.arrival_rate * s + ctx.in_flight * s / drain
+        return max(1, math.ceil(busy / cfg.target_utilization - 1e-9)), "rate"
+    return max(1, math.ceil(ctx.in_flight / cfg.target_in_flight - 1e-9)), "queue"
+
+
+def decide(ctx: AutoscaleContext) -> tuple[ScaleDecision, AutoscaleState]:
+    """This tick's replica count for the service, with the reason and the inputs."""
+    cfg = ctx.config
+    current = ctx.current_replicas
+    ready = current if ctx.ready_replicas is None else ctx.ready_replicas
+    estimate, source = needed_replicas(ctx)
+    slo = ctx.slo_latency_ms
+    starting = ready < current
+    if ctx.latency_ms is not None and ctx.latency_ms > slo:
+        band = "over-slo"
+        # Overload: at least one more, unless replicas already asked for are still starting.
+        raw = max(estimate, current if starting else current + 1)
+    elif ctx.latency_ms is not None and ctx.latency_ms > cfg.latency_low * slo:
+        band = "comfortable"
+        raw = max(estimate, current)  # may scale up ahead of a breach, never down
+    else:
+        band = "low"
+        raw = estimate
+    outcome = apply_guardrails(raw, current, ctx.now, cfg.guardrails, ctx.state.guard)
+    target = outcome.replicas
+    action: Literal["up", "down", "hold"] = "up" if target > current else "down" if target < current else "hold"
+    reason = f"{action}: latency {band}, {source} estimate {estimate}, raw {raw}; {outcome.step}: {outcome.detail}"
+    inputs = {
+        "now": ctx.now, "current_replicas": current, "ready_replicas": ready,
+        "latency_ms": ctx.latency_ms, "slo_latency_ms": slo, "in_flight": ctx.in_flight,
+        "arrival_rate": ctx.arrival_rate, "service_time_ms": ctx.service_time_ms,
+        "estimate": estimate, "estimate_source": source, "band": band, "raw_desired": raw,
+        "guardrail": outcome.step,
+    }
+    return (
+        ScaleDecision(reason=reason, inputs=inputs, replicas=target, current=current, action=action),
+        AutoscaleState(guard=outcome.state),
+    )

@@ -1,0 +1,61 @@
+"""The few types every Planner policy shares: a decision record and a consecutive-tick counter.
+
+Who uses it: every module of `scanflow.policies` (autoscale, hpa, retrain, failover, tune), and the
+Planner agent, which stores `Decision.to_dict()` in its durable event store so each decision says why
+it was taken and from which inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Direction = Literal[-1, 0, 1]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Base of every policy decision: what was decided, why (`reason`) and from which `inputs`."""
+
+    reason: str
+    inputs: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (nested dataclasses and tuples flattened) for stores and logs."""
+        return _plain(dataclasses.asdict(self))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):  # NaN is not JSON
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class Streak:
+    """How many consecutive ticks pointed the same way, and since when.
+
+    A change of direction resets the count to 1 (or 0 for direction 0): the hysteresis of every
+    policy (scale up/down, failover, recover) is built on this one counter.
+    """
+
+    direction: int = 0
+    count: int = 0
+    since: float | None = None
+
+    def update(self, direction: int, now: float) -> Streak:
+        if direction == 0:
+            return Streak(0, 0, None)
+        if direction == self.direction and self.since is not None:
+            return Streak(direction, self.count + 1, self.since)
+        return Streak(direction, 1, now)
+
+    def age(self, now: float) -> float:
+        """Seconds since the streak began (0 when there is none)."""
+        return 0.0 if self.since is None else max(0.0, now - self.since)
