@@ -1,0 +1,89 @@
+"""Run a job's `module:function` inside an MLflow run: `python -m scanflow.platform.jobrunner M:F --params JSON`.
+
+The local platform starts this as a child process (so a timeout can kill it and a crash cannot take
+the platform down). It joins the run the platform created (MLFLOW_RUN_ID in the environment), logs the
+non-secret params, calls fn(**params), and records the return value: as the artifact
+`outputs.json` in the run, and as JSON in the file named by SCANFLOW_JOB_OUTPUT (read by the
+platform without a round trip to MLflow). Exit code 0 on success, 1 when the function raised,
+2 on a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+
+
+def is_secret(name: str) -> bool:
+    """Names containing TOKEN/SECRET/PASSWORD/KEY are never logged as params."""
+    upper = name.upper()
+    return any(m in upper for m in SECRET_MARKERS)
+
+
+def public_params(params: dict[str, Any]) -> dict[str, str]:
+    """Params fit to log to MLflow: secrets dropped, values as short strings (MLflow caps at 6000)."""
+    return {k: str(v)[:500] for k, v in params.items() if not is_secret(k)}
+
+
+def to_jsonable(value: Any) -> dict[str, Any]:
+    """A function's return value -> a JSON object (non-dicts under 'result'; unknown types as str)."""
+    if value is None:
+        return {}
+    out = value if isinstance(value, dict) else {"result": value}
+    return json.loads(json.dumps(out, default=str))
+
+
+def load_entrypoint(entrypoint: str) -> Any:
+    module_name, _, func_name = entrypoint.partition(":")
+    if not module_name or not func_name:
+        raise ValueError(f"entrypoint {entrypoint!r} must be 'package.module:function'")
+    fn = getattr(importlib.import_module(module_name), func_name, None)
+    if not callable(fn):
+        raise TypeError(f"{entrypoint!r}: {module_name} has no function {func_name!r}")
+    return fn
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scanflow.platform.jobrunner")
+    parser.add_argument("entrypoint", help="package.module:function")
+    parser.add_argument("--params", default="{}", help="JSON object of keyword arguments")
+    args = parser.parse_args(argv)
+    try:
+        params = json.loads(args.params)
+        if not isinstance(params, dict):
+            raise TypeError("--params must be a JSON object")
+        fn = load_entrypoint(args.entrypoint)
+    except (ValueError, TypeError, ImportError) as exc:
+        print(f"jobrunner: {exc}", file=sys.stderr)
+        return 2
+
+    import mlflow
+
+    with mlflow.start_run(run_id=os.environ.get("MLFLOW_RUN_ID")) as run:
+        mlflow.log_params(public_params(params))
+        try:
+            result = fn(**params)
+        except Exception:  # noqa: BLE001 - the job's own failure: record it, exit 1
+            traceback.print_exc()
+            sys.stdout.flush()
+            mlflow.set_tag("scanflow.job.error", traceback.format_exc(limit=3)[-4000:])
+            return 1
+        outputs = to_jsonable(result)
+        mlflow.log_dict(outputs, "outputs.json")
+        out_file = os.environ.get("SCANFLOW_JOB_OUTPUT")
+        if out_file:
+            with open(out_file, "w") as f:
+                json.dump(outputs, f)
+        print(f"jobrunner: {args.entrypoint} finished in run {run.info.run_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

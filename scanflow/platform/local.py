@@ -1,0 +1,551 @@
+"""The embedded default platform: services and jobs as OS processes on this machine.
+
+A service = one gateway process (its endpoint) + N replica processes (scanflow.serving.replica /
+.gateway, started with `python -m`). Replicas join the gateway only once /ready answers, leave it
+before they are drained and stopped, and a supervisor thread restarts any that die (with backoff), so
+scaling and crashes cost no failed request the gateway could avoid. CPU placement follows the
+machine's topology (topology.place_replicas: ANY or the paper's CPUMEM), applied with
+sched_setaffinity on every thread; CPU quota and memory limit go through cgroups (cgroups.py) where
+the OS allows, else a note says why. Jobs run as child processes inside an MLflow run (jobrunner.py).
+
+Concurrency: one lock serialises every change (public calls and supervisor ticks); HTTP calls made
+under it are short and bounded. Methods block: async callers use asyncio.to_thread.
+Who calls: the Executor agent's actuators, `scanflow deploy`, the demo, tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Self
+
+from scanflow.auth import bearer_header
+from scanflow.platform import processes as procs
+from scanflow.platform.base import (
+    JobResult,
+    PlatformError,
+    ReplicaStatus,
+    ResourceChange,
+    ServiceStatus,
+)
+from scanflow.platform.cgroups import CgroupManager, CgroupSupport, detect
+from scanflow.platform.jobrunner import public_params
+from scanflow.platform.topology import Placement, Topology, place_replicas, read_topology
+from scanflow.spec import Affinity, Job, Resources, Service
+
+log = logging.getLogger(__name__)
+
+READY_DEADLINE_S = 120.0  # a replica imports torch + mlflow and loads a model: slow on a busy 2-core box
+STOP_GRACE_S = 10.0
+MAX_BACKOFF_S = 10.0
+
+
+@dataclass
+class _Replica:
+    rid: int  # 1-based slot: decides its cores under CPUMEM
+    port: int
+    proc: subprocess.Popen[bytes]
+    state: Literal["starting", "ready", "dead"] = "starting"
+    started_at: float = field(default_factory=time.monotonic)
+    restarts: int = 0
+    restart_at: float = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class _Service:
+    spec: Service
+    gateway: subprocess.Popen[bytes]
+    gateway_port: int
+    replicas: dict[int, _Replica] = field(default_factory=dict)
+    registered: tuple[str, ...] | None = None  # replica URLs the gateway holds (None = unknown)
+    backup_url: str | None = None
+    routed_to: str | None = None
+    notes: dict[str, str] = field(default_factory=dict)  # topic -> note (latest wins)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+
+def default_threads(spec: Service, placement: Placement, total_cores: int) -> int:
+    """Thread pool = the cores a replica got (explicit `threads` wins): pinned -> its cores,
+    unpinned -> ceil(cpu quota) capped by the machine."""
+    if spec.threads:
+        return spec.threads
+    if spec.affinity.policy != "none":
+        return len(placement.cpus)
+    return max(1, min(total_cores, math.ceil(spec.resources.cpu)))
+
+
+class LocalPlatform:
+    """Platform on this machine. `close()` (also at exit) stops every process it started."""
+
+    def __init__(
+        self,
+        home: Path,
+        tracking_uri: str,
+        tracker_url: str | None = None,
+        token: str | None = None,
+        allow_anonymous: bool = False,
+        python: str = sys.executable,
+        *,
+        topology: Topology | None = None,
+        cgroups: CgroupSupport | None = None,
+        supervise_interval_s: float = 0.25,
+        experiment: str = "scanflow-jobs",
+    ) -> None:
+        self.home = Path(home)
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.tracking_uri = tracking_uri
+        self.tracker_url = tracker_url
+        self._token = token
+        self.allow_anonymous = allow_anonymous
+        self.python = python
+        self.topology = topology or read_topology()
+        self.cgroup_support = cgroups or detect()
+        self._cg = CgroupManager(self.cgroup_support, prefix=f"scanflow-{os.getpid()}")
+        self.experiment = experiment
+        self._services: dict[str, _Service] = {}
+        self._lock = threading.RLock()
+        self._closed = threading.Event()
+        self._interval = supervise_interval_s
+        self._supervisor = threading.Thread(target=self._supervise, name="scanflow-supervisor", daemon=True)
+        self._supervisor.start()
+        atexit.register(self.close)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        return bearer_header(self._token)
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["MLFLOW_TRACKING_URI"] = self.tracking_uri
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if self._token:
+            env["SCANFLOW_TOKEN"] = self._token
+        return env
+
+    def _get(self, name: str) -> _Service:
+        svc = self._services.get(name)
+        if svc is None:
+            raise PlatformError(f"no service {name!r} on this platform (deployed: {sorted(self._services)})")
+        return svc
+
+    def _placement(self, spec: Service, rid: int) -> Placement:
+        each = max(1, math.ceil(spec.resources.cpu))
+        return place_replicas(self.topology, rid, each, spec.affinity.policy)[-1]
+
+    def _spawn_replica(self, svc: _Service, rid: int, restarts: int = 0) -> _Replica:
+        spec = svc.spec
+        port = procs.free_port()
+        threads = default_threads(spec, self._placement(spec, rid), self.topology.total)
+        argv = [
+            self.python, "-m", "scanflow.serving.replica", "--model-uri", spec.model_uri,
+            "--port", str(port), "--host", "127.0.0.1", "--threads", str(threads),
+            "--max-batch-size", str(spec.max_batch_size), "--max-batch-wait-ms", str(spec.max_batch_wait_ms),
+            "--service", spec.name, "--replica-id", f"{spec.name}-{rid}",
+        ]
+        if self.tracker_url:
+            argv += ["--tracker-url", self.tracker_url]
+        if self.allow_anonymous:
+            argv.append("--allow-anonymous")
+        log_path = self.home / "logs" / f"{spec.name}-{rid}.log"
+        proc = procs.spawn(argv, log_path, self._env())
+        log.info("service %s: replica %d starting (pid %d, port %d)", spec.name, rid, proc.pid, port)
+        return _Replica(rid=rid, port=port, proc=proc, restarts=restarts)
+
+    def _spawn_gateway(self, spec: Service, port: int, backup_url: str | None) -> subprocess.Popen[bytes]:
+        argv = [
+            self.python, "-m", "scanflow.serving.gateway", "--port", str(port),
+            "--service", spec.name, "--health-interval-s", "0.5",
+        ]
+        if backup_url:
+            argv += ["--backup", backup_url]
+        if self.allow_anonymous:
+            argv.append("--allow-anonymous")
+        return procs.spawn(argv, self.home / "logs" / f"{spec.name}-gateway.log", self._env())
+
+    def _apply_to_replica(self, svc: _Service, rep: _Replica) -> list[str]:
+        """cgroup limits, then affinity (moving into a cpuset resets affinity), for one replica."""
+        spec = svc.spec
+        place = self._placement(spec, rep.rid)
+        numa = spec.affinity.policy == "numa"
+        notes = self._cg.apply(
+            f"{spec.name}-{rep.rid}", rep.proc.pid, cpu=spec.resources.cpu,
+            memory=spec.resources.memory_bytes,
+            cpus=place.cpus if numa else None, mems=place.node if numa else None,
+        )
+        try:
+            procs.set_affinity_all_threads(rep.proc.pid, place.cpus)
+        except (ProcessLookupError, OSError) as exc:
+            notes.append(f"replica {rep.rid}: affinity not applied: {exc}")
+        if place.shared:
+            notes.append(f"replica {rep.rid}: not enough cores for exclusive placement; cores are shared")
+        return notes
+
+    def _sync_gateway(self, svc: _Service, force: bool = False) -> None:
+        urls = tuple(sorted(r.url for r in svc.replicas.values() if r.state == "ready"))
+        if urls == svc.registered and not force:
+            return
+        try:
+            procs.call("PUT", f"{svc.endpoint}/admin/replicas", json={"replicas": list(urls)},
+                       headers=self._headers(), timeout_s=15.0)
+            svc.registered = urls
+            svc.notes.pop("gateway", None)
+        except procs.HttpError as exc:
+            svc.registered = None
+            svc.notes["gateway"] = f"gateway not updated: {exc}"
+
+    # -- supervision -----------------------------------------------------------------------------
+    def _tick(self, svc: _Service) -> None:
+        """One reconciliation step (caller holds the lock): promote ready replicas, replace dead ones."""
+        now = time.monotonic()
+        changed = False
+        if svc.gateway.poll() is not None:
+            log.warning("service %s: gateway exited (%s); restarting", svc.spec.name, svc.gateway.returncode)
+            svc.gateway = self._spawn_gateway(svc.spec, svc.gateway_port, svc.backup_url)
+            svc.registered = None
+        gateway_up = svc.registered is not None or procs.is_ready(f"{svc.endpoint}/health", 1.0)
+        for rep in svc.replicas.values():
+            if rep.state != "dead" and rep.proc.poll() is not None:
+                log.warning("service %s: replica %d exited (%s)", svc.spec.name, rep.rid, rep.proc.returncode)
+                rep.state, changed = "dead", True
+                rep.restart_at = now + min(MAX_BACKOFF_S, 0.5 * 2 ** rep.restarts)
+            elif rep.state == "starting":
+                if procs.is_ready(f"{rep.url}/ready", 1.0):
+                    svc.notes.update({f"replica-{rep.rid}-{i}": n for i, n in enumerate(self._apply_to_replica(svc, rep))})
+                    rep.state, changed = "ready", True
+                elif now - rep.started_at > READY_DEADLINE_S:
+                    procs.stop(rep.proc, 2.0)
+                    rep.state = "dead"
+                    rep.restart_at = now + min(MAX_BACKOFF_S, 0.5 * 2 ** rep.restarts)
+                    svc.notes[f"replica-{rep.rid}-ready"] = f"replica {rep.rid} not ready in {READY_DEADLINE_S:.0f}s"
+        if changed and gateway_up:
+            self._sync_gateway(svc)
+        elif svc.registered is None and gateway_up:
+            self._sync_gateway(svc, force=True)
+            if svc.backup_url:
+                self._put_backup(svc, svc.backup_url)
+        for rid, rep in list(svc.replicas.items()):
+            if rep.state == "dead" and now >= rep.restart_at:
+                self._cg.remove(f"{svc.spec.name}-{rid}")
+                svc.replicas[rid] = self._spawn_replica(svc, rid, restarts=rep.restarts + 1)
+
+    def _supervise(self) -> None:
+        while not self._closed.wait(self._interval):
+            with self._lock:
+                for svc in list(self._services.values()):
+                    try:
+                        self._tick(svc)
+                    except Exception:  # never let the supervisor die
+                        log.exception("supervisor tick failed for %s", svc.spec.name)
+
+    def _wait_ready(self, name: str, deadline_s: float = READY_DEADLINE_S) -> None:
+        def done() -> bool:
+            with self._lock:
+                svc = self._services.get(name)
+                if svc is None:
+                    return True
+                self._tick(svc)
+                return all(r.state == "ready" for r in svc.replicas.values()) and svc.registered is not None
+
+        if not procs.wait_until(done, deadline_s, 0.2):
+            raise PlatformError(
+                f"service {name!r}: replicas not ready within {deadline_s:.0f}s (logs in {self.home / 'logs'})",
+                retryable=True,
+            )
+
+    # -- Platform --------------------------------------------------------------------------------
+    def deploy(self, service: Service) -> ServiceStatus:
+        """Create the service, or apply what changed (replicas, model, resources, backup)."""
+        with self._lock:
+            svc = self._services.get(service.name)
+            if svc is None:
+                port = service.port or procs.free_port()
+                backup = self._services.get(service.backup) if service.backup else None
+                svc = _Service(spec=service, gateway=self._spawn_gateway(service, port, None), gateway_port=port)
+                svc.backup_url = backup.endpoint if backup else None
+                if service.backup and backup is None:
+                    svc.notes["backup"] = f"backup {service.backup!r} not deployed yet; wired when it is"
+                self._services[service.name] = svc
+                for rid in range(1, service.replicas + 1):
+                    svc.replicas[rid] = self._spawn_replica(svc, rid)
+                for other in self._services.values():  # services that named this one as backup
+                    if other is not svc and other.spec.backup == service.name:
+                        other.backup_url = svc.endpoint
+                        other.notes.pop("backup", None)
+                        if other.registered is not None:
+                            self._put_backup(other, svc.endpoint)
+                if not procs.wait_until(lambda: procs.is_ready(f"{svc.endpoint}/health", 1.0), 60.0, 0.2):
+                    raise PlatformError(f"service {service.name!r}: gateway not healthy within 60s", retryable=True)
+                if svc.backup_url:
+                    self._put_backup(svc, svc.backup_url)
+                new = True
+            else:
+                new = False
+        if new:
+            self._wait_ready(service.name)
+            return self.status(service.name)
+        return self._update(svc, service)
+
+    def _update(self, svc: _Service, new: Service) -> ServiceStatus:
+        old = svc.spec
+        if new == old:
+            return self.status(new.name)
+        if new.model_uri != old.model_uri:
+            self.swap_model(new.name, new.model_uri)
+        if (new.resources, new.affinity, new.threads) != (old.resources, old.affinity, old.threads):
+            self.set_resources(new.name, new.resources, new.affinity, new.threads)
+        if new.backup != old.backup:
+            with self._lock:
+                target = self._services.get(new.backup) if new.backup else None
+                svc.backup_url = target.endpoint if target else None
+                self._put_backup(svc, svc.backup_url)
+        if new.replicas != len(svc.replicas):
+            self.scale(new.name, new.replicas)
+        rest = {"max_batch_size", "max_batch_wait_ms", "port", "image"}
+        changed = sorted(k for k in rest if getattr(new, k) != getattr(old, k))
+        with self._lock:
+            svc.spec = new
+            if changed:
+                svc.notes["restart"] = f"{changed} apply to replicas started from now on (scale or restart)"
+        return self.status(new.name)
+
+    def _put_backup(self, svc: _Service, url: str | None) -> None:
+        try:
+            procs.call("PUT", f"{svc.endpoint}/admin/backup", json={"url": url}, headers=self._headers())
+        except procs.HttpError as exc:
+            svc.notes["backup"] = f"backup not set on gateway: {exc}"
+
+    def scale(self, service: str, replicas: int) -> ServiceStatus:
+        """Add replicas (ready before they join) or remove them (leave gateway, drain, stop)."""
+        with self._lock:
+            svc = self._get(service)
+            if not 0 <= replicas <= svc.spec.max_replicas:
+                raise PlatformError(
+                    f"replicas={replicas} for {service!r} must lie in [0, max_replicas={svc.spec.max_replicas}]"
+                )
+            current = sorted(svc.replicas)
+            if replicas > len(current):
+                free = [i for i in range(1, replicas + 1) if i not in svc.replicas]
+                for rid in free[: replicas - len(current)]:
+                    svc.replicas[rid] = self._spawn_replica(svc, rid)
+            victims = [svc.replicas.pop(rid) for rid in current[replicas:]] if replicas < len(current) else []
+            svc.spec = svc.spec.model_copy(update={"replicas": replicas})
+            if victims:
+                self._sync_gateway(svc, force=True)  # out of rotation first
+        for rep in victims:
+            self._retire(svc, rep)
+        self._wait_ready(service)
+        return self.status(service)
+
+    def _retire(self, svc: _Service, rep: _Replica) -> None:
+        if rep.proc.poll() is None:
+            try:
+                procs.call("POST", f"{rep.url}/admin/drain", headers=self._headers(), timeout_s=30.0, retries=0)
+            except procs.HttpError as exc:
+                log.info("drain of replica %d failed (%s); stopping anyway", rep.rid, exc)
+        procs.stop(rep.proc, STOP_GRACE_S)
+        self._cg.remove(f"{svc.spec.name}-{rep.rid}")
+
+    def set_resources(
+        self, service: str, resources: Resources, affinity: Affinity | None = None,
+        threads: int | None = None,
+    ) -> ResourceChange:
+        """Re-place every replica (affinity + cgroup) and resize its thread pool to the cores it got."""
+        with self._lock:
+            svc = self._get(service)
+            update: dict[str, Any] = {"resources": resources, "threads": threads}
+            if affinity is not None:
+                update["affinity"] = affinity
+            svc.spec = svc.spec.model_copy(update=update)
+            notes: list[str] = []
+            applied: dict[str, Any] = {}
+            for rep in sorted(svc.replicas.values(), key=lambda r: r.rid):
+                if rep.state != "ready":
+                    continue  # it gets the new settings when it becomes ready
+                notes += self._apply_to_replica(svc, rep)
+                place = self._placement(svc.spec, rep.rid)
+                n = default_threads(svc.spec, place, self.topology.total)
+                try:
+                    procs.call("POST", f"{rep.url}/admin/threads", json={"threads": n},
+                               headers=self._headers(), timeout_s=15.0)
+                except procs.HttpError as exc:
+                    notes.append(f"replica {rep.rid}: thread pool not resized: {exc}")
+                applied[f"{service}-{rep.rid}"] = {"cpus": list(place.cpus), "threads": n}
+            svc.notes = {k: v for k, v in svc.notes.items() if not k.startswith("replica-")}
+            svc.notes.update({f"replica-set-{i}": n for i, n in enumerate(notes)})
+        applied.update({"cpu": resources.cpu, "memory": resources.memory,
+                        "affinity": svc.spec.affinity.policy})
+        method = "affinity+cgroup" if self.cgroup_support.usable else "affinity"
+        return ResourceChange(service=service, method=method, applied=applied, notes=tuple(dict.fromkeys(notes)))
+
+    def route(self, service: str, to: str | None = None) -> ServiceStatus:
+        """Failover to service `to` (its gateway becomes our backup, route forced), or back to 'auto'."""
+        with self._lock:
+            svc = self._get(service)
+            if to is None:
+                procs.call("PUT", f"{svc.endpoint}/admin/route", json={"to": "auto"}, headers=self._headers())
+                svc.routed_to = None
+            else:
+                target = self._get(to)
+                if target is svc:
+                    raise PlatformError(f"cannot route {service!r} to itself; use to=None")
+                if svc.backup_url != target.endpoint:
+                    svc.backup_url = target.endpoint
+                    procs.call("PUT", f"{svc.endpoint}/admin/backup", json={"url": target.endpoint},
+                               headers=self._headers())
+                procs.call("PUT", f"{svc.endpoint}/admin/route", json={"to": "backup"}, headers=self._headers())
+                svc.routed_to = to
+        return self.status(service)
+
+    def swap_model(self, service: str, model_uri: str) -> ServiceStatus:
+        """Hot-swap every replica, one at a time (each loads beside, switches, drains)."""
+        with self._lock:
+            svc = self._get(service)
+            svc.spec = svc.spec.model_copy(update={"model_uri": model_uri})  # restarts use it too
+            targets = [r for r in svc.replicas.values() if r.state == "ready"]
+        failed = []
+        for rep in targets:
+            try:
+                procs.call("POST", f"{rep.url}/admin/model", json={"model_uri": model_uri},
+                           headers=self._headers(), timeout_s=120.0, retries=1)
+            except procs.HttpError as exc:
+                failed.append(f"replica {rep.rid}: {exc}")
+        if failed:
+            raise PlatformError(f"model swap of {service!r} failed on: " + "; ".join(failed), retryable=True)
+        return self.status(service)
+
+    def status(self, service: str) -> ServiceStatus:
+        """What is really applied: /proc (cores, threads), cgroup files, each replica's /info."""
+        with self._lock:
+            svc = self._get(service)
+            reps = sorted(svc.replicas.values(), key=lambda r: r.rid)
+            spec, endpoint, routed, notes = svc.spec, svc.endpoint, svc.routed_to, tuple(svc.notes.values())
+        out = []
+        for rep in reps:
+            alive = rep.proc.poll() is None
+            info = procs.read_proc_status(rep.proc.pid) if alive else None
+            limits = self._cg.read(f"{spec.name}-{rep.rid}")
+            version = threads = None
+            if alive and rep.state == "ready":
+                try:
+                    body = procs.call("GET", f"{rep.url}/info", timeout_s=2.0, retries=0) or {}
+                    version = body.get("model_version")
+                    threads = body.get("threads")
+                except procs.HttpError:
+                    pass
+            out.append(ReplicaStatus(
+                name=f"{spec.name}-{rep.rid}", ready=alive and rep.state == "ready", address=rep.url,
+                pid=rep.proc.pid if alive else None, cpus=info.cpus if info else None,
+                cpu_quota=limits.cpu_quota, memory_limit=limits.memory_limit,
+                threads=threads if isinstance(threads, int) else (info.threads if info else None),
+                model_version=str(version) if version is not None else None,
+            ))
+        if not self.cgroup_support.usable:
+            notes += (f"cgroup limits not applied: {self.cgroup_support.reason}",)
+        return ServiceStatus(
+            name=spec.name, desired_replicas=spec.replicas, replicas=tuple(out), endpoint=endpoint,
+            routed_to=routed or spec.name, notes=tuple(dict.fromkeys(notes)),
+        )
+
+    def delete(self, service: str) -> None:
+        with self._lock:
+            svc = self._services.pop(service, None)
+        if svc is None:
+            return
+        procs.stop(svc.gateway, STOP_GRACE_S)
+        for rep in svc.replicas.values():
+            procs.stop(rep.proc, STOP_GRACE_S)
+            self._cg.remove(f"{svc.spec.name}-{rep.rid}")
+
+    def close(self) -> None:
+        """Stop the supervisor, every service and remove our cgroups. Idempotent; also runs at exit."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._supervisor.join(timeout=5)
+        for name in list(self._services):
+            self.delete(name)
+        self._cg.remove_all()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- jobs ------------------------------------------------------------------------------------
+    def run_job(self, job: Job, params: dict[str, Any] | None = None) -> JobResult:
+        """Run a job to completion or timeout as a child process, inside an MLflow run holding its log."""
+        from mlflow.tracking import MlflowClient
+
+        merged = {**job.params, **(params or {})}
+        try:
+            args_json = json.dumps(merged)
+        except TypeError as exc:
+            raise PlatformError(f"job {job.name!r}: params must be JSON-serialisable: {exc}") from None
+        client = MlflowClient(self.tracking_uri)
+        exp = client.get_experiment_by_name(self.experiment)
+        exp_id = exp.experiment_id if exp else client.create_experiment(self.experiment)
+        run = client.create_run(exp_id, run_name=job.name, tags={"scanflow.job": job.name})
+        run_id = run.info.run_id
+        jobs_dir = self.home / "jobs"
+        log_path = jobs_dir / f"{job.name}-{run_id}.log"
+        out_path = jobs_dir / f"{job.name}-{run_id}.outputs.json"
+        env = self._env() | {
+            "MLFLOW_RUN_ID": run_id, "MLFLOW_EXPERIMENT_ID": exp_id,
+            "SCANFLOW_JOB_OUTPUT": str(out_path), "SCANFLOW_JOB_PARAMS": args_json,
+        }
+        if isinstance(job.entrypoint, str):
+            argv = [self.python, "-m", "scanflow.platform.jobrunner", job.entrypoint, "--params", args_json]
+        else:
+            argv = list(job.entrypoint)
+            for k, v in public_params(merged).items():
+                client.log_param(run_id, k, v)
+        start = time.monotonic()
+        try:
+            proc = procs.spawn(argv, log_path, env)
+        except OSError as exc:
+            client.set_terminated(run_id, "FAILED")
+            return JobResult(name=job.name, succeeded=False, run_id=run_id, message=f"cannot start: {exc}")
+        timed_out = False
+        try:
+            code = proc.wait(timeout=job.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            code = procs.stop(proc, 5.0)
+        duration = time.monotonic() - start
+        outputs: dict[str, Any] = {}
+        if out_path.exists():
+            try:
+                outputs = json.loads(out_path.read_text())
+            except ValueError:
+                outputs = {}
+        ok = code == 0 and not timed_out
+        client.log_artifact(run_id, str(log_path), "logs")
+        client.log_metric(run_id, "job_duration_s", duration)
+        client.set_tag(run_id, "scanflow.job.exit_code", str(code))
+        client.set_terminated(run_id, "KILLED" if timed_out else ("FINISHED" if ok else "FAILED"))
+        if timed_out:
+            msg = f"timed out after {job.timeout_s:.0f}s; killed"
+        elif ok:
+            msg = "succeeded"
+        else:
+            msg = f"exited with code {code}; see the run's logs/{log_path.name}"
+        return JobResult(name=job.name, succeeded=ok, run_id=run_id, exit_code=code,
+                         duration_s=duration, message=msg, outputs=outputs)
