@@ -1,0 +1,172 @@
+"""Dynamic micro-batching: concurrent requests share one model call.
+
+Who calls: the replica's predict handler (`await batcher.submit(x)`), its admin endpoints (`swap`,
+`set_threads`) and its lifespan (`start`/`stop`). A single background coroutine collects queued
+requests until `max_batch_size` rows are waiting or `max_batch_wait_s` has passed since the first,
+stacks them and runs the model once in a one-thread executor (never on the event loop). Model calls
+are serialised, so a swap takes effect exactly between two batches: every response is computed by
+exactly one model version, and versions change once, monotonically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import collections.abc
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from scanflow.serving.model import LoadedModel
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    outputs: list
+    probabilities: np.ndarray | None
+    version: str
+
+
+@dataclass(slots=True)
+class _Pending:
+    x: np.ndarray
+    future: asyncio.Future[BatchResult]
+
+
+class ModelNotReady(RuntimeError):
+    """No model is loaded yet (or it failed to load): answer 503."""
+
+
+class MicroBatcher:
+    def __init__(
+        self,
+        *,
+        max_batch_size: int = 32,
+        max_batch_wait_s: float = 0.002,
+        on_batch: collections.abc.Callable[[int, float], None] | None = None,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError("max_batch_size must be >= 1")
+        if max_batch_wait_s < 0:
+            raise ValueError("max_batch_wait_s must be >= 0")
+        self.max_batch_size = max_batch_size
+        self.max_batch_wait_s = max_batch_wait_s
+        self.model: LoadedModel | None = None
+        self._on_batch = on_batch
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._queued_rows = 0
+        self._wake: asyncio.Future[None] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scanflow-model")
+        self._model_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="micro-batcher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for p in self._queue:
+            if not p.future.done():
+                p.future.set_exception(ModelNotReady("replica is shutting down"))
+        self._queue.clear()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def submit(self, x: np.ndarray) -> BatchResult:
+        if self.model is None:
+            raise ModelNotReady("model not loaded yet")
+        fut: asyncio.Future[BatchResult] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(x, fut))
+        self._queued_rows += len(x)
+        wake = self._wake
+        if wake is not None and not wake.done() and (
+            self._queued_rows >= self.max_batch_size or len(self._queue) == 1
+        ):
+            wake.set_result(None)
+        return await fut
+
+    async def swap(self, model: LoadedModel) -> LoadedModel | None:
+        """Install `model` between two batches; returns the old one once no batch uses it any more."""
+        async with self._model_lock:
+            old, self.model = self.model, model
+        return old
+
+    async def run_blocking(self, fn: collections.abc.Callable[..., object], *args: object) -> object:
+        """Run fn in the model thread (e.g. torch.set_num_threads, which is per thread for OpenMP)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def _wait(self, timeout: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        self._wake = loop.create_future()
+        handle = loop.call_later(timeout, _resolve, self._wake) if timeout is not None else None
+        try:
+            await self._wake
+        finally:
+            self._wake = None
+            if handle is not None:
+                handle.cancel()
+
+    def _take(self) -> list[_Pending]:
+        batch: list[_Pending] = []
+        rows = 0
+        while self._queue and (not batch or rows + len(self._queue[0].x) <= self.max_batch_size):
+            p = self._queue.popleft()
+            rows += len(p.x)
+            batch.append(p)
+        self._queued_rows -= rows
+        return batch
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._queue:
+                await self._wait(None)
+            if self.max_batch_wait_s > 0 and self._queued_rows < self.max_batch_size:
+                await self._wait(self.max_batch_wait_s)
+            batch = [p for p in self._take() if not p.future.cancelled()]
+            if not batch:
+                continue
+            x = batch[0].x if len(batch) == 1 else np.concatenate([p.x for p in batch])
+            async with self._model_lock:
+                model = self.model
+                if model is None:
+                    for p in batch:
+                        p.future.set_exception(ModelNotReady("model not loaded"))
+                    continue
+                t0 = time.perf_counter()
+                try:
+                    outputs, probs = await loop.run_in_executor(self._executor, model.predict, x)
+                except Exception as exc:  # noqa: BLE001 - the model failed on valid input: each caller gets it
+                    for p in batch:
+                        if not p.future.done():
+                            p.future.set_exception(exc)
+                    continue
+            if self._on_batch is not None:
+                self._on_batch(len(x), time.perf_counter() - t0)
+            start = 0
+            for p in batch:
+                n = len(p.x)
+                if not p.future.done():
+                    p.future.set_result(
+                        BatchResult(
+                            outputs[start : start + n],
+                            None if probs is None else probs[start : start + n],
+                            model.version,
+                        )
+                    )
+                start += n
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -1,0 +1,420 @@
+"""The inference replica: one process serving one model over HTTP.
+
+Launched by the platforms as
+`python -m scanflow.serving.replica --model-uri URI --port P [--host H] [--threads N]
+[--max-batch-size 32] [--max-batch-wait-ms 2] [--tracker-url URL] [--service NAME] [--replica-id ID]
+[--allow-anonymous]` (env MLFLOW_TRACKING_URI resolves models:/ URIs, SCANFLOW_TOKEN guards /admin).
+
+Endpoints: POST /predict (raw ASGI hot path, micro-batched), GET /health, /ready, /metrics, /info,
+POST /admin/model (hot swap), /admin/threads, /admin/drain (token). The model loads in a worker
+thread after start-up, so /health answers at once and /ready turns 200 when the model is in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from pydantic import BaseModel, Field, SecretStr
+
+from scanflow.auth import require_token
+from scanflow.serving.asgi import (
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    send_error,
+    send_json,
+)
+from scanflow.serving.batching import MicroBatcher, ModelNotReady
+from scanflow.serving.model import LoadedModel, ModelLoadError, load_model
+from scanflow.serving.payload import PayloadError, parse_predict
+from scanflow.serving.sink import TrackerSink
+
+log = logging.getLogger("scanflow.serving.replica")
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+def available_cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+@dataclass
+class ReplicaConfig:
+    model_uri: str
+    service: str = "default"
+    replica_id: str = field(default_factory=lambda: f"r-{os.getpid()}")
+    threads: int | None = None  # default: the CPUs this process may use
+    max_batch_size: int = 32
+    max_batch_wait_ms: float = 2.0
+    tracker_url: str | None = None
+    token: SecretStr | None = None
+    allow_anonymous: bool = False
+    max_body_bytes: int = 1 << 20
+    max_rows: int = 4096
+    drain_timeout_s: float = 30.0
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.latency = Histogram(
+            "scanflow_replica_request_latency_seconds", "predict latency in the replica", registry=r,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.requests = Counter("scanflow_replica_requests", "predict requests by status", ["status"], registry=r)
+        self.queue_depth = Gauge("scanflow_replica_queue_depth", "requests waiting for a batch", registry=r)
+        self.in_flight = Gauge("scanflow_replica_in_flight", "predict requests being handled", registry=r)
+        self.batch_size = Histogram(
+            "scanflow_replica_batch_size_rows", "rows per model call", registry=r,
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+        )
+        self.model_seconds = Histogram(
+            "scanflow_replica_model_call_seconds", "time of one batched model call", registry=r,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.model_info = Gauge(
+            "scanflow_replica_model_info", "1 for the model version being served", ["model_uri", "version"],
+            registry=r,
+        )
+        self.threads = Gauge("scanflow_replica_threads", "torch intra-op threads", registry=r)
+        self.tracker_pending = Gauge("scanflow_replica_tracker_pending_records", "records not yet delivered", registry=r)
+        self.tracker_sent = Gauge("scanflow_replica_tracker_sent_records", "records delivered", registry=r)
+        self.tracker_failed = Gauge("scanflow_replica_tracker_failed_sends", "failed sends (retried)", registry=r)
+        self.tracker_dropped = Gauge(
+            "scanflow_replica_tracker_dropped_records", "records refused (buffer full / rejected)", registry=r
+        )
+
+
+class SwapRequest(BaseModel):
+    model_uri: str = Field(min_length=1, max_length=1000)
+
+
+class ThreadsRequest(BaseModel):
+    threads: int = Field(ge=1, le=512)
+
+
+class Replica:
+    """State of one replica and its handlers. Built by `create_app`; tests reach it as `app.replica`."""
+
+    def __init__(self, config: ReplicaConfig) -> None:
+        self.config = config
+        self.metrics = _Metrics()
+        self.batcher = MicroBatcher(
+            max_batch_size=config.max_batch_size,
+            max_batch_wait_s=config.max_batch_wait_ms / 1000.0,
+            on_batch=self._on_batch,
+        )
+        self.sink = TrackerSink(config.tracker_url, token=config.token) if config.tracker_url else None
+        self.threads = config.threads or len(available_cpus())
+        self.model_uri = config.model_uri
+        self.load_error: str | None = None
+        self.draining = False
+        self.in_flight = 0
+        self._idle = asyncio.Event()
+        self._swap_lock: asyncio.Lock | None = None
+        self._loader: asyncio.Task[None] | None = None
+
+    # ---- life cycle -------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
+        self._swap_lock = asyncio.Lock()
+        self._idle.set()
+        self.batcher.start()
+        await self._apply_threads(self.threads)
+        if self.sink is not None:
+            self.sink.start()
+        self._loader = asyncio.create_task(self._initial_load())
+        try:
+            yield
+        finally:
+            self._loader.cancel()
+            await self.batcher.stop()
+            if self.sink is not None:
+                await self.sink.stop()
+
+    async def _initial_load(self) -> None:
+        """Load the first model, retrying with backoff (MLflow may still be starting)."""
+        delay = 0.5
+        while self.batcher.model is None:
+            try:
+                model = await asyncio.to_thread(load_model, self.model_uri)
+            except ModelLoadError as exc:
+                self.load_error = str(exc)
+                log.error("model load failed (retry in %.1fs): %s", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            await self._install(model)
+
+    async def _install(self, model: LoadedModel) -> LoadedModel | None:
+        old = await self.batcher.swap(model)
+        self.load_error = None
+        self.model_uri = model.uri
+        self.metrics.model_info.clear()
+        self.metrics.model_info.labels(model.uri, model.version).set(1)
+        log.info("serving %s version %s", model.resolved_uri, model.version)
+        return old
+
+    async def _apply_threads(self, n: int) -> None:
+        import torch
+
+        torch.set_num_threads(n)
+        await self.batcher.run_blocking(torch.set_num_threads, n)  # OpenMP settings are per thread
+        self.threads = n
+        self.metrics.threads.set(n)
+
+    def _on_batch(self, rows: int, seconds: float) -> None:
+        self.metrics.batch_size.observe(rows)
+        self.metrics.model_seconds.observe(seconds)
+
+    # ---- hot path ---------------------------------------------------------------------------
+    async def predict(self, scope: Scope, receive: Receive, send: Send) -> None:
+        t0 = time.perf_counter()
+        self.in_flight += 1
+        self._idle.clear()
+        status = 200
+        try:
+            status = await self._predict(scope, receive, send, t0)
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.set()
+            self.metrics.requests.labels(str(status)).inc()
+
+    async def _predict(self, scope: Scope, receive: Receive, send: Send, t0: float) -> int:
+        if self.draining:
+            await send_error(send, 503, "replica is draining; send to another replica")
+            return 503
+        model = self.batcher.model
+        if model is None:
+            await send_error(send, 503, f"model not loaded yet{': ' + self.load_error if self.load_error else ''}")
+            return 503
+        try:
+            body = await read_body(scope, receive, self.config.max_body_bytes)
+            req = parse_predict(body, n_features=model.n_features, max_rows=self.config.max_rows)
+        except BodyTooLarge as exc:
+            await send_error(send, 413, str(exc))
+            return 413
+        except PayloadError as exc:
+            await send_error(send, exc.status, exc.message)
+            return exc.status
+        except ClientGone:
+            return 499
+        try:
+            result = await self.batcher.submit(req.inputs)
+        except ModelNotReady as exc:
+            await send_error(send, 503, str(exc))
+            return 503
+        except Exception as exc:  # the model itself failed on valid input
+            log.exception("model call failed")
+            await send_error(send, 500, f"model call failed: {type(exc).__name__}: {exc}")
+            return 500
+        request_id = req.request_id or uuid.uuid4().hex
+        doc: dict[str, object] = {
+            "outputs": result.outputs,
+            "model_version": result.version,
+            "request_id": request_id,
+        }
+        if req.want_probabilities and result.probabilities is not None:
+            doc["probabilities"] = result.probabilities
+        await send_json(send, 200, doc)
+        latency = time.perf_counter() - t0
+        self.metrics.latency.observe(latency)
+        if self.sink is not None:
+            rec: dict[str, object] = {
+                "record_id": uuid.uuid4().hex,
+                "request_id": request_id,
+                "service": self.config.service,
+                "replica_id": self.config.replica_id,
+                "inputs": req.inputs.tolist(),
+                "outputs": result.outputs,
+                "model_version": result.version,
+                "latency_ms": round(latency * 1000.0, 3),
+                "ts": time.time(),
+            }
+            if req.labels is not None:
+                rec["labels"] = req.labels
+            self.sink.record(rec)
+        return 200
+
+    # ---- admin ------------------------------------------------------------------------------
+    async def swap_model(self, uri: str) -> dict[str, object]:
+        assert self._swap_lock is not None
+        async with self._swap_lock:
+            try:
+                model = await asyncio.to_thread(load_model, uri)
+            except ModelLoadError as exc:
+                raise HTTPException(422, str(exc)) from None
+            old = await self._install(model)
+        return {"model_uri": uri, "model_version": model.version, "previous_version": old.version if old else None}
+
+    async def drain(self) -> dict[str, object]:
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), self.config.drain_timeout_s)
+        except TimeoutError:
+            return {"drained": False, "in_flight": self.in_flight}
+        return {"drained": True, "in_flight": self.in_flight}
+
+    def info(self) -> dict[str, object]:
+        model = self.batcher.model
+        return {
+            "pid": os.getpid(),
+            "service": self.config.service,
+            "replica_id": self.config.replica_id,
+            "model_uri": self.model_uri,
+            "model_version": model.version if model else None,
+            "n_features": model.n_features if model else None,
+            "threads": self.threads,
+            "cpus": available_cpus(),
+            "max_batch_size": self.batcher.max_batch_size,
+            "max_batch_wait_ms": self.batcher.max_batch_wait_s * 1000.0,
+            "draining": self.draining,
+            "load_error": self.load_error,
+        }
+
+    def render_metrics(self) -> bytes:
+        m = self.metrics
+        m.queue_depth.set(self.batcher.queue_depth)
+        m.in_flight.set(self.in_flight)
+        if self.sink is not None:
+            s = self.sink.stats
+            m.tracker_pending.set(self.sink.pending)
+            m.tracker_sent.set(s.sent)
+            m.tracker_failed.set(s.failed_sends)
+            m.tracker_dropped.set(s.dropped)
+        return generate_latest(m.registry)
+
+
+class ReplicaApp:
+    """ASGI entry: POST /predict goes straight to the hot path, the rest to FastAPI."""
+
+    def __init__(self, replica: Replica, api: FastAPI) -> None:
+        self.replica = replica
+        self.api = api
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/predict" and scope["method"] == "POST":
+            await self.replica.predict(scope, receive, send)
+        else:
+            await self.api(scope, receive, send)
+
+
+def create_app(config: ReplicaConfig) -> ReplicaApp:
+    replica = Replica(config)
+    api = FastAPI(title=f"scanflow replica {config.service}/{config.replica_id}", lifespan=replica.lifespan)
+    admin = [Depends(require_token(config.token, allow_anonymous=config.allow_anonymous))]
+
+    @api.get("/health")
+    async def health() -> dict[str, object]:
+        return {"status": "alive", "pid": os.getpid()}
+
+    @api.get("/ready")
+    async def ready() -> JSONResponse:
+        model = replica.batcher.model
+        if replica.draining:
+            return JSONResponse({"ready": False, "reason": "draining"}, status_code=503)
+        if model is None:
+            return JSONResponse(
+                {"ready": False, "reason": replica.load_error or "model loading"}, status_code=503
+            )
+        return JSONResponse({"ready": True, "model_version": model.version})
+
+    @api.get("/info")
+    async def info() -> dict[str, object]:
+        return replica.info()
+
+    @api.get("/metrics")
+    async def metrics() -> Response:
+        return Response(replica.render_metrics(), media_type=CONTENT_TYPE_LATEST)
+
+    @api.post("/admin/model", dependencies=admin)
+    async def swap(body: SwapRequest) -> dict[str, object]:
+        return await replica.swap_model(body.model_uri)
+
+    @api.post("/admin/threads", dependencies=admin)
+    async def threads(body: ThreadsRequest) -> dict[str, object]:
+        await replica._apply_threads(body.threads)
+        return {"threads": replica.threads, "cpus": available_cpus()}
+
+    @api.post("/admin/drain", dependencies=admin)
+    async def drain() -> dict[str, object]:
+        return await replica.drain()
+
+    return ReplicaApp(replica, api)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m scanflow.serving.replica", description=__doc__.split("\n")[0])
+    p.add_argument("--model-uri", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--max-batch-wait-ms", type=float, default=2.0)
+    p.add_argument("--tracker-url", default=None)
+    p.add_argument("--service", default="default")
+    p.add_argument("--replica-id", default=None)
+    p.add_argument("--allow-anonymous", action="store_true")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    p.add_argument("--log-level", default=os.environ.get("SCANFLOW_LOG_LEVEL", "INFO"))
+    return p.parse_args(argv)
+
+
+def run_server(app: object, host: str, port: int, log_level: str) -> None:
+    """uvicorn with uvloop + httptools, no access log (it would cost more than the model)."""
+    import uvicorn
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(
+        app,  # type: ignore[arg-type]
+        host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
+        access_log=False, log_level="warning", backlog=2048, timeout_keep_alive=60,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    from scanflow.settings import Settings
+
+    args = parse_args(argv)
+    settings = Settings()
+    if args.threads is not None and args.threads < 1:
+        raise SystemExit("--threads must be >= 1")
+    config = ReplicaConfig(
+        model_uri=args.model_uri,
+        service=args.service,
+        replica_id=args.replica_id or f"{args.service}-{os.getpid()}",
+        threads=args.threads,
+        max_batch_size=args.max_batch_size,
+        max_batch_wait_ms=args.max_batch_wait_ms,
+        tracker_url=args.tracker_url,
+        token=settings.token,
+        allow_anonymous=args.allow_anonymous,
+        max_body_bytes=args.max_body_bytes,
+    )
+    run_server(create_app(config), args.host, args.port, args.log_level)
+
+
+if __name__ == "__main__":
+    main()

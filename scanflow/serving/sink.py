@@ -1,0 +1,147 @@
+"""Prediction records to the Tracker, off the response path.
+
+Who calls: the replica. `record()` only appends to a bounded in-memory buffer (microseconds, never
+awaits the network); a background task sends the buffer in batches as `POST {tracker_url}/predictions`
+(JSON list, bearer token). A failed send keeps the records and retries with exponential backoff; the
+records waiting are exported as a gauge, and records refused because the buffer is full are counted,
+logged and exported (never silently lost). Every record carries a unique `record_id`, so a send that
+reached the Tracker but whose answer was lost can be de-duplicated there (exactly-once on the Tracker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+from pydantic import SecretStr
+
+from scanflow.auth import bearer_header
+
+log = logging.getLogger("scanflow.serving.sink")
+
+
+@dataclass
+class SinkStats:
+    sent: int = 0
+    failed_sends: int = 0
+    dropped: int = 0
+    last_error: str | None = None
+
+
+@dataclass
+class TrackerSink:
+    url: str
+    token: SecretStr | None = None
+    max_buffer: int = 100_000
+    batch_size: int = 500
+    flush_interval_s: float = 0.2
+    timeout_s: float = 5.0
+    backoff_initial_s: float = 0.2
+    backoff_max_s: float = 5.0
+    stats: SinkStats = field(default_factory=SinkStats)
+
+    def __post_init__(self) -> None:
+        self._buffer: collections.deque[dict[str, Any]] = collections.deque()
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def record(self, rec: dict[str, Any]) -> bool:
+        """Queue one record; False (counted and logged) when the buffer is full."""
+        if len(self._buffer) >= self.max_buffer:
+            self.stats.dropped += 1
+            if self.stats.dropped == 1 or self.stats.dropped % 1000 == 0:
+                log.error("tracker buffer full (%d): %d records refused so far", self.max_buffer, self.stats.dropped)
+            return False
+        self._buffer.append(rec)
+        if self._wake is not None and len(self._buffer) >= self.batch_size:
+            self._wake.set()
+        return True
+
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._client = httpx.AsyncClient(
+            timeout=self.timeout_s,
+            headers={"Content-Type": "application/json", **bearer_header(self.token)},
+        )
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="tracker-sink")
+
+    async def stop(self, flush_timeout_s: float = 5.0) -> None:
+        """Try to deliver what is buffered (bounded time), then close; what is left is logged."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        try:
+            await asyncio.wait_for(self._flush_all(), flush_timeout_s)
+        except (TimeoutError, httpx.HTTPError):
+            pass
+        if self._buffer:
+            log.error("replica stopping with %d prediction records undelivered", len(self._buffer))
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def _flush_all(self) -> None:
+        while self._buffer:
+            if not await self._send_one():
+                return
+
+    async def _send_one(self) -> bool:
+        """Send up to batch_size oldest records; on success remove them. Returns success."""
+        assert self._client is not None
+        n = min(self.batch_size, len(self._buffer))
+        batch = [self._buffer[i] for i in range(n)]
+        try:
+            resp = await self._client.post(f"{self.url.rstrip('/')}/predictions", content=orjson.dumps(batch))
+            ok = resp.status_code < 300
+            if not ok:
+                self.stats.last_error = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                if 400 <= resp.status_code < 500 and resp.status_code not in (408, 429):
+                    # The Tracker refuses these records for good (bad data, bad token): retrying would
+                    # block every record behind them. Count them as dropped and say why, loudly.
+                    log.error("tracker refused %d records permanently: %s", n, self.stats.last_error)
+                    for _ in range(n):
+                        self._buffer.popleft()
+                    self.stats.dropped += n
+                    return True
+        except httpx.HTTPError as exc:
+            ok = False
+            self.stats.last_error = f"{type(exc).__name__}: {exc}"
+        if not ok:
+            self.stats.failed_sends += 1
+            return False
+        for _ in range(n):
+            self._buffer.popleft()
+        self.stats.sent += n
+        return True
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        backoff = self.backoff_initial_s
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.flush_interval_s)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            while self._buffer:
+                if await self._send_one():
+                    backoff = self.backoff_initial_s
+                    continue
+                log.warning(
+                    "tracker unreachable (%s); %d records kept, retry in %.1fs",
+                    self.stats.last_error, len(self._buffer), backoff,
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.backoff_max_s)

@@ -1,0 +1,120 @@
+"""Serving fixtures: a digits MLP registered in a real MLflow server (two versions), and launchers for
+real replica / gateway OS processes on loopback (always stopped in `finally`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import socket
+
+import httpx
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+MODEL_NAME = "serving-digits"
+
+
+def train_and_register(name: str, seed: int, epochs: int) -> str:
+    """Tiny torch MLP on sklearn digits (X/16 float32), logged (pickle format) and registered."""
+    import mlflow
+    import mlflow.pytorch
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    for _ in range(epochs):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(xt), yt).backward()
+        opt.step()
+    mlflow.set_experiment("serving-tests")
+    with mlflow.start_run():
+        info = mlflow.pytorch.log_model(
+            model, name="model", serialization_format="pickle", input_example=x[:2],
+            registered_model_name=name,
+        )
+    return str(info.registered_model_version)
+
+
+@pytest.fixture(scope="session")
+def digits_models(mlflow_server: str) -> dict[str, str]:
+    """Two registered versions of MODEL_NAME: {"v1": "models:/.../1", "v2": "models:/.../2"}."""
+    v1 = train_and_register(MODEL_NAME, seed=0, epochs=30)
+    v2 = train_and_register(MODEL_NAME, seed=1, epochs=5)
+    return {"v1": f"models:/{MODEL_NAME}/{v1}", "v2": f"models:/{MODEL_NAME}/{v2}", "tracking": mlflow_server}
+
+
+@dataclass
+class Proc:
+    """A server process of ours; `url` is its base URL."""
+
+    popen: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def wait_ready(self, path: str = "/ready", timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"process exited {self.popen.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + path, timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.url}{path} not ready in {timeout_s}s: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+
+
+Launcher = Callable[..., Proc]
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> Iterator[Launcher]:
+    """launch("replica"|"gateway", *args) -> Proc on a free port; every process is stopped afterwards."""
+    procs: list[Proc] = []
+
+    def _launch(kind: str, *args: str, wait: bool = True, env: dict[str, str] | None = None) -> Proc:
+        port = free_port()
+        log = tmp_path / f"{kind}-{port}.log"
+        cmd = [sys.executable, "-m", f"scanflow.serving.{kind}", "--port", str(port), *args]
+        full_env = {**os.environ, **(env or {})}
+        with open(log, "wb") as fh:
+            popen = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=full_env)
+        proc = Proc(popen, f"http://127.0.0.1:{port}", log)
+        procs.append(proc)
+        if wait:
+            proc.wait_ready("/ready" if kind == "replica" else "/health")
+        return proc
+
+    try:
+        yield _launch
+    finally:
+        for p in procs:
+            p.stop()
