@@ -1,0 +1,576 @@
+"""KubernetesPlatform: the Platform protocol on a cluster, through the official `kubernetes` client.
+
+Who calls: the Executor agent's actuators (through `asyncio.to_thread`), `scanflow deploy`, tests
+(against kmock on loopback) and benchmarks. It only applies desired state; the shapes come from
+`manifests` (pure) and the decisions (how many replicas, which CPUs) from the Planner.
+
+How each operation maps onto the API (DESIGN.md §5):
+- deploy: Deployment + Service per service, created or patched (strategic merge for the
+  Deployment: container lists merge by name; JSON merge patch for the Service);
+- scale: the `deployments/scale` subresource (merge patch); when an HPA targets the Deployment its
+  min/max bounds are set instead, since it would overwrite replicas within 15 s;
+- set_resources: `pods/resize` on clusters >= 1.33 then the template is brought in line; rolling
+  update (maxUnavailable 0) where in-place cannot work (older cluster, QoS change, static CPU manager);
+- route: the Service selector is switched to the backup's pods, and back;
+- run_job: a batch/v1 Job, waited on through its conditions, logs attached to an MLflow run.
+Every call carries `_request_timeout` and bounded retries with backoff (tenacity); API errors become
+PlatformError subclasses whose message names the verb and resource (a 403 names what the Role lacks).
+Methods block: calling them on a running event loop raises at once (use asyncio.to_thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from scanflow.platform import manifests as mf
+from scanflow.platform.base import JobResult, PlatformError, ReplicaStatus, ResourceChange, ServiceStatus
+from scanflow.spec import Affinity, Job, Resources, Service, parse_memory
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+_RETRYABLE_STATUS = {429, 500, 502, 503, 504}
+
+
+class KubernetesForbidden(PlatformError):
+    """The ServiceAccount's Role lacks a verb on a resource (HTTP 403); the message names both."""
+
+
+class KubernetesNotFound(PlatformError):
+    """The object (or the API itself, on an old cluster) does not exist (HTTP 404)."""
+
+
+class KubernetesConflict(PlatformError):
+    """The object already exists, or changed under us (HTTP 409); retrying later may work."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=True)
+
+
+class KubernetesInvalid(PlatformError):
+    """The API server refused the object or patch (HTTP 400/422); the message carries its reason."""
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, ApiException):
+        return exc.status in _RETRYABLE_STATUS
+    return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+
+
+def _api_message(exc: ApiException) -> str:
+    import json
+
+    try:
+        body = json.loads(exc.body or "{}")
+        return str(body.get("message") or exc.reason or "")[:500]
+    except (ValueError, TypeError):
+        return str(exc.reason or "")
+
+
+def map_api_error(exc: ApiException, verb: str, resource: str, namespace: str) -> PlatformError:
+    """An ApiException -> a PlatformError that says what was refused and what to do about it."""
+    where = f"{verb} {resource} in namespace {namespace!r}"
+    msg = _api_message(exc)
+    if exc.status == 403:
+        return KubernetesForbidden(
+            f"forbidden: {where}: the Role bound to this ServiceAccount lacks verb {verb!r} on "
+            f"resource {resource!r} (grant it in deploy/base/rbac.yaml). API server said: {msg}"
+        )
+    if exc.status == 401:
+        return PlatformError(f"unauthorized: {where}: the credentials were refused (token expired?)")
+    if exc.status == 404:
+        return KubernetesNotFound(f"not found: {where}: {msg}")
+    if exc.status in (400, 422):
+        return KubernetesInvalid(f"invalid: {where}: {msg}")
+    if exc.status == 409:
+        return KubernetesConflict(f"conflict: {where}: {msg}")
+    return PlatformError(f"{where} failed with HTTP {exc.status}: {msg}", retryable=exc.status in _RETRYABLE_STATUS)
+
+
+def _ensure_not_on_event_loop(what: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        f"KubernetesPlatform.{what} blocks on the API server: call it with asyncio.to_thread, "
+        "not on a running event loop"
+    )
+
+
+def resources_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """A `resources` patch that turns `current` into `desired`: keys no longer wanted become null."""
+    out: dict[str, Any] = {}
+    for section in ("requests", "limits"):
+        cur = dict(current.get(section) or {})
+        want = dict(desired.get(section) or {})
+        patch: dict[str, Any] = dict(want)
+        for key in cur:
+            if key not in want:
+                patch[key] = None
+        if patch:
+            out[section] = patch
+    return out
+
+
+class KubernetesPlatform:
+    """Apply services and jobs to one namespace of a cluster. Pass the API objects in (tests: kmock)."""
+
+    def __init__(
+        self,
+        api_client: k8s.ApiClient | None = None,
+        *,
+        core: k8s.CoreV1Api | None = None,
+        apps: k8s.AppsV1Api | None = None,
+        batch: k8s.BatchV1Api | None = None,
+        autoscaling: k8s.AutoscalingV2Api | None = None,
+        version: k8s.VersionApi | None = None,
+        namespace: str = mf.DEFAULT_NAMESPACE,
+        image: str = mf.DEFAULT_IMAGE,
+        workflow: str | None = None,
+        tracking_uri: str | None = None,
+        request_timeout_s: float = 10.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        ready_timeout_s: float = 180.0,
+        resize_timeout_s: float = 60.0,
+        poll_interval_s: float = 1.0,
+        sync_template_after_resize: bool = True,
+    ) -> None:
+        if api_client is None and None in (core, apps, batch, autoscaling):
+            api_client = k8s.ApiClient()  # from the loaded kubeconfig / in-cluster config
+        self.api_client = api_client or (core or apps or batch).api_client  # type: ignore[union-attr]
+        self.core = core or k8s.CoreV1Api(self.api_client)
+        self.apps = apps or k8s.AppsV1Api(self.api_client)
+        self.batch = batch or k8s.BatchV1Api(self.api_client)
+        self.autoscaling = autoscaling or k8s.AutoscalingV2Api(self.api_client)
+        self.version_api = version or k8s.VersionApi(self.api_client)
+        self.namespace = namespace
+        self.image = image
+        self.workflow = workflow
+        self.tracking_uri = tracking_uri
+        self.request_timeout_s = request_timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.ready_timeout_s = ready_timeout_s
+        self.resize_timeout_s = resize_timeout_s
+        self.poll_interval_s = poll_interval_s
+        self.sync_template_after_resize = sync_template_after_resize
+        self._server_version: tuple[int, int] | None = None
+
+    @classmethod
+    def from_config(cls, *, context: str | None = None, **kwargs: Any) -> KubernetesPlatform:
+        """In a pod: the ServiceAccount's in-cluster config; elsewhere: ~/.kube/config (`context`)."""
+        from kubernetes import config
+
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config(context=context)
+        return cls(k8s.ApiClient(), **kwargs)
+
+    # -- plumbing --------------------------------------------------------------------------------------
+
+    def _call(self, verb: str, resource: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """One API call: timeout, bounded retries with exponential backoff, errors mapped."""
+        kwargs.setdefault("_request_timeout", self.request_timeout_s)
+        try:
+            for attempt in Retrying(
+                stop=stop_after_attempt(self.retries + 1),
+                wait=wait_exponential(multiplier=self.backoff_s, max=10 * self.backoff_s + 1),
+                retry=retry_if_exception(_retryable),
+                reraise=True,
+            ):
+                with attempt:
+                    return fn(*args, **kwargs)
+        except ApiException as exc:
+            raise map_api_error(exc, verb, resource, self.namespace) from None
+        except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as exc:
+            raise PlatformError(
+                f"{verb} {resource} in namespace {self.namespace!r}: API server unreachable after "
+                f"{self.retries + 1} attempts ({type(exc).__name__})", retryable=True,
+            ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _dict(self, obj: Any) -> dict[str, Any]:
+        """API model -> plain dict with the API's camelCase keys (one shape for the whole module)."""
+        out = self.api_client.sanitize_for_serialization(obj)
+        return out if isinstance(out, dict) else {}
+
+    def server_version(self) -> tuple[int, int]:
+        """(major, minor) of the API server, read once."""
+        if self._server_version is None:
+            info = self._dict(self._call("get", "/version", self.version_api.get_code))
+            self._server_version = mf.parse_server_version(str(info.get("major", "")), str(info.get("minor", "")))
+        return self._server_version
+
+    def _read_deployment(self, name: str) -> dict[str, Any]:
+        return self._dict(self._call("get", "deployments", self.apps.read_namespaced_deployment, name, self.namespace))
+
+    def _pods(self, service: str) -> list[dict[str, Any]]:
+        pods = self._call(
+            "list", "pods", self.core.list_namespaced_pod, self.namespace,
+            label_selector=f"{mf.SERVICE_LABEL}={service}",
+        )
+        return list(self._dict(pods).get("items") or [])
+
+    def _hpa_for(self, deployment: str) -> dict[str, Any] | None:
+        hpas = self._call(
+            "list", "horizontalpodautoscalers",
+            self.autoscaling.list_namespaced_horizontal_pod_autoscaler, self.namespace,
+        )
+        for hpa in self._dict(hpas).get("items") or []:
+            ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+            if ref.get("kind") == "Deployment" and ref.get("name") == deployment:
+                return hpa
+        return None
+
+    def _patch_deployment(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._dict(self._call(
+            "patch", "deployments", self.apps.patch_namespaced_deployment, name, self.namespace, body,
+            _content_type=STRATEGIC_PATCH,
+        ))
+
+    # -- Platform --------------------------------------------------------------------------------------
+
+    def deploy(self, service: Service) -> ServiceStatus:
+        """Create or patch the Deployment and Service; wait for readiness up to ready_timeout_s.
+
+        Re-deploying keeps a failover route in place (the Service selector is not reset) and leaves
+        replicas to an HPA when one targets the Deployment.
+        """
+        _ensure_not_on_event_loop("deploy")
+        dep = mf.deployment(service, namespace=self.namespace, image=self.image, workflow=self.workflow,
+                            tracking_uri=self.tracking_uri)
+        svc = mf.k8s_service(service, namespace=self.namespace, workflow=self.workflow)
+        notes: list[str] = []
+        try:
+            self._call("create", "deployments", self.apps.create_namespaced_deployment, self.namespace, dep)
+        except KubernetesConflict:
+            patch = {k: v for k, v in dep.items() if k not in ("apiVersion", "kind")}
+            if self._hpa_for(service.name) is not None:
+                patch["spec"] = {k: v for k, v in dep["spec"].items() if k != "replicas"}
+                notes.append("an HPA targets this Deployment: replicas left to it")
+            self._patch_deployment(service.name, patch)
+        try:
+            self._call("create", "services", self.core.create_namespaced_service, self.namespace, svc)
+        except KubernetesConflict:
+            patch = {"metadata": {"labels": svc["metadata"]["labels"]},
+                     "spec": {"ports": svc["spec"]["ports"], "type": "ClusterIP"}}
+            self._call("patch", "services", self.core.patch_namespaced_service, service.name, self.namespace,
+                       patch, _content_type=MERGE_PATCH)
+        self._wait_ready(service.name, service.replicas)
+        status = self.status(service.name)
+        return ServiceStatus(**{**status.__dict__, "notes": status.notes + tuple(notes)})
+
+    def _wait_ready(self, name: str, replicas: int | None = None) -> None:
+        """Poll the Deployment status until every wanted replica is updated and ready (or time out)."""
+        if self.ready_timeout_s <= 0:
+            return
+        deadline = time.monotonic() + self.ready_timeout_s
+        while True:
+            dep = self._read_deployment(name)
+            spec, st = dep.get("spec") or {}, dep.get("status") or {}
+            want = int(spec.get("replicas") or 0) if replicas is None else replicas
+            observed = st.get("observedGeneration", 0) >= (dep.get("metadata") or {}).get("generation", 0)
+            if observed and st.get("updatedReplicas", 0) >= want and st.get("readyReplicas", 0) >= want:
+                return
+            if time.monotonic() > deadline:
+                raise PlatformError(
+                    f"deployment {name!r}: {st.get('readyReplicas', 0)}/{want} replicas ready after "
+                    f"{self.ready_timeout_s:.0f}s (check `kubectl -n {self.namespace} describe deploy {name}`)",
+                    retryable=True,
+                )
+            time.sleep(self.poll_interval_s)
+
+    def scale(self, service: str, replicas: int) -> ServiceStatus:
+        """Set replicas through the scale subresource, or through the HPA's bounds when one exists."""
+        _ensure_not_on_event_loop("scale")
+        if replicas < 0:
+            raise ValueError(f"replicas must be >= 0, got {replicas}")
+        notes: list[str] = []
+        hpa = self._hpa_for(service)
+        if hpa is not None:
+            if replicas < 1:
+                raise PlatformError(f"HPA {hpa['metadata']['name']!r} targets {service!r}: it cannot scale "
+                                    "to 0; delete the HPA first")
+            name = hpa["metadata"]["name"]
+            self._call(
+                "patch", "horizontalpodautoscalers",
+                self.autoscaling.patch_namespaced_horizontal_pod_autoscaler, name, self.namespace,
+                {"spec": {"minReplicas": replicas, "maxReplicas": replicas}}, _content_type=MERGE_PATCH,
+            )
+            old = hpa.get("spec") or {}
+            notes.append(
+                f"HPA {name!r} targets this Deployment: moved its bounds from "
+                f"[{old.get('minReplicas', 1)}, {old.get('maxReplicas')}] to [{replicas}, {replicas}] "
+                "instead of patching replicas (it would overwrite them within 15 s)"
+            )
+        else:
+            self._call(
+                "patch", "deployments/scale", self.apps.patch_namespaced_deployment_scale, service,
+                self.namespace, {"spec": {"replicas": replicas}}, _content_type=MERGE_PATCH,
+            )
+        status = self.status(service)
+        return ServiceStatus(**{**status.__dict__, "desired_replicas": replicas, "notes": status.notes + tuple(notes)})
+
+    def set_resources(
+        self, service: str, resources: Resources, affinity: Affinity | None = None,
+        threads: int | None = None,
+    ) -> ResourceChange:
+        """Resize in place where the cluster allows it, else roll the pods (maxUnavailable 0)."""
+        _ensure_not_on_event_loop("set_resources")
+        dep = self._read_deployment(service)
+        tmpl = (dep.get("spec") or {}).get("template") or {}
+        pod_spec = tmpl.get("spec") or {}
+        container = next((c for c in pod_spec.get("containers") or [] if c.get("name") == mf.REPLICA_CONTAINER),
+                         None)
+        if container is None:
+            raise PlatformError(f"deployment {service!r} has no container {mf.REPLICA_CONTAINER!r}: not a "
+                                "scanflow service")
+        current_policy = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(mf.AFFINITY_ANNOTATION, "none")
+        aff = affinity or Affinity(policy=current_policy)  # type: ignore[arg-type]
+        current_res = container.get("resources") or {}
+        desired_res = mf.resources_block(resources, aff)
+        want_placement = mf.placement(service, aff)
+        placement_changed = affinity is not None and (
+            pod_spec.get("affinity") != want_placement.get("affinity")
+            or pod_spec.get("topologySpreadConstraints") != want_placement.get("topologySpreadConstraints")
+        )
+        n_threads = threads or mf.default_threads(resources)
+        plan = mf.choose_resize_method(self.server_version(), current_res, desired_res, current_policy,
+                                       aff.policy, placement_changed)
+        applied = {"resources": desired_res, "affinity": aff.policy, "threads": n_threads}
+        notes = [plan.reason]
+        if plan.method == "in-place":
+            fallback = self._resize_pods(service, current_res, desired_res, notes)
+            if fallback:
+                plan = mf.ResizePlan("rolling-update", fallback)
+                notes.append(fallback)
+            elif self.sync_template_after_resize:
+                notes.append("Deployment template brought in line so new pods get the same resources")
+        if plan.method == "in-place" and not self.sync_template_after_resize:
+            return ResourceChange(service, "in-place", applied, tuple(notes))
+        body = self._template_patch(service, current_res, desired_res, aff, want_placement, pod_spec, n_threads)
+        self._patch_deployment(service, body)
+        if plan.method == "rolling-update":
+            self._wait_ready(service)
+        return ResourceChange(service, plan.method, applied, tuple(notes))
+
+    def _template_patch(
+        self, service: str, current_res: dict[str, Any], desired_res: dict[str, Any], aff: Affinity,
+        want_placement: dict[str, Any], pod_spec: dict[str, Any], threads: int,
+    ) -> dict[str, Any]:
+        """Strategic merge patch of the pod template: resources, thread env, placement, annotation."""
+        spec: dict[str, Any] = {
+            "containers": [{
+                "name": mf.REPLICA_CONTAINER,
+                "resources": resources_patch(current_res, desired_res),
+                "env": [{"name": "SCANFLOW_THREADS", "value": str(threads)},
+                        {"name": "OMP_NUM_THREADS", "value": str(threads)}],
+            }],
+        }
+        for key in ("affinity", "topologySpreadConstraints"):
+            if key in want_placement:
+                spec[key] = want_placement[key]
+            elif key in pod_spec:
+                spec[key] = None  # delete: placement no longer wanted
+        return {
+            "spec": {
+                "strategy": mf.rolling_strategy(),
+                "template": {"metadata": {"annotations": {mf.AFFINITY_ANNOTATION: aff.policy}}, "spec": spec},
+            }
+        }
+
+    def _resize_pods(
+        self, service: str, current: dict[str, Any], desired: dict[str, Any], notes: list[str]
+    ) -> str | None:
+        """Patch every pod's `resize` subresource and wait for it; return a reason to fall back, or None."""
+        body = {"spec": {"containers": [{"name": mf.REPLICA_CONTAINER,
+                                         "resources": resources_patch(current, desired)}]}}
+        pods = [p for p in self._pods(service) if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            try:
+                self._call("patch", "pods/resize", self.core.patch_namespaced_pod_resize, name, self.namespace,
+                           body, _content_type=STRATEGIC_PATCH)
+            except (KubernetesInvalid, KubernetesNotFound) as exc:
+                if isinstance(exc, KubernetesNotFound) and "pods/resize" not in str(exc):
+                    continue  # the pod went away meanwhile
+                return f"in-place resize refused on pod {name!r}: {exc}; falling back to a rolling update"
+        deadline = time.monotonic() + self.resize_timeout_s
+        pending = {p["metadata"]["name"] for p in pods}
+        while pending:
+            for name in sorted(pending):
+                try:
+                    pod = self._dict(self._call("get", "pods", self.core.read_namespaced_pod, name, self.namespace))
+                except KubernetesNotFound:
+                    pending.discard(name)
+                    continue
+                conds = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []
+                         if c.get("status") == "True"}
+                waiting = conds.get("PodResizePending")
+                if waiting is not None and waiting.get("reason") == "Infeasible":
+                    return (f"pod {name!r}: resize infeasible on its node ({waiting.get('message', '')}); "
+                            "falling back to a rolling update")
+                if waiting is None and "PodResizeInProgress" not in conds:
+                    pending.discard(name)
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                notes.append(f"resize still pending after {self.resize_timeout_s:.0f}s on {sorted(pending)}")
+                break
+            time.sleep(self.poll_interval_s)
+        notes.append(f"resized {len(pods)} pod(s) in place")
+        return None
+
+    def route(self, service: str, to: str | None = None) -> ServiceStatus:
+        """Point the Service `service` at `to`'s pods (failover), or back at its own when `to` is None."""
+        _ensure_not_on_event_loop("route")
+        target = to or service
+        if target != service:
+            self._read_deployment(target)  # refuse a route to nothing: KubernetesNotFound names it
+        self._call("patch", "services", self.core.patch_namespaced_service, service, self.namespace,
+                   mf.route_patch(target), _content_type=MERGE_PATCH)
+        return self.status(service)
+
+    def swap_model(self, service: str, model_uri: str) -> ServiceStatus:
+        """Roll the replicas onto another model (maxUnavailable 0: no request finds no replica)."""
+        _ensure_not_on_event_loop("swap_model")
+        Service(name=service, model_uri=model_uri)  # validates the URI with the spec's rules
+        body = {"spec": {"strategy": mf.rolling_strategy(), "template": {"spec": {"containers": [
+            {"name": mf.REPLICA_CONTAINER, "command": mf.replica_command(model_uri)}]}}}}
+        self._patch_deployment(service, body)
+        self._wait_ready(service)
+        return self.status(service)
+
+    def status(self, service: str) -> ServiceStatus:
+        dep = self._read_deployment(service)
+        svc = self._dict(self._call("get", "services", self.core.read_namespaced_service, service, self.namespace))
+        routed = ((svc.get("spec") or {}).get("selector") or {}).get(mf.SERVICE_LABEL)
+        replicas = tuple(self._replica_status(p) for p in self._pods(service))
+        return ServiceStatus(
+            name=service,
+            desired_replicas=int((dep.get("spec") or {}).get("replicas") or 0),
+            replicas=replicas,
+            endpoint=f"http://{service}.{self.namespace}.svc:{mf.HTTP_PORT}",
+            routed_to=routed,
+        )
+
+    @staticmethod
+    def _replica_status(pod: dict[str, Any]) -> ReplicaStatus:
+        spec, st = pod.get("spec") or {}, pod.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+        container = next((c for c in spec.get("containers") or [] if c.get("name") == mf.REPLICA_CONTAINER), {})
+        actual = next((c.get("resources") for c in st.get("containerStatuses") or []
+                       if c.get("name") == mf.REPLICA_CONTAINER and c.get("resources")), None)
+        limits = (actual or container.get("resources") or {}).get("limits") or {}
+        env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+        ip = st.get("podIP")
+        return ReplicaStatus(
+            name=pod["metadata"]["name"],
+            ready=ready,
+            address=f"http://{ip}:{mf.HTTP_PORT}" if ip else None,
+            cpu_quota=mf._normalise("cpu", limits["cpu"]) if "cpu" in limits else None,
+            memory_limit=parse_memory(str(limits["memory"])) if "memory" in limits else None,
+            threads=int(env["SCANFLOW_THREADS"]) if str(env.get("SCANFLOW_THREADS", "")).isdigit() else None,
+        )
+
+    def run_job(self, job: Job, params: dict[str, Any] | None = None) -> JobResult:
+        """Run `job` as a batch/v1 Job, wait on its conditions (timeout_s), attach logs to MLflow."""
+        _ensure_not_on_event_loop("run_job")
+        run_name = f"{job.name[:54]}-{uuid.uuid4().hex[:8]}"
+        body = mf.batch_job(job, run_name, params=params, namespace=self.namespace, image=self.image,
+                            workflow=self.workflow, tracking_uri=self.tracking_uri)
+        started = time.monotonic()
+        self._call("create", "jobs", self.batch.create_namespaced_job, self.namespace, body)
+        deadline = started + job.timeout_s + 30  # activeDeadlineSeconds fires first on a live cluster
+        succeeded: bool | None = None
+        message = ""
+        while succeeded is None:
+            st = self._dict(self._call("get", "jobs", self.batch.read_namespaced_job, run_name, self.namespace))
+            for cond in (st.get("status") or {}).get("conditions") or []:
+                if cond.get("status") != "True":
+                    continue
+                if cond.get("type") in ("Complete", "SuccessCriteriaMet"):
+                    succeeded, message = True, "completed"
+                elif cond.get("type") in ("Failed", "FailureTarget"):
+                    succeeded = False
+                    message = f"failed: {cond.get('reason', '')} {cond.get('message', '')}".strip()
+            if succeeded is None and time.monotonic() > deadline:
+                self._call("delete", "jobs", self.batch.delete_namespaced_job, run_name, self.namespace,
+                           propagation_policy="Background")
+                succeeded, message = False, f"timed out after {job.timeout_s:.0f}s; job deleted"
+            elif succeeded is None:
+                time.sleep(self.poll_interval_s)
+        duration = time.monotonic() - started
+        logs = self._job_logs(run_name)
+        run_id, log_note = self._log_job_to_mlflow(job, run_name, params or {}, succeeded, duration, logs)
+        return JobResult(name=run_name, succeeded=succeeded, run_id=run_id, duration_s=duration,
+                         message=message + log_note, outputs={"k8s_job": run_name})
+
+    def _job_logs(self, run_name: str, limit_bytes: int = 1_000_000) -> str:
+        pods = self._call("list", "pods", self.core.list_namespaced_pod, self.namespace,
+                          label_selector=f"batch.kubernetes.io/job-name={run_name}")
+        chunks = []
+        for pod in self._dict(pods).get("items") or []:
+            name = pod["metadata"]["name"]
+            try:
+                text = self._call("get", "pods/log", self.core.read_namespaced_pod_log, name, self.namespace,
+                                  container=mf.JOB_CONTAINER, limit_bytes=limit_bytes)
+            except PlatformError as exc:
+                text = f"<logs unavailable: {exc}>"
+            chunks.append(f"==> pod {name} <==\n{text}")
+        return "\n".join(chunks)
+
+    def _log_job_to_mlflow(
+        self, job: Job, run_name: str, params: dict[str, Any], succeeded: bool, duration: float, logs: str,
+    ) -> tuple[str | None, str]:
+        """One MLflow run per Job run: public params, duration, outcome and the pod logs as an artifact."""
+        if not self.tracking_uri:
+            return None, ""
+        try:
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient(self.tracking_uri)
+            exp_name = f"scanflow-jobs/{self.workflow or self.namespace}"
+            exp = client.get_experiment_by_name(exp_name)
+            exp_id = exp.experiment_id if exp else client.create_experiment(exp_name)
+            run = client.create_run(exp_id, run_name=run_name, tags={
+                "scanflow.job": job.name, "scanflow.k8s_job": run_name, "scanflow.namespace": self.namespace})
+            for key, value in mf.public_params({**job.params, **params}).items():
+                client.log_param(run.info.run_id, key, str(value)[:6000])
+            client.log_metric(run.info.run_id, "duration_s", duration)
+            client.log_text(run.info.run_id, logs or "<no pod logs>", f"logs/{run_name}.log")
+            client.set_terminated(run.info.run_id, "FINISHED" if succeeded else "FAILED")
+            return run.info.run_id, ""
+        except Exception as exc:  # noqa: BLE001  # the job's outcome must not be lost because tracking is down
+            log.warning("could not attach job %s logs to MLflow: %s", run_name, type(exc).__name__)
+            return None, f" (logs not attached to MLflow: {type(exc).__name__})"
+
+    def delete(self, service: str) -> None:
+        _ensure_not_on_event_loop("delete")
+        for resource, fn in (("deployments", self.apps.delete_namespaced_deployment),
+                             ("services", self.core.delete_namespaced_service)):
+            try:
+                self._call("delete", resource, fn, service, self.namespace, propagation_policy="Background")
+            except KubernetesNotFound:
+                pass
+
+    def close(self) -> None:
+        """Close the HTTP pool of the ApiClient (this platform starts no processes)."""
+        close = getattr(self.api_client, "close", None)
+        if callable(close):
+            close()
