@@ -1,0 +1,121 @@
+"""Local-platform fixtures: a digits MLP registered in the shared MLflow server (two versions), and a
+LocalPlatform that is always closed (every process it started is stopped) in `finally`."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+MODEL_NAME = "platform-local-digits"
+HERE = Path(__file__).parent
+
+
+def _train_and_register(seed: int, epochs: int) -> str:
+    """Tiny torch MLP on sklearn digits, logged in pickle format (DESIGN.md §8) and registered."""
+    import mlflow
+    import mlflow.pytorch
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    for _ in range(epochs):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(xt), yt).backward()
+        opt.step()
+    mlflow.set_experiment("platform-local-tests")
+    with mlflow.start_run():
+        info = mlflow.pytorch.log_model(
+            model, name="model", serialization_format="pickle", input_example=x[:2],
+            registered_model_name=MODEL_NAME,
+        )
+    return str(info.registered_model_version)
+
+
+@pytest.fixture(scope="session")
+def models(mlflow_server: str) -> dict[str, str]:
+    """{"v1": models:/NAME/1, "v2": models:/NAME/2}: two versions to tell primary from backup."""
+    v1 = _train_and_register(0, 20)
+    v2 = _train_and_register(1, 5)
+    return {"v1": f"models:/{MODEL_NAME}/{v1}", "v2": f"models:/{MODEL_NAME}/{v2}"}
+
+
+@pytest.fixture
+def platform(mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    from scanflow.platform.local import LocalPlatform
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    p = LocalPlatform(tmp_path / "home", tracking_uri=mlflow_server, token="test-token-123")
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+@dataclass
+class Load:
+    """Closed-loop client threads posting one-row /predict requests; counts outcomes by model version."""
+
+    url: str
+    clients: int = 2
+    ok: int = 0
+    failed: list[str] = field(default_factory=list)
+    versions: dict[str, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _run(self) -> None:
+        row = [[0.1] * 64]
+        with httpx.Client(timeout=10.0) as c:
+            while not self._stop.is_set():
+                try:
+                    r = c.post(self.url + "/predict", json={"inputs": row})
+                    with self._lock:
+                        if r.status_code == 200:
+                            self.ok += 1
+                            v = str(r.json().get("model_version"))
+                            self.versions[v] = self.versions.get(v, 0) + 1
+                        else:
+                            self.failed.append(f"{r.status_code} {r.text[:200]}")
+                except httpx.HTTPError as exc:
+                    with self._lock:
+                        self.failed.append(repr(exc))
+                time.sleep(0.005)
+
+    def __enter__(self) -> "Load":
+        for _ in range(self.clients):
+            t = threading.Thread(target=self._run, daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=15)
+
+    def snapshot(self) -> tuple[int, dict[str, int]]:
+        with self._lock:
+            return self.ok, dict(self.versions)
+
+
+def wait_for(cond, deadline_s: float = 60.0, interval_s: float = 0.2) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(interval_s)
+    return bool(cond())
