@@ -1,0 +1,140 @@
+"""The digits training job: train on the clean split (+ labelled critical points), log, register, alias.
+
+Who calls it: the Executor agent through `Platform.run_job` (the workflow's `train` job,
+entrypoint `workflows.digits.train:train`), the S1 scenario, and people: `python -m workflows.digits.train`.
+
+The extra points are critical points picked by the drift detector from live traffic, saved by the
+caller as .npz with arrays `x` (n, 64) and `y` (n,): `y` must be the TRUE labels (from the feedback
+set), never the model's own predictions, or retraining would only confirm the model's mistakes.
+
+Evaluation: accuracy on the clean test split and on a corrupted copy of it (`drift_kind`,
+`drift_severity`), so the Planner can compare challenger and champion (policies/retrain.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workflows.digits.model import N_CLASSES, N_FEATURES, accuracy, build_model, fit
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "digits"
+
+
+def load_extra_points(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Read and check the critical points file: `x` float (n, 64) in [0, 1], `y` int labels 0..9."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"extra_points_path {str(p)!r} does not exist")
+    try:
+        with np.load(p, allow_pickle=False) as data:
+            if "x" not in data or "y" not in data:
+                raise ValueError(f"{p}: needs arrays 'x' and 'y', has {sorted(data.files)}")
+            x = np.asarray(data["x"], dtype=np.float32)
+            y = np.asarray(data["y"])
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{p}: not a readable .npz file ({exc})") from None
+    if x.ndim != 2 or x.shape[1] != N_FEATURES:
+        raise ValueError(f"{p}: x must have shape (n, {N_FEATURES}), got {x.shape}")
+    if y.shape != (len(x),):
+        raise ValueError(f"{p}: y must have shape ({len(x)},), got {y.shape}")
+    if not np.issubdtype(y.dtype, np.integer) or (len(y) and (y.min() < 0 or y.max() >= N_CLASSES)):
+        raise ValueError(f"{p}: y must hold integer labels 0..{N_CLASSES - 1}")
+    if not np.isfinite(x).all():
+        raise ValueError(f"{p}: x holds NaN or infinite values")
+    return x.clip(0.0, 1.0), y.astype(np.int64)
+
+
+def train(
+    tracking_uri: str | None = None,
+    model_name: str = "digits",
+    extra_points_path: str | None = None,
+    epochs: int = 30,
+    seed: int = 0,
+    alias: str = "challenger",
+    hidden: int = 64,
+    lr: float = 1e-2,
+    drift_kind: str = "noise",
+    drift_severity: int = 2,
+    experiment: str = EXPERIMENT,
+) -> dict[str, Any]:
+    """Train, evaluate, log and register a digits model; set `alias` (the very first one: 'champion').
+
+    Returns {"version", "run_id", "accuracy_clean", "accuracy_drifted", "aliases", "n_extra"}.
+    `tracking_uri` None keeps MLflow's configured URI (MLFLOW_TRACKING_URI).
+    """
+    import mlflow
+
+    from scanflow.tracking.registry import CHAMPION, get_alias_version, log_pytorch_model, set_alias
+    from workflows.digits.data import corrupt, load_splits
+
+    if tracking_uri:
+        mlflow.set_tracking_uri(tracking_uri)
+    t0 = time.perf_counter()
+    splits = load_splits(seed)
+    x, y = splits.x_train, splits.y_train
+    n_extra = 0
+    if extra_points_path:
+        xe, ye = load_extra_points(extra_points_path)
+        n_extra = len(xe)
+        x, y = np.concatenate([x, xe]), np.concatenate([y, ye])
+
+    model = build_model(hidden=hidden, seed=seed)
+    losses = fit(model, x, y, epochs=epochs, lr=lr, seed=seed)
+    x_drifted = corrupt(splits.x_test, drift_kind, drift_severity, rng=seed)  # type: ignore[arg-type]
+    acc_clean = accuracy(model, splits.x_test, splits.y_test)
+    acc_drifted = accuracy(model, x_drifted, splits.y_test)
+    train_s = time.perf_counter() - t0
+
+    first = get_alias_version(model_name, CHAMPION) is None
+    logged = log_pytorch_model(
+        model, model_name, splits.x_test[:2], experiment=experiment, registered_model_name=model_name,
+        params={"epochs": epochs, "seed": seed, "hidden": hidden, "lr": lr, "n_train": len(splits.x_train),
+                "n_extra": n_extra, "drift_kind": drift_kind, "drift_severity": drift_severity,
+                "alias": alias},
+        metrics={"accuracy_clean": acc_clean, "accuracy_drifted": acc_drifted,
+                 "final_loss": losses[-1], "train_seconds": train_s},
+    )
+    if logged.version is None:
+        raise RuntimeError(f"model {model_name!r} was logged but not registered")
+    metrics = {"accuracy_clean": acc_clean, "accuracy_drifted": acc_drifted}
+    aliases = [alias]
+    set_alias(model_name, alias, logged.version, actor="train", reason="trained", metrics=metrics)
+    if first and alias != CHAMPION:
+        set_alias(model_name, CHAMPION, logged.version, actor="train", reason="first model", metrics=metrics)
+        aliases.append(CHAMPION)
+    log.info("trained %s v%s: clean %.3f drifted %.3f (%d extra points, %.1fs)",
+             model_name, logged.version, acc_clean, acc_drifted, n_extra, train_s)
+    return {"version": logged.version, "run_id": logged.run_id, "accuracy_clean": acc_clean,
+            "accuracy_drifted": acc_drifted, "aliases": aliases, "n_extra": n_extra}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workflows.digits.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--tracking-uri", default=None)
+    parser.add_argument("--model-name", default="digits")
+    parser.add_argument("--extra-points", dest="extra_points_path", default=None, help=".npz with x, y")
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--alias", default="challenger")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        result = train(**vars(args))
+    except ValueError as exc:
+        parser.exit(2, f"error: {exc}\n")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

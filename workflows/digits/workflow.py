@@ -1,0 +1,133 @@
+"""The digits workflow: a training job, an inference service with its backup, and the four agents.
+
+`workflow` is what `scanflow validate workflows/digits/workflow.py` and `scanflow deploy` read;
+workflow.yaml beside it is its exact YAML form (regenerate it with `python -m workflows.digits.workflow`;
+a test checks the two are equal). The agents' behaviour lives in agents/*.py (`module`); the
+strategies declared here are the MAPE-K chain of DESIGN.md section 1, and `settings` hold the
+parameters of the Planner's policies (scanflow/policies).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scanflow.spec import SLO, ActionSpec, AgentSpec, Job, Resources, Service, StrategySpec, Workflow
+
+MODEL_NAME = "digits"
+SLO_DIGITS = SLO(latency_ms=50.0, percentile=99.0, error_rate=0.01)
+
+train_job = Job(
+    name="train",
+    entrypoint="workflows.digits.train:train",
+    params={"model_name": MODEL_NAME, "epochs": 30, "alias": "challenger"},
+    resources=Resources(cpu=1.0, memory="1Gi"),
+    timeout_s=600.0,
+)
+
+digits_service = Service(
+    name="digits",
+    model_uri=f"models:/{MODEL_NAME}@champion",
+    replicas=1,
+    min_replicas=1,
+    max_replicas=4,
+    threads=1,
+    resources=Resources(cpu=1.0, memory="512Mi"),
+    slo=SLO_DIGITS,
+    backup="digits-backup",
+)
+
+# The backup serves the same champion from its own replica: it takes traffic when the primary is down.
+backup_service = Service(
+    name="digits-backup",
+    model_uri=f"models:/{MODEL_NAME}@champion",
+    replicas=1,
+    min_replicas=1,
+    max_replicas=1,
+    threads=1,
+    resources=Resources(cpu=0.5, memory="512Mi"),
+    slo=SLO_DIGITS,
+)
+
+tracker = AgentSpec(
+    name="tracker",
+    role="tracker",
+    module="agents.tracker:agent",
+    strategies=[
+        StrategySpec(
+            name="check-drift",
+            event="predictions.logged",
+            constraint="event.count_since_check >= 500",
+            actions=[ActionSpec(actuator="check_drift", agent="checker")],
+        )
+    ],
+    settings={"service": "digits", "window": 500},
+)
+
+checker = AgentSpec(
+    name="checker",
+    role="checker",
+    module="agents.checker:agent",
+    strategies=[
+        StrategySpec(
+            name="drift-to-planner",
+            event="drift.checked",
+            constraint="event.drift",
+            actions=[ActionSpec(actuator="plan_retrain", agent="planner")],
+        ),
+        StrategySpec(
+            name="latency-to-planner",
+            event="latency.breached",
+            actions=[ActionSpec(actuator="plan_scale", agent="planner")],
+            cooldown_s=5.0,
+        ),
+    ],
+    settings={"reference_size": 1000, "fpr": 0.05},
+)
+
+planner = AgentSpec(
+    name="planner",
+    role="planner",
+    module="agents.planner:agent",
+    strategies=[
+        StrategySpec(
+            name="retrain-on-drift",
+            event="drift.detected",
+            constraint="since('executor.run_job') > 600",
+            actions=[ActionSpec(actuator="run_job", agent="executor", args={"job": "train"})],
+            cooldown_s=600.0,
+        )
+    ],
+    settings={
+        "retrain": {"k": 2, "m": 3, "cooldown_s": 600.0},
+        "promotion": {"min_gain_drifted": 0.0, "clean_tolerance": 0.01},
+        "autoscale": {"target_utilization": 0.7, "down_delay_s": 30.0, "cooldown_down_s": 60.0},
+        "failover": {"fail_checks": 3, "recover_checks": 5},
+    },
+)
+
+executor = AgentSpec(
+    name="executor",
+    role="executor",
+    module="agents.executor:agent",
+    strategies=[
+        StrategySpec(
+            name="execute-plan",
+            event="plan.approved",
+            actions=[ActionSpec(actuator="execute_plan")],
+        )
+    ],
+)
+
+workflow = Workflow(
+    name="digits",
+    jobs=[train_job],
+    services=[digits_service, backup_service],
+    agents=[tracker, checker, planner, executor],
+    labels={"app": "digits", "scenario": "s1-s4"},
+)
+
+YAML_PATH = Path(__file__).with_name("workflow.yaml")
+
+if __name__ == "__main__":
+    YAML_PATH.write_text(workflow.to_yaml())
+    print(f"wrote {YAML_PATH}")
