@@ -1,0 +1,93 @@
+"""REST face of the prediction log: `POST /predictions` and `GET /predictions/stats`.
+
+Who calls it: the Tracker agent mounts it (`agent.router.include_router(predictions_router(log, token))`);
+the gateway and replicas POST batches of PredictionRecord to it. A client that gets no reply re-sends
+the same records: request_id de-duplication makes that safe, so clients retry freely.
+
+Why the body is parsed by hand rather than by a pydantic parameter: a size limit must be checked before
+parsing (413 instead of building a huge object), and a malformed record must become a 422 that names
+the record and the field, never a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from pydantic import SecretStr, TypeAdapter, ValidationError
+
+from scanflow.auth import require_token
+from scanflow.tracking.predictions import PredictionLog, PredictionRecord
+
+_records_adapter: TypeAdapter[list[PredictionRecord]] = TypeAdapter(list[PredictionRecord])
+
+
+def predictions_router(
+    log: PredictionLog,
+    token: SecretStr | str | None,
+    *,
+    max_records: int = 1000,
+    max_body_bytes: int = 8 * 1024 * 1024,
+    allow_anonymous: bool = False,
+) -> APIRouter:
+    """Build the router. `token` guards POST (see scanflow.auth); stats are readable without it."""
+    router = APIRouter(tags=["predictions"])
+
+    @router.post(
+        "/predictions",
+        dependencies=[Depends(require_token(token, allow_anonymous=allow_anonymous))],
+        summary="Append prediction records (idempotent by request_id)",
+    )
+    async def post_predictions(request: Request) -> dict[str, int]:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+            raise HTTPException(413, _too_big(max_body_bytes))
+        body = bytearray()
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > max_body_bytes:
+                raise HTTPException(413, _too_big(max_body_bytes))
+        try:
+            raw: Any = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise HTTPException(422, f"body is not JSON: {exc}") from None
+        if not isinstance(raw, list):
+            raise HTTPException(422, "body must be a JSON list of prediction records")
+        if len(raw) > max_records:
+            raise HTTPException(
+                413,
+                f"{len(raw)} records in one request; at most {max_records}: split the batch",
+            )
+        try:
+            records = _records_adapter.validate_python(raw)
+        except ValidationError as exc:
+            raise HTTPException(422, _describe(exc)) from None
+        result = await asyncio.to_thread(log.append, records)
+        return {"accepted": result.accepted, "stored": result.stored, "duplicates": result.duplicates}
+
+    @router.get("/predictions/stats", summary="Stored, flushed and pending prediction counts")
+    async def prediction_stats() -> dict[str, Any]:
+        s = await asyncio.to_thread(log.stats)
+        return {
+            "stored": s.stored,
+            "last_seq": s.last_seq,
+            "watermark": s.watermark,
+            "pending": s.pending,
+            "run_id": s.run_id,
+        }
+
+    return router
+
+
+def _too_big(limit: int) -> str:
+    return f"request body larger than {limit} bytes: send fewer records per request"
+
+
+def _describe(exc: ValidationError, limit: int = 5) -> list[dict[str, Any]]:
+    """Validation errors as plain JSON: where (record index, field) and why; input values left out."""
+    out = [
+        {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors(include_input=False)
+    ]
+    return out[:limit]

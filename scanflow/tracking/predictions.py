@@ -1,0 +1,534 @@
+"""Exactly-once prediction logging: a durable local log, flushed to MLflow in crash-safe batches.
+
+Who calls it: the Tracker agent (through `scanflow.tracking.api.predictions_router`, which appends what
+the gateway and replicas POST, and a periodic `flush_to_mlflow`), and the Checker (`read_since`, to
+get the inputs of new predictions as arrays for drift detection).
+
+How "exactly once" holds (docs/tracking.md explains it at length):
+1. Append: one SQLite (WAL, synchronous=FULL) row per `request_id`, inserted with ON CONFLICT DO
+   NOTHING. A client that re-sends after a lost reply is acknowledged again but stored once. Each row
+   gets a monotonically increasing `seq` (SQLite serialises writers, so seq order is commit order).
+2. Flush: the pending rows are those with seq > watermark. A batch takes the next rows in seq order and
+   is written as `predictions/batch-<first seq>.parquet` in the log's MLflow run; only after the upload
+   does the watermark advance (a compare-and-set in the same DB). A SIGKILL between upload and commit
+   leaves the watermark where it was, so the re-flush starts at the same first seq, produces the same
+   artifact name and overwrites that file: nothing is lost, nothing is stored twice. At most one
+   uncommitted artifact exists at any moment (always the one at watermark + 1).
+3. Read: `read_since(run_id, watermark)` returns rows with seq > watermark. It re-reads the batch that
+   contains the caller's watermark (the only one that may have been overwritten with more rows since)
+   and every later batch, and filters by seq, so a consumer never misses or repeats a row.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy import (
+    Column,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+
+log = logging.getLogger(__name__)
+
+ARTIFACT_DIR = "predictions"
+RUN_TAG = "scanflow.predictions"  # value: the log's name; identifies the run a log flushes into
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class PredictionRecord(BaseModel):
+    """One served request: what came in, what went out, by which model version, how fast.
+
+    `inputs` holds the request's rows (one request may carry several). `labels` are true labels when the
+    workflow knows them (never the model's own outputs); the Planner retrains on them.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str = Field(min_length=1, max_length=200)
+    service: str = Field(min_length=1, max_length=200)
+    inputs: list[list[FiniteFloat]] = Field(min_length=1)
+    outputs: list[Any]
+    model_version: str = Field(max_length=100)
+    latency_ms: float = Field(ge=0, allow_inf_nan=False)
+    ts: float = Field(ge=0, allow_inf_nan=False)
+    labels: list[Any] | None = None
+
+    @field_validator("inputs")
+    @classmethod
+    def _rows_same_width(cls, rows: list[list[float]]) -> list[list[float]]:
+        widths = {len(r) for r in rows}
+        if len(widths) != 1 or 0 in widths:
+            raise ValueError(f"every input row needs the same non-zero width, got widths {sorted(widths)}")
+        return rows
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """`accepted`: records acknowledged; `stored`: newly stored; the rest were re-sent duplicates."""
+
+    accepted: int
+    stored: int
+
+    @property
+    def duplicates(self) -> int:
+        return self.accepted - self.stored
+
+
+@dataclass(frozen=True)
+class FlushResult:
+    run_id: str
+    batches: int
+    records: int
+    watermark: int
+    artifacts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LogStats:
+    stored: int
+    last_seq: int
+    watermark: int
+    pending: int
+    run_id: str | None
+
+
+@dataclass
+class PredictionBatch:
+    """What a consumer gets from `read_since`: records in seq order and the watermark to pass next time."""
+
+    records: list[PredictionRecord]
+    seqs: list[int]
+    watermark: int
+    batches_read: int = 0
+    _inputs: np.ndarray | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def inputs(self) -> np.ndarray:
+        """All input rows of all records stacked: float32 (rows, features); (0, 0) when empty."""
+        if self._inputs is None:
+            rows = [row for r in self.records for row in r.inputs]
+            self._inputs = np.asarray(rows, dtype=np.float32) if rows else np.zeros((0, 0), np.float32)
+        return self._inputs
+
+    def labels(self) -> list[Any]:
+        """True labels of the records that have them, flattened in order."""
+        return [lab for r in self.records if r.labels is not None for lab in r.labels]
+
+
+_metadata = MetaData()
+_records = Table(
+    "prediction_records",
+    _metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("request_id", String(200), nullable=False, unique=True),
+    Column("service", String(200), nullable=False),
+    Column("ts", Float, nullable=False),
+    Column("body", Text, nullable=False),  # the record as JSON, exactly as accepted
+    sqlite_autoincrement=True,  # never reuse a seq, even after deletes
+)
+_state = Table(
+    "prediction_flush_state",
+    _metadata,
+    Column("name", String(200), primary_key=True),
+    Column("run_id", String(64), nullable=True),
+    Column("watermark", Integer, nullable=False, default=0),
+    Column("flushed", Integer, nullable=False, default=0),  # records written up to the watermark
+    Column("log_id", String(64), nullable=False),
+)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=FULL")  # an acknowledged record survives a power cut too
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()
+
+
+def batch_artifact_name(first_seq: int) -> str:
+    """Deterministic file name of the batch starting at `first_seq` (re-flush overwrites, never adds)."""
+    return f"batch-{first_seq:012d}.parquet"
+
+
+def _first_seq_of(artifact_path: str) -> int | None:
+    stem = Path(artifact_path).name
+    if not (stem.startswith("batch-") and stem.endswith(".parquet")):
+        return None
+    try:
+        return int(stem[len("batch-") : -len(".parquet")])
+    except ValueError:
+        return None
+
+
+class PredictionLog:
+    """Durable, de-duplicating log of predictions in a SQL database, flushed to one MLflow run.
+
+    `url`: a SQLAlchemy URL (e.g. Settings.store_url_for("tracker")). `name`: identifies this log's
+    MLflow run (tag `scanflow.predictions=<name>`), so a restarted Tracker keeps writing the same run.
+    Thread-safe: the API appends from worker threads while a flush runs in another.
+    """
+
+    def __init__(self, url: str, *, name: str = "default") -> None:
+        self.url = url
+        self.name = name
+        self.engine: Engine = create_engine(url, future=True)
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        _metadata.create_all(self.engine)
+        self._flush_lock = threading.Lock()
+        with self.engine.begin() as conn:
+            if conn.execute(select(_state.c.name).where(_state.c.name == name)).first() is None:
+                conn.execute(
+                    self._insert(_state).values(
+                        name=name, run_id=None, watermark=0, flushed=0, log_id=uuid.uuid4().hex
+                    )
+                )
+
+    def _insert(self, table: Table) -> Any:
+        if self.engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            return pg_insert(table).on_conflict_do_nothing()
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table).on_conflict_do_nothing()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- append --------------------------------------------------------------------------------
+
+    def append(self, records: Sequence[PredictionRecord]) -> AppendResult:
+        """Store the records not stored yet (by request_id), in one transaction. Blocking."""
+        if not records:
+            return AppendResult(0, 0)
+        rows = [
+            {
+                "request_id": r.request_id,
+                "service": r.service,
+                "ts": r.ts,
+                "body": r.model_dump_json(),
+            }
+            for r in records
+        ]
+        with self.engine.begin() as conn:
+            if self.engine.dialect.name == "sqlite":  # sqlite3's executemany rowcount is the total
+                stored = conn.execute(self._insert(_records), rows).rowcount
+            else:
+                count = select(func.count()).select_from(_records)
+                before = conn.execute(count).scalar_one()
+                conn.execute(self._insert(_records), rows)
+                stored = conn.execute(count).scalar_one() - before
+        return AppendResult(accepted=len(records), stored=int(stored))
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def _load_state(self) -> tuple[str | None, int, str]:
+        row = self._state_row()
+        return row.run_id, int(row.watermark), str(row.log_id)
+
+    def _state_row(self) -> Any:
+        with self.engine.connect() as conn:
+            return conn.execute(select(_state).where(_state.c.name == self.name)).one()
+
+    @property
+    def watermark(self) -> int:
+        return self._load_state()[1]
+
+    def stats(self) -> LogStats:
+        run_id, wm, _ = self._load_state()
+        with self.engine.connect() as conn:
+            stored, last = conn.execute(
+                select(func.count(), func.coalesce(func.max(_records.c.seq), 0)).select_from(_records)
+            ).one()
+            pending = conn.execute(
+                select(func.count()).select_from(_records).where(_records.c.seq > wm)
+            ).scalar_one()
+        return LogStats(
+            stored=int(stored), last_seq=int(last), watermark=wm, pending=int(pending), run_id=run_id
+        )
+
+    def pending(self, limit: int, after: int | None = None) -> list[tuple[int, str]]:
+        """The next `limit` (seq, body) rows after `after` (default: the watermark), in seq order."""
+        wm = self.watermark if after is None else after
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(_records.c.seq, _records.c.body)
+                .where(_records.c.seq > wm)
+                .order_by(_records.c.seq)
+                .limit(limit)
+            ).all()
+        return [(int(r.seq), str(r.body)) for r in rows]
+
+    def _commit_watermark(self, old: int, new: int, flushed: int) -> None:
+        """Compare-and-set: a concurrent flusher that already advanced it makes this a no-op."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(_state)
+                .where(_state.c.name == self.name, _state.c.watermark == old)
+                .values(watermark=new, flushed=flushed)
+            )
+
+    # --- flush ---------------------------------------------------------------------------------
+
+    def ensure_run(self, experiment: str) -> str:
+        """This log's MLflow run in `experiment`: remembered in the DB, else found by tag, else created.
+
+        The tag search makes a crash between creating the run and remembering it harmless (the next
+        call finds the same run instead of opening a second one).
+        """
+        from mlflow import MlflowClient
+
+        from scanflow.tracking.registry import ensure_experiment
+
+        run_id, _, log_id = self._load_state()
+        if run_id:
+            return run_id
+        client = MlflowClient()
+        exp_id = ensure_experiment(experiment)
+        found = client.search_runs(
+            [exp_id],
+            filter_string=f"tags.`{RUN_TAG}` = '{self.name}' and tags.`scanflow.log_id` = '{log_id}'",
+            max_results=1,
+        )
+        if found:
+            run_id = found[0].info.run_id
+        else:
+            run = client.create_run(
+                exp_id,
+                run_name=f"predictions-{self.name}",
+                tags={RUN_TAG: self.name, "scanflow.log_id": log_id, "scanflow.kind": "predictions"},
+            )
+            run_id = run.info.run_id
+        with self.engine.begin() as conn:
+            conn.execute(update(_state).where(_state.c.name == self.name).values(run_id=run_id))
+        return str(run_id)
+
+    def flush_to_mlflow(
+        self,
+        experiment: str | None = None,
+        *,
+        run_id: str | None = None,
+        batch_size: int = 1000,
+        max_batches: int | None = None,
+    ) -> FlushResult:
+        """Write pending records to MLflow as Parquet batches, then advance the watermark. Blocking.
+
+        Give `experiment` (the workflow's; this log's run is found or created there) or an explicit
+        `run_id`. Safe to call again after a crash at any point; concurrent calls in one process are
+        serialised. Returns what was written by this call.
+        """
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if run_id is None:
+            if experiment is None:
+                known, _, _ = self._load_state()
+                if known is None:
+                    raise ValueError("flush_to_mlflow needs an experiment (or run_id) the first time")
+                run_id = known
+            else:
+                run_id = self.ensure_run(experiment)
+        from mlflow import MlflowClient
+        from mlflow.entities import Metric
+
+        client = MlflowClient()
+        batches = 0
+        total = 0
+        names: list[str] = []
+        with self._flush_lock:
+            while max_batches is None or batches < max_batches:
+                state = self._state_row()
+                wm, flushed = int(state.watermark), int(state.flushed)
+                rows = self.pending(batch_size, after=wm)
+                if not rows:
+                    break
+                first, last = rows[0][0], rows[-1][0]
+                name = batch_artifact_name(first)
+                with tempfile.TemporaryDirectory(prefix="scanflow-flush-") as tmp:
+                    path = Path(tmp) / name
+                    path.write_bytes(_to_parquet(rows))
+                    client.log_artifact(run_id, str(path), ARTIFACT_DIR)
+                now_ms = int(time.time() * 1000)
+                flushed += len(rows)
+                client.log_batch(
+                    run_id,
+                    metrics=[
+                        Metric("predictions_flushed_total", float(flushed), now_ms, last),
+                        Metric("predictions_batch_records", float(len(rows)), now_ms, last),
+                    ],
+                )
+                self._commit_watermark(wm, last, flushed)
+                batches += 1
+                total += len(rows)
+                names.append(f"{ARTIFACT_DIR}/{name}")
+        return FlushResult(
+            run_id=run_id, batches=batches, records=total, watermark=self.watermark, artifacts=tuple(names)
+        )
+
+
+# --- Parquet encoding (one row per record; inputs as list<list<float32>>) ------------------------
+
+
+def _to_parquet(rows: Iterable[tuple[int, str]]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    seqs: list[int] = []
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "request_id",
+            "service",
+            "inputs",
+            "outputs",
+            "model_version",
+            "latency_ms",
+            "ts",
+            "labels",
+        )
+    }
+    for seq, body in rows:
+        rec = json.loads(body)
+        seqs.append(seq)
+        cols["request_id"].append(rec["request_id"])
+        cols["service"].append(rec["service"])
+        cols["inputs"].append(rec["inputs"])
+        cols["outputs"].append(json.dumps(rec["outputs"]))
+        cols["model_version"].append(rec["model_version"])
+        cols["latency_ms"].append(float(rec["latency_ms"]))
+        cols["ts"].append(float(rec["ts"]))
+        cols["labels"].append(None if rec.get("labels") is None else json.dumps(rec["labels"]))
+    table = pa.table(
+        {
+            "seq": pa.array(seqs, pa.int64()),
+            "request_id": pa.array(cols["request_id"], pa.string()),
+            "service": pa.array(cols["service"], pa.string()),
+            "inputs": pa.array(cols["inputs"], pa.list_(pa.list_(pa.float32()))),
+            "outputs_json": pa.array(cols["outputs"], pa.string()),
+            "model_version": pa.array(cols["model_version"], pa.string()),
+            "latency_ms": pa.array(cols["latency_ms"], pa.float64()),
+            "ts": pa.array(cols["ts"], pa.float64()),
+            "labels_json": pa.array(cols["labels"], pa.string()),
+        }
+    )
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
+
+
+def _from_parquet(path: Path) -> list[tuple[int, PredictionRecord]]:
+    import pyarrow.parquet as pq
+
+    data = pq.read_table(path).to_pylist()
+    out: list[tuple[int, PredictionRecord]] = []
+    for row in data:
+        inputs = [[float(v) for v in r] for r in row["inputs"]]
+        inputs = [[v if math.isfinite(v) else 0.0 for v in r] for r in inputs]
+        rec = PredictionRecord(
+            request_id=row["request_id"],
+            service=row["service"],
+            inputs=inputs,
+            outputs=json.loads(row["outputs_json"]),
+            model_version=row["model_version"],
+            latency_ms=row["latency_ms"],
+            ts=row["ts"],
+            labels=None if row["labels_json"] is None else json.loads(row["labels_json"]),
+        )
+        out.append((int(row["seq"]), rec))
+    return out
+
+
+# --- consumers (the Checker) ---------------------------------------------------------------------
+
+
+def prediction_run_id(experiment: str, name: str = "default") -> str | None:
+    """The run a prediction log named `name` flushes into, in `experiment` (None if none yet)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    runs = client.search_runs(
+        [exp.experiment_id],
+        filter_string=f"tags.`{RUN_TAG}` = '{name}'",
+        order_by=["attributes.start_time ASC"],
+        max_results=1,
+    )
+    return runs[0].info.run_id if runs else None
+
+
+def batches_to_read(first_seqs: Sequence[int], watermark: int) -> list[int]:
+    """Which batch files a consumer at `watermark` must read: the one containing it, and all later.
+
+    Pure, so the rule that keeps `read_since` from missing rows is tested without MLflow.
+    """
+    ordered = sorted(first_seqs)
+    at_or_before = [s for s in ordered if s <= watermark]
+    keep = [at_or_before[-1]] if at_or_before else []
+    return keep + [s for s in ordered if s > watermark]
+
+
+def read_since(run_id: str, watermark: int = 0, *, max_batches: int | None = None) -> PredictionBatch:
+    """Records flushed to `run_id` with seq > `watermark`, in seq order, and the next watermark. Blocking.
+
+    `max_batches` bounds one call's work (a Checker catching up after a long outage).
+    """
+    import os
+
+    from mlflow import MlflowClient
+
+    # a consumer polls in a loop: per-download progress bars would flood agent logs
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    client = MlflowClient()
+    listed = client.list_artifacts(run_id, ARTIFACT_DIR)
+    by_first = {s: f.path for f in listed if (s := _first_seq_of(f.path)) is not None}
+    wanted = batches_to_read(list(by_first), watermark)
+    if max_batches is not None:
+        wanted = wanted[: max(1, max_batches)]
+    records: list[PredictionRecord] = []
+    seqs: list[int] = []
+    seen: set[int] = set()
+    new_wm = watermark
+    with tempfile.TemporaryDirectory(prefix="scanflow-read-") as tmp:
+        for first in wanted:
+            local = client.download_artifacts(run_id, by_first[first], tmp)
+            for seq, rec in _from_parquet(Path(local)):
+                if seq > watermark and seq not in seen:
+                    seen.add(seq)
+                    seqs.append(seq)
+                    records.append(rec)
+                    new_wm = max(new_wm, seq)
+    order = sorted(range(len(seqs)), key=seqs.__getitem__)
+    return PredictionBatch(
+        records=[records[i] for i in order],
+        seqs=[seqs[i] for i in order],
+        watermark=new_wm,
+        batches_read=len(wanted),
+    )
