@@ -1,5 +1,59 @@
-"""Sub-commands of this area (filled in by its owner). Keep heavy imports inside the commands."""
+"""`scanflow agent ...`: serve agents declared in a Python file. Heavy imports stay inside commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("run")
+def run(
+    file: Annotated[
+        Path, typer.Argument(help="Python file defining one or more scanflow.agent.Agent objects")
+    ],
+    name: Annotated[
+        str | None, typer.Option("--name", help="which agent, when the file defines several")
+    ] = None,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8080,
+    host: Annotated[str | None, typer.Option("--host", help="default: SCANFLOW_HOST or 127.0.0.1")] = None,
+    peer: Annotated[
+        list[str] | None, typer.Option("--peer", help="another agent: NAME=http://HOST:PORT (repeatable)")
+    ] = None,
+    allow_anonymous: Annotated[
+        bool,
+        typer.Option("--allow-anonymous", help="accept mutating calls without a token (one laptop, tests)"),
+    ] = False,
+) -> None:
+    """Serve one agent from FILE on HOST:PORT (token from SCANFLOW_TOKEN; store in SCANFLOW_HOME)."""
+    from scanflow.agent.agent import AgentDefinitionError
+    from scanflow.agent.serve import load_agents, parse_peers, serve
+    from scanflow.settings import Settings
+
+    try:
+        agents = load_agents(file)
+        peers = parse_peers(peer or [])
+    except (AgentDefinitionError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if name is None:
+        if len(agents) > 1:
+            typer.echo(
+                f"error: {file} defines several agents {sorted(agents)}; pick one with --name", err=True
+            )
+            raise typer.Exit(2)
+        agent = next(iter(agents.values()))
+    elif name in agents:
+        agent = agents[name]
+    else:
+        typer.echo(f"error: no agent {name!r} in {file} (found {sorted(agents)})", err=True)
+        raise typer.Exit(2)
+    try:
+        agent.check()
+    except AgentDefinitionError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    serve(agent, Settings(), host=host, port=port, peers=peers, allow_anonymous=allow_anonymous)

@@ -1,0 +1,206 @@
+"""`Agent`: the registry an agent author fills with decorators; importing a file starts nothing.
+
+    agent = Agent("checker", role="checker")
+
+    @agent.sensor(every=5.0)
+    async def poll(ctx): return [("drift.checked", {"drift_rate": 0.2})]
+
+    @agent.actuator("plan_retrain")
+    def plan_retrain(ctx, args): return {"planned": True}
+
+    agent.strategy("retrain", event="drift.*",
+                   constraint="event.drift_rate > 0.1 and since('plan_retrain') > 600",
+                   actions=[Action("plan_retrain")], cooldown_s=60)
+
+Decorators only build frozen specs (scanflow.agent.types) and return the function unchanged; the
+runtime (scanflow.agent.runtime) and the app factory (scanflow.agent.app) bring them to life.
+Who calls: agent authors (agents/*.py, examples, tests), `scanflow agent run FILE`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal, TypeVar
+
+from fastapi import APIRouter
+from pydantic import ValidationError
+
+from scanflow.agent.types import (
+    Action,
+    ActuatorSpec,
+    ConstraintFn,
+    Hook,
+    SensorSpec,
+    Strategy,
+)
+from scanflow.expressions import ExpressionError, compile_expression
+from scanflow.spec import NAME_RE, ActionSpec, StrategySpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+Role = Literal["tracker", "checker", "planner", "executor", "custom"]
+_HANDLER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+ActionLike = Action | ActionSpec | str | dict[str, Any]
+
+log = logging.getLogger(__name__)
+
+
+class AgentDefinitionError(ValueError):
+    """An agent declaration is wrong (bad name, duplicate handler, invalid constraint...)."""
+
+
+def _as_action(a: ActionLike) -> Action:
+    if isinstance(a, Action):
+        return a
+    if isinstance(a, ActionSpec):
+        return Action.from_spec(a)
+    if isinstance(a, str):
+        return Action(a)
+    if isinstance(a, dict):
+        return Action.from_spec(ActionSpec.model_validate(a))
+    raise AgentDefinitionError(f"an action must be Action, ActionSpec, str or dict, got {type(a).__name__}")
+
+
+def build_strategy(
+    name: str,
+    event: str,
+    constraint: str | ConstraintFn = "True",
+    actions: Sequence[ActionLike] = (),
+    cooldown_s: float = 0.0,
+    max_per_minute: float | None = None,
+    source: Literal["code", "rest"] = "code",
+) -> Strategy:
+    """Validate (via StrategySpec) and compile a strategy; raises AgentDefinitionError saying why."""
+    acts = tuple(_as_action(a) for a in actions)
+    text = constraint if isinstance(constraint, str) else f"<callable {getattr(constraint, '__name__', '?')}>"
+    try:
+        StrategySpec(
+            name=name,
+            event=event,
+            constraint=text if isinstance(constraint, str) else "True",
+            actions=[a.to_spec() for a in acts],
+            cooldown_s=cooldown_s,
+            max_per_minute=max_per_minute,
+        )
+    except ValidationError as exc:  # reformat into one readable message
+        raise AgentDefinitionError(f"strategy {name!r}: {exc}") from None
+    if isinstance(constraint, str):
+        try:
+            compiled: Any = compile_expression(constraint)
+        except ExpressionError as exc:
+            raise AgentDefinitionError(f"strategy {name!r}: {exc}") from None
+    elif callable(constraint):
+        compiled = constraint
+    else:
+        raise AgentDefinitionError(f"strategy {name!r}: constraint must be a string or a callable")
+    return Strategy(name, event, text, compiled, acts, float(cooldown_s), max_per_minute, source)
+
+
+class Agent:
+    """The declaration of one agent: sensors, actuators, strategies, extra routes and hooks."""
+
+    def __init__(self, name: str, role: Role = "custom", *, description: str = "") -> None:
+        if not re.match(NAME_RE, name) or len(name) > 63:
+            raise AgentDefinitionError(
+                f"agent name {name!r} must be a DNS label: lowercase letters, digits and '-', "
+                "starting and ending with a letter or digit, at most 63 characters"
+            )
+        self.name = name
+        self.role: Role = role
+        self.description = description
+        self.sensors: dict[str, SensorSpec] = {}
+        self.actuators: dict[str, ActuatorSpec] = {}
+        self.strategies: dict[str, Strategy] = {}
+        self.router = APIRouter()
+        self.startup_hooks: list[Hook] = []
+        self.shutdown_hooks: list[Hook] = []
+
+    def __repr__(self) -> str:
+        return (
+            f"Agent({self.name!r}, role={self.role!r}, sensors={sorted(self.sensors)}, "
+            f"actuators={sorted(self.actuators)}, strategies={sorted(self.strategies)})"
+        )
+
+    @staticmethod
+    def _check_name(kind: str, name: str, taken: Iterable[str]) -> None:
+        if not _HANDLER_NAME.match(name):
+            raise AgentDefinitionError(f"{kind} name {name!r} must match [A-Za-z0-9_.-]{{1,100}}")
+        if name in taken:
+            raise AgentDefinitionError(f"{kind} {name!r} is already registered")
+
+    def sensor(self, every: float = 5.0, *, name: str | None = None) -> Callable[[F], F]:
+        """Register `fn(ctx) -> list[Event | (name, payload)] | None`, run every `every` seconds.
+
+        Also callable on demand: `POST /sensors/{name}`. `every=0` means on demand only.
+        """
+        if every < 0:
+            raise AgentDefinitionError(f"sensor every={every} must be >= 0 seconds")
+
+        def register(fn: F) -> F:
+            n = name or fn.__name__
+            self._check_name("sensor", n, self.sensors)
+            self.sensors[n] = SensorSpec(n, fn, float(every), inspect.iscoroutinefunction(fn))
+            return fn
+
+        return register
+
+    def actuator(self, name: str | None = None, *, max_attempts: int = 3) -> Callable[[F], F]:
+        """Register `fn(ctx, args: dict) -> dict`: an action this agent can do (sync ones run in threads).
+
+        `ctx.key` is the action's idempotency key: an actuator with outside effects should use it so
+        that a retry after a crash does not repeat the effect. Raise TemporaryError to be retried
+        (up to `max_attempts` times with backoff), PermanentError to stop.
+        """
+        if max_attempts < 1:
+            raise AgentDefinitionError(f"max_attempts={max_attempts} must be >= 1")
+
+        def register(fn: F) -> F:
+            n = name or fn.__name__
+            self._check_name("actuator", n, self.actuators)
+            self.actuators[n] = ActuatorSpec(n, fn, inspect.iscoroutinefunction(fn), max_attempts)
+            return fn
+
+        return register
+
+    def strategy(
+        self,
+        name: str,
+        event: str,
+        constraint: str | ConstraintFn = "True",
+        actions: Sequence[ActionLike] = (),
+        cooldown_s: float = 0.0,
+        max_per_minute: float | None = None,
+    ) -> Strategy:
+        """Register event -> constraint -> actions. An invalid constraint is refused here, not at firing."""
+        self._check_name("strategy", name, self.strategies)
+        s = build_strategy(name, event, constraint, actions, cooldown_s, max_per_minute)
+        self.strategies[name] = s
+        return s
+
+    def add_strategy(self, spec: StrategySpec) -> Strategy:
+        """Register a declarative strategy (from a workflow's AgentSpec, YAML, ...)."""
+        return self.strategy(
+            spec.name, spec.event, spec.constraint, list(spec.actions), spec.cooldown_s, spec.max_per_minute
+        )
+
+    def on_startup(self, fn: F) -> F:
+        """Register `fn(ctx)` (sync or async) to run when the agent's app starts."""
+        self.startup_hooks.append(fn)
+        return fn
+
+    def on_shutdown(self, fn: F) -> F:
+        """Register `fn(ctx)` (sync or async) to run when the agent's app stops."""
+        self.shutdown_hooks.append(fn)
+        return fn
+
+    def check(self) -> None:
+        """Every local action names a registered actuator (called at startup, when all are known)."""
+        for s in self.strategies.values():
+            for a in s.actions:
+                if a.agent in (None, self.name) and a.actuator not in self.actuators:
+                    raise AgentDefinitionError(
+                        f"strategy {s.name!r} uses actuator {a.actuator!r}, which agent {self.name!r} "
+                        f"does not have (actuators: {sorted(self.actuators)})"
+                    )

@@ -1,0 +1,332 @@
+"""`create_app(agent, ...)`: the FastAPI app of one agent (REST API, lifespan running its loop).
+
+Endpoints (mutating ones need `Authorization: Bearer <token>` unless allow_anonymous):
+  GET  /health, /status, /events?status&limit, /decisions?limit&strategy, /strategies, /metrics, /docs
+  POST /events                 {name, payload: {}, idempotency_key?, source?} -> 202 {id, duplicate}
+  POST /actuators/{name}       {args: {}, idempotency_key?} -> 200 {status, result, key, duplicate}
+                               (503 + Retry-After for a temporary failure, 422 for a permanent one)
+  POST /sensors/{name}         run a sensor now -> {events: [ids]}
+  POST /strategies             a StrategySpec -> 201 (422 for an invalid constraint, 409 if it exists)
+  DELETE /strategies/{name}    -> 204
+Bad input is a 4xx with a message (strict pydantic models; a body over the size limit is 413); an
+unexpected error is a JSON 500 that says where to look, never the exception text (it may hold secrets).
+The agent author's `agent.router` is mounted too, its non-GET routes behind the same token check.
+Who calls: `serve()` / `scanflow agent run`, tests (httpx ASGITransport or a real uvicorn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from scanflow.agent.agent import Agent, AgentDefinitionError, build_strategy
+from scanflow.agent.context import Context
+from scanflow.agent.runtime import Runtime
+from scanflow.agent.store import Store
+from scanflow.auth import require_token
+from scanflow.settings import Settings
+from scanflow.spec import StrategySpec
+
+EVENT_NAME_RE = r"^[A-Za-z0-9_.:/-]{1,200}$"
+DEFAULT_MAX_BODY = 1 << 20  # 1 MiB
+log = logging.getLogger(__name__)
+
+
+class EventIn(BaseModel):
+    """Body of POST /events."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=EVENT_NAME_RE, description="event name, e.g. 'drift.checked'")
+    payload: dict[str, Any] = Field(default_factory=dict, description="a JSON object")
+    idempotency_key: str | None = Field(None, min_length=1, max_length=255)
+    source: str | None = Field(None, max_length=200)
+
+
+class EventAccepted(BaseModel):
+    id: int
+    duplicate: bool
+
+
+class ActuatorCall(BaseModel):
+    """Body of POST /actuators/{name}."""
+
+    model_config = ConfigDict(extra="forbid")
+    args: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(None, min_length=1, max_length=255)
+
+
+class ActuatorResult(BaseModel):
+    status: Literal["succeeded"]
+    result: dict[str, Any]
+    key: str
+    duplicate: bool
+
+
+class BodySizeLimit:
+    """ASGI middleware: refuse request bodies over `max_bytes` with 413, before anyone parses them."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.max_bytes
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await self._refuse(send)
+                    return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            msg = await receive()
+            if msg["type"] == "http.request":
+                received += len(msg.get("body", b""))
+                if received > self.max_bytes:
+                    raise _TooLarge()
+            return msg
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._refuse(send)
+
+    async def _refuse(self, send: Send) -> None:
+        resp = JSONResponse(
+            {"detail": f"request body is larger than {self.max_bytes} bytes"},
+            status_code=413,
+        )
+        await resp({"type": "http"}, _no_receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _no_receive() -> Message:  # pragma: no cover - JSONResponse never reads
+    return {"type": "http.disconnect"}
+
+
+def get_context(request: Request) -> Context:
+    """FastAPI dependency for routes on `agent.router`: `ctx: Context = Depends(get_context)`."""
+    runtime: Runtime = request.app.state.runtime
+    return runtime.ctx
+
+
+def get_runtime(request: Request) -> Runtime:
+    return request.app.state.runtime  # type: ignore[no-any-return]
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+def create_app(
+    agent: Agent,
+    settings: Settings | None = None,
+    store: Store | None = None,
+    peers: Mapping[str, str] | None = None,
+    allow_anonymous: bool = False,
+    *,
+    clock: Callable[[], float] = time.time,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    retry_backoff_s: float = 0.5,
+) -> FastAPI:
+    """Build the agent's app. Nothing runs until the app's lifespan starts (uvicorn, TestClient...)."""
+    settings = settings or Settings()
+    agent.check()
+    own_store = store is None
+    the_store = store or Store(settings.store_url_for(agent.name))
+    runtime = Runtime(agent, the_store, settings, peers, clock, retry_backoff_s=retry_backoff_s)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.stop()
+            if own_store:
+                the_store.close()
+
+    app = FastAPI(
+        title=f"scanflow agent {agent.name}",
+        description=agent.description or f"A Scanflow agent (role {agent.role}).",
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    auth = require_token(settings.token, allow_anonymous=allow_anonymous)
+    mutating = [Depends(auth)]
+
+    @app.exception_handler(Exception)
+    async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+        error_id = uuid.uuid4().hex[:12]
+        log.error(
+            "unhandled error %s on %s %s: %s",
+            error_id,
+            request.method,
+            request.url.path,
+            type(exc).__name__,
+            exc_info=exc,
+        )
+        return JSONResponse(
+            {"detail": f"internal error {error_id}; see the agent's log", "error_id": error_id},
+            status_code=500,
+        )
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "agent": agent.name}
+
+    @app.get("/status")
+    async def get_status(rt: RuntimeDep) -> dict[str, Any]:
+        return {
+            "name": agent.name,
+            "role": agent.role,
+            "state": rt.state,
+            "queue_depth": await rt.queue_depth(),
+            "processed": rt.processed,
+            "strategies": sorted(rt.strategies),
+            "sensors": sorted(agent.sensors),
+            "actuators": sorted(agent.actuators),
+            "peers": sorted(rt.peers),
+            "uptime_s": max(0.0, rt.clock() - rt.started_at),
+        }
+
+    @app.post("/events", status_code=status.HTTP_202_ACCEPTED, dependencies=mutating)
+    async def post_event(body: EventIn, rt: RuntimeDep) -> EventAccepted:
+        event_id, dup = await rt.submit_event(body.name, body.payload, body.idempotency_key, body.source)
+        return EventAccepted(id=event_id, duplicate=dup)
+
+    @app.get("/events")
+    async def list_events(
+        rt: RuntimeDep,
+        status_: Literal["pending", "done"] | None = Query(None, alias="status"),
+        limit: int = Query(100, ge=1, le=1000),
+    ) -> list[dict[str, Any]]:
+        return await _thread(rt.store.list_events, status_, limit)
+
+    @app.post("/actuators/{name}", dependencies=mutating)
+    async def call_actuator(name: str, body: ActuatorCall, rt: RuntimeDep) -> Response:
+        if name not in agent.actuators:
+            raise HTTPException(
+                404, f"agent {agent.name!r} has no actuator {name!r} (has {sorted(agent.actuators)})"
+            )
+        key = body.idempotency_key or f"rest:{uuid.uuid4().hex}"
+        outcome, dup = await rt.run_actuator(name, body.args, key)
+        if outcome.status == "ok":
+            return JSONResponse(
+                ActuatorResult(status="succeeded", result=outcome.result, key=key, duplicate=dup).model_dump()
+            )
+        if outcome.status == "retry":
+            return JSONResponse(
+                {"detail": outcome.error, "status": "retry", "key": key},
+                status_code=503,
+                headers={"Retry-After": str(max(1, round(outcome.retry_after_s)))},
+            )
+        return JSONResponse(
+            {"detail": outcome.error, "status": "failed", "key": key, "duplicate": dup}, status_code=422
+        )
+
+    @app.post("/sensors/{name}", dependencies=mutating)
+    async def run_sensor(name: str, rt: RuntimeDep) -> dict[str, Any]:
+        if name not in agent.sensors:
+            raise HTTPException(
+                404, f"agent {agent.name!r} has no sensor {name!r} (has {sorted(agent.sensors)})"
+            )
+        try:
+            ids = await rt.run_sensor(name)
+        except Exception as exc:  # noqa: BLE001 - user code: report, never crash the endpoint
+            rt.log.warning("sensor %s failed: %s: %s", name, type(exc).__name__, exc)
+            raise HTTPException(502, f"sensor {name!r} failed with {type(exc).__name__}; see the agent's log")
+        return {"sensor": name, "events": ids}
+
+    @app.get("/strategies")
+    async def list_strategies(rt: RuntimeDep) -> list[dict[str, Any]]:
+        return [s.to_json() for s in rt.strategies.values()]
+
+    @app.post("/strategies", status_code=status.HTTP_201_CREATED, dependencies=mutating)
+    async def add_strategy(spec: StrategySpec, rt: RuntimeDep) -> dict[str, Any]:
+        if spec.name in rt.strategies:
+            raise HTTPException(409, f"strategy {spec.name!r} exists; DELETE it first to replace it")
+        try:
+            s = build_strategy(
+                spec.name,
+                spec.event,
+                spec.constraint,
+                list(spec.actions),
+                spec.cooldown_s,
+                spec.max_per_minute,
+                source="rest",
+            )
+        except AgentDefinitionError as exc:
+            raise HTTPException(422, str(exc)) from None
+        for a in s.actions:
+            if a.agent in (None, agent.name) and a.actuator not in agent.actuators:
+                raise HTTPException(
+                    422,
+                    f"action {a.actuator!r}: agent {agent.name!r} has no such actuator "
+                    f"(has {sorted(agent.actuators)})",
+                )
+            if a.agent not in (None, agent.name) and a.agent not in rt.peers:
+                raise HTTPException(
+                    422, f"action {a.actuator!r}: unknown peer agent {a.agent!r} (peers: {sorted(rt.peers)})"
+                )
+        await rt.add_strategy(s)
+        return s.to_json()
+
+    @app.delete("/strategies/{name}", status_code=status.HTTP_204_NO_CONTENT, dependencies=mutating)
+    async def delete_strategy(name: str, rt: RuntimeDep) -> Response:
+        if name not in rt.strategies:
+            raise HTTPException(404, f"no strategy {name!r}")
+        await rt.remove_strategy(name)
+        return Response(status_code=204)
+
+    @app.get("/decisions")
+    async def list_decisions(
+        rt: RuntimeDep,
+        limit: int = Query(100, ge=1, le=1000),
+        strategy: str | None = Query(None, max_length=100),
+    ) -> list[dict[str, Any]]:
+        return await _thread(rt.store.list_decisions, limit, strategy)
+
+    @app.get("/metrics")
+    async def metrics(rt: RuntimeDep) -> Response:
+        rt.metrics.queue_depth.set(await rt.queue_depth())
+        return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(agent.router, dependencies=[Depends(_unsafe_methods_only(auth))])
+    return app
+
+
+def _unsafe_methods_only(check: Callable[..., None]) -> Callable[..., Awaitable[None]]:
+    """Apply the token check to the author's routes, except for reads (GET, HEAD, OPTIONS)."""
+
+    async def dependency(request: Request) -> None:
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            return
+        check(request.headers.get("authorization"))
+
+    return dependency
+
+
+async def _thread(fn: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.to_thread(fn, *args)

@@ -1,0 +1,470 @@
+"""The agent loop: inbox -> engine -> actions, plus the sensors on their intervals. Thin by design.
+
+For each pending event, in arrival order:
+1. If the store already holds its decisions (the agent was killed after deciding), reuse their
+   intents; otherwise run the pure engine and write decisions + new strategy states in one go.
+2. Execute the intents in order. Before each, look up its idempotency key: succeeded or failed ->
+   skip (never twice); started but not finished (killed mid-way) -> run again with the same key.
+   Handlers' results are Outcome values; a temporary error is retried with backoff a bounded number
+   of times; any exception becomes an Outcome, so the loop never dies.
+3. Mark the event done only after all its actions finished.
+
+All store calls run in worker threads (`asyncio.to_thread`); handlers that are sync run there too.
+Who calls: scanflow.agent.app (lifespan start/stop, REST endpoints), tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from scanflow.agent.agent import Agent
+from scanflow.agent.client import AgentClient
+from scanflow.agent.context import Context
+from scanflow.agent.engine import EvalEnv, Intent, StrategyState, decide
+from scanflow.agent.store import REST_STRATEGIES_KEY, STATE_KEY, WATERMARK_PREFIX, Store
+from scanflow.agent.types import Event, Outcome, PermanentError, Strategy, TemporaryError
+from scanflow.settings import Settings
+
+BATCH = 200
+IDLE_POLL_S = 1.0  # the loop also wakes on every submitted event; this only bounds a missed wake-up
+
+
+class Metrics:
+    """Prometheus metrics of one agent, in their own registry (several agents may share a process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.events_received = Counter(
+            "scanflow_agent_events_received",
+            "events accepted into the inbox",
+            ["duplicate"],
+            registry=self.registry,
+        )
+        self.events_processed = Counter(
+            "scanflow_agent_events_processed", "events fully processed", registry=self.registry
+        )
+        self.decisions = Counter(
+            "scanflow_agent_decisions", "strategy decisions", ["result"], registry=self.registry
+        )
+        self.actions = Counter(
+            "scanflow_agent_action_outcomes", "action outcomes", ["status"], registry=self.registry
+        )
+        self.handler_seconds = Histogram(
+            "scanflow_agent_handler_seconds",
+            "handler latency",
+            ["kind", "name"],
+            registry=self.registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.queue_depth = Gauge("scanflow_agent_queue_depth", "pending events", registry=self.registry)
+
+
+def _outcome_from_exception(exc: BaseException) -> Outcome:
+    if isinstance(exc, TemporaryError):
+        return Outcome.retry(str(exc), exc.delay_s)
+    if isinstance(exc, PermanentError):
+        return Outcome.failed(str(exc))
+    # An unexpected exception is treated as temporary (bounded retries), as kopf does.
+    return Outcome.retry(f"{type(exc).__name__}: {exc}", 0.0)
+
+
+def normalise_events(raw: Any, sensor: str) -> list[tuple[str, dict[str, Any]]]:
+    """A sensor's return value -> [(name, payload)]: accepts None, Event, (name, payload), dicts."""
+    if raw is None:
+        return []
+    items = (
+        raw
+        if isinstance(raw, (list, tuple))
+        and not (len(raw) == 2 and isinstance(raw[0], str) and isinstance(raw[1], dict))
+        else [raw]
+    )
+    out: list[tuple[str, dict[str, Any]]] = []
+    for it in items:
+        if isinstance(it, Event):
+            out.append((it.name, dict(it.payload)))
+        elif isinstance(it, tuple) and len(it) == 2 and isinstance(it[0], str):
+            out.append((it[0], dict(it[1] or {})))
+        elif isinstance(it, dict) and isinstance(it.get("name"), str):
+            out.append((it["name"], dict(it.get("payload") or {})))
+        else:
+            raise TypeError(
+                f"sensor {sensor!r} returned {type(it).__name__}; return Event, (name, payload) or a list"
+            )
+    return out
+
+
+class Runtime:
+    """One agent brought to life: its store, state, loop task, sensor tasks and peer clients."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        store: Store,
+        settings: Settings,
+        peers: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+        *,
+        retry_backoff_s: float = 0.5,
+        max_retry_delay_s: float = 30.0,
+    ) -> None:
+        self.agent = agent
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.retry_backoff_s = retry_backoff_s
+        self.max_retry_delay_s = max_retry_delay_s
+        self.log = logging.getLogger(f"scanflow.agent.{agent.name}")
+        self.metrics = Metrics()
+        self.state: dict[str, Any] = {}
+        self.last_success: dict[str, float] = {}
+        self.strategy_states: dict[str, StrategyState] = {}
+        self.strategies: dict[str, Strategy] = dict(agent.strategies)
+        self.peers = dict(peers or {})
+        self.ctx = Context(self, settings=settings, peers=self.peers, clock=clock, log=self.log)
+        self.started_at = clock()
+        self._clients: dict[str, AgentClient] = {}
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._action_locks: dict[str, asyncio.Lock] = {}
+        self._lock_users: dict[str, int] = {}
+        self._sensor_locks: dict[str, asyncio.Lock] = {}
+        self._saved_state = "{}"
+        self._last_id = 0
+        self.processed = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        from scanflow.agent.agent import build_strategy
+
+        self.agent.check()
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self.state = dict(await asyncio.to_thread(self.store.get, STATE_KEY, {}))
+        self._saved_state = json.dumps(self.state, sort_keys=True, default=str)
+        self.strategy_states = await asyncio.to_thread(self.store.strategy_states)
+        self.last_success = await asyncio.to_thread(self.store.last_successes)
+        for spec in await asyncio.to_thread(self.store.get, REST_STRATEGIES_KEY, []):
+            try:
+                s = build_strategy(source="rest", **spec)
+                self.strategies.setdefault(s.name, s)
+            except ValueError as exc:  # stored by an older version: keep running, say so
+                self.log.warning("stored strategy %r skipped: %s", spec.get("name"), exc)
+        for a in {a.agent for s in self.strategies.values() for a in s.actions}:
+            if a not in (None, self.agent.name) and a not in self.peers:
+                self.log.warning("a strategy calls agent %r, which is not among the peers %s", a, self.peers)
+        for hook in self.agent.startup_hooks:
+            await self._call_hook(hook)
+        self._tasks.append(asyncio.create_task(self._run_loop(), name=f"{self.agent.name}-loop"))
+        for s in self.agent.sensors.values():
+            if s.every > 0:
+                self._tasks.append(
+                    asyncio.create_task(self._run_sensor_loop(s.name), name=f"sensor-{s.name}")
+                )
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        for hook in self.agent.shutdown_hooks:
+            try:
+                await self._call_hook(hook)
+            except Exception:
+                self.log.exception("shutdown hook failed")
+        for c in self._clients.values():
+            await c.aclose()
+        self._clients.clear()
+
+    async def _call_hook(self, hook: Callable[..., Any]) -> None:
+        if inspect.iscoroutinefunction(hook):
+            await hook(self.ctx)
+        else:
+            await asyncio.to_thread(hook, self.ctx)
+        await self._save_state()
+
+    def peer_client(self, agent: str) -> AgentClient:
+        c = self._clients.get(agent)
+        if c is None:
+            c = AgentClient(
+                self.peers[agent],
+                self.settings.token,
+                timeout=self.settings.http_timeout_s,
+                retries=self.settings.http_retries,
+            )
+            self._clients[agent] = c
+        return c
+
+    # -- inbox ---------------------------------------------------------------------------------------
+    async def submit_event(
+        self, name: str, payload: dict[str, Any], key: str | None, source: str | None = None
+    ) -> tuple[int, bool]:
+        """Durably accept an event (deduplicated by key) and wake the loop -> (id, duplicate)."""
+        event_id, dup = await asyncio.to_thread(
+            self.store.add_event, name, payload, key, source, self.clock()
+        )
+        self.metrics.events_received.labels(duplicate=str(dup).lower()).inc()
+        self._wake.set()
+        return event_id, dup
+
+    def submit_event_blocking(
+        self, name: str, payload: dict[str, Any], key: str | None, source: str | None = None
+    ) -> tuple[int, bool]:
+        """`submit_event` from a worker thread (sync handlers)."""
+        event_id, dup = self.store.add_event(name, payload, key, source, self.clock())
+        self.metrics.events_received.labels(duplicate=str(dup).lower()).inc()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+        return event_id, dup
+
+    # -- the loop ------------------------------------------------------------------------------------
+    async def _run_loop(self) -> None:
+        while True:
+            try:
+                batch = await asyncio.to_thread(self.store.pending_events, 0, BATCH)
+                self.metrics.queue_depth.set(len(batch))
+                if not batch:
+                    self._wake.clear()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), IDLE_POLL_S)
+                    except TimeoutError:
+                        pass
+                    continue
+                for event in batch:
+                    await self.process(event)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a store hiccup (locked database...): log, back off, go on
+                self.log.exception("agent loop error; retrying in 1 s")
+                await asyncio.sleep(1.0)
+
+    async def process(self, event: Event) -> dict[str, Any]:
+        """Decide (once) and act on one event; mark it done. Returns the outcomes by action key."""
+        intents = await asyncio.to_thread(self.store.intents_for, event.id)
+        if intents is None:
+            env = EvalEnv(state=self.state, since=self.ctx.since, ctx=self.ctx)
+            t0 = time.perf_counter()
+            plan = decide(event, self.strategies.values(), self.strategy_states, self.clock(), env)
+            self.metrics.handler_seconds.labels("engine", event.name[:50]).observe(time.perf_counter() - t0)
+            await asyncio.to_thread(self.store.record_plan, event.id, plan.decisions, plan.states)
+            self.strategy_states = plan.states
+            for d in plan.decisions:
+                self.metrics.decisions.labels(d.result).inc()
+                if d.result == "error":
+                    self.log.warning("strategy %s on event %s: %s", d.strategy, event.id, d.reason)
+            intents = list(plan.intents)
+        outcomes: dict[str, Any] = {}
+        for intent in intents:
+            outcome = await self.execute(intent)
+            outcomes[intent.key] = {"status": outcome.status, "error": outcome.error}
+        await asyncio.to_thread(self.store.finish_event, event.id, outcomes, self.clock())
+        self.metrics.events_processed.inc()
+        self.processed += 1
+        return outcomes
+
+    async def execute(self, intent: Intent) -> Outcome:
+        """Run one intent until it succeeds, fails for good, or its retries are spent."""
+        a = intent.action
+        local = a.agent in (None, self.agent.name)
+        max_attempts = (
+            self.agent.actuators[a.actuator].max_attempts
+            if (local and a.actuator in self.agent.actuators)
+            else 3
+        )
+        attempt = 0
+        while True:
+            attempt += 1
+            if local:
+                outcome, _dup = await self.run_actuator(a.actuator, a.args, intent.key, intent.event_id)
+            else:
+                outcome = await self._run_remote(intent)
+            if outcome.final or attempt >= max_attempts:
+                if not outcome.final:
+                    outcome = Outcome.failed(f"gave up after {attempt} attempts: {outcome.error}")
+                    await asyncio.to_thread(
+                        self.store.finish_action, intent.key, "failed", None, outcome.error, self.clock()
+                    )
+                return outcome
+            delay = min(
+                self.max_retry_delay_s, max(outcome.retry_after_s, self.retry_backoff_s * 2 ** (attempt - 1))
+            )
+            self.log.info("action %s: %s; retry %d in %.2fs", intent.key, outcome.error, attempt, delay)
+            await asyncio.sleep(delay)
+
+    async def _run_remote(self, intent: Intent) -> Outcome:
+        a = intent.action
+        assert a.agent is not None
+        name = f"{a.agent}.{a.actuator}"
+        rec = await asyncio.to_thread(self.store.get_action, intent.key)
+        if rec is not None and rec.status in ("succeeded", "failed"):
+            return Outcome.ok(rec.result) if rec.status == "succeeded" else Outcome.failed(rec.error or "")
+        await asyncio.to_thread(
+            self.store.start_action, intent.key, a.actuator, a.agent, a.args, intent.event_id, self.clock()
+        )
+        t0 = time.perf_counter()
+        try:
+            result = await self.ctx.for_action(intent.key).call(a.agent, a.actuator, a.args, key=intent.key)
+            outcome = Outcome.ok(result)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            outcome = _outcome_from_exception(exc)
+        self.metrics.handler_seconds.labels("remote", name[:80]).observe(time.perf_counter() - t0)
+        await self._record(intent.key, outcome, [a.actuator, name])
+        return outcome
+
+    async def _record(self, key: str, outcome: Outcome, names: list[str]) -> None:
+        now = self.clock()
+        if outcome.status == "ok":
+            await asyncio.to_thread(self.store.finish_action, key, "succeeded", outcome.result, None, now)
+            for n in names:
+                self.last_success[n] = now
+        elif outcome.status == "failed":
+            await asyncio.to_thread(self.store.finish_action, key, "failed", None, outcome.error, now)
+        self.metrics.actions.labels(outcome.status).inc()
+
+    # -- actuators -----------------------------------------------------------------------------------
+    async def run_actuator(
+        self, name: str, args: dict[str, Any], key: str, event_id: int | None = None
+    ) -> tuple[Outcome, bool]:
+        """Run a local actuator through the idempotency table -> (outcome, duplicate).
+
+        A key that already succeeded (or failed for good) returns the stored outcome without running
+        the handler again; concurrent calls with one key wait for each other.
+        """
+        spec = self.agent.actuators.get(name)
+        if spec is None:
+            return Outcome.failed(f"agent {self.agent.name!r} has no actuator {name!r}"), False
+        lock = self._action_locks.setdefault(key, asyncio.Lock())
+        self._lock_users[key] = self._lock_users.get(key, 0) + 1
+        try:
+            async with lock:
+                rec = await asyncio.to_thread(self.store.get_action, key)
+                if rec is not None and rec.status == "succeeded":
+                    return Outcome.ok(rec.result), True
+                if rec is not None and rec.status == "failed":
+                    return Outcome.failed(rec.error or "failed"), True
+                await asyncio.to_thread(
+                    self.store.start_action, key, name, None, args, event_id, self.clock()
+                )
+                ctx = self.ctx.for_action(key)
+                t0 = time.perf_counter()
+                try:
+                    if spec.is_async:
+                        raw = await spec.fn(ctx, args)
+                    else:
+                        raw = await asyncio.to_thread(spec.fn, ctx, args)
+                    if raw is None:
+                        raw = {}
+                    if isinstance(raw, Outcome):
+                        outcome = raw
+                    elif isinstance(raw, Mapping):
+                        # stored as JSON: non-JSON values (datetimes, numpy) become strings here
+                        outcome = Outcome.ok(json.loads(json.dumps(dict(raw), default=str)))
+                    else:
+                        outcome = Outcome.failed(
+                            f"actuator {name!r} returned {type(raw).__name__}; it must return a dict"
+                        )
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - user code becomes an Outcome, never a crash
+                    self.log.warning("actuator %s (key %s) raised %s: %s", name, key, type(exc).__name__, exc)
+                    outcome = _outcome_from_exception(exc)
+                self.metrics.handler_seconds.labels("actuator", name).observe(time.perf_counter() - t0)
+                await self._record(key, outcome, [name])
+                await self._save_state()
+                return outcome, False
+        finally:
+            self._lock_users[key] -= 1
+            if not self._lock_users[key]:
+                del self._lock_users[key]
+                self._action_locks.pop(key, None)
+
+    # -- sensors -------------------------------------------------------------------------------------
+    async def run_sensor(self, name: str) -> list[int]:
+        """Run a sensor now; its events go into the inbox with keys derived from the sensor's tick.
+
+        The tick is stored (watermark) only after the events are in, so a sensor interrupted by a
+        crash re-runs the same tick and its events are deduplicated.
+        """
+        spec = self.agent.sensors[name]
+        lock = self._sensor_locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            wm = await asyncio.to_thread(self.store.get, WATERMARK_PREFIX + name, {})
+            tick = int(wm.get("tick", 0)) + 1
+            t0 = time.perf_counter()
+            ctx = self.ctx.for_action(f"sensor:{name}:{tick}")
+            if spec.is_async:
+                raw = await spec.fn(ctx)
+            else:
+                raw = await asyncio.to_thread(spec.fn, ctx)
+            self.metrics.handler_seconds.labels("sensor", name).observe(time.perf_counter() - t0)
+            ids = []
+            for i, (ev_name, payload) in enumerate(normalise_events(raw, name)):
+                eid, _dup = await self.submit_event(ev_name, payload, f"sensor:{name}:{tick}:{i}", name)
+                ids.append(eid)
+            await asyncio.to_thread(
+                self.store.put, WATERMARK_PREFIX + name, {"tick": tick, "last_run": self.clock()}
+            )
+            await self._save_state()
+            return ids
+
+    async def _run_sensor_loop(self, name: str) -> None:
+        spec = self.agent.sensors[name]
+        wm = await asyncio.to_thread(self.store.get, WATERMARK_PREFIX + name, {})
+        last = wm.get("last_run")
+        if last is not None:  # respect the interval across restarts
+            await asyncio.sleep(max(0.0, min(spec.every, float(last) + spec.every - self.clock())))
+        while True:
+            started = time.monotonic()
+            try:
+                await self.run_sensor(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the sensor loop must survive its handler
+                self.log.warning("sensor %s failed: %s: %s", name, type(exc).__name__, exc)
+            await asyncio.sleep(max(0.0, spec.every - (time.monotonic() - started)))
+
+    # -- state ---------------------------------------------------------------------------------------
+    async def _save_state(self) -> None:
+        try:
+            text = json.dumps(self.state, sort_keys=True, default=str)
+        except (TypeError, ValueError) as exc:
+            self.log.error("agent state is not JSON (%s); not saved", exc)
+            return
+        if text != self._saved_state:
+            await asyncio.to_thread(self.store.put, STATE_KEY, json.loads(text))
+            self._saved_state = text
+
+    # -- strategies over REST ------------------------------------------------------------------------
+    async def add_strategy(self, s: Strategy) -> None:
+        self.strategies[s.name] = s
+        await self._persist_rest_strategies()
+
+    async def remove_strategy(self, name: str) -> Strategy:
+        s = self.strategies.pop(name)
+        await self._persist_rest_strategies()
+        return s
+
+    async def _persist_rest_strategies(self) -> None:
+        specs = []
+        for s in self.strategies.values():
+            if s.source == "rest":
+                j = s.to_json()
+                j.pop("source")
+                specs.append(j)
+        await asyncio.to_thread(self.store.put, REST_STRATEGIES_KEY, specs)
+
+    async def queue_depth(self) -> int:
+        return await asyncio.to_thread(self.store.count_events, "pending")

@@ -1,0 +1,467 @@
+"""The agent's durable store: events inbox, decisions, action outcomes, agent state, sensor watermarks.
+
+Why: "nothing lost". An agent killed at any moment resumes where it was: accepted events stay
+pending until every action they caused has finished; decisions are written in the same transaction
+as the strategy states they changed (so a restart neither re-decides nor forgets a cooldown); each
+action is keyed by its idempotency key, so one that succeeded is never run again.
+
+SQLAlchemy 2 Core on any URL; SQLite (the default, one file per agent) runs in WAL mode with a busy
+timeout, and writes from this process go through one lock (one writer). Every method is synchronous
+and may block: async callers use `await asyncio.to_thread(store.method, ...)`.
+Who calls: scanflow.agent.runtime (the loop), scanflow.agent.app (REST reads), tests, benchmarks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+
+from scanflow.agent.engine import Decision, Intent, StrategyState
+from scanflow.agent.types import Event
+
+ActionStatus = Literal["started", "succeeded", "failed"]
+
+metadata = sa.MetaData()
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("payload", sa.JSON, nullable=False),
+    sa.Column("idempotency_key", sa.String(255), nullable=False, unique=True),
+    sa.Column("source", sa.String(200)),
+    sa.Column("status", sa.String(16), nullable=False, default="pending"),
+    sa.Column("received_at", sa.Float, nullable=False),
+    sa.Column("processed_at", sa.Float),
+    sa.Index("ix_events_status_id", "status", "id"),
+    sqlite_autoincrement=True,
+)
+
+decisions = sa.Table(
+    "decisions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("event_id", sa.Integer, nullable=False, index=True),
+    sa.Column("event_name", sa.String(200), nullable=False),
+    sa.Column("strategy", sa.String(100), nullable=False, index=True),
+    sa.Column("constraint_text", sa.Text, nullable=False),
+    sa.Column("result", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("inputs", sa.JSON, nullable=False),
+    sa.Column("actions", sa.JSON, nullable=False),
+    sa.Column("outcomes", sa.JSON),
+    sa.Column("at", sa.Float, nullable=False),
+)
+
+actions = sa.Table(
+    "actions",
+    metadata,
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("actuator", sa.String(200), nullable=False),
+    sa.Column("agent", sa.String(200)),
+    sa.Column("args", sa.JSON, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("result", sa.JSON),
+    sa.Column("error", sa.Text),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("event_id", sa.Integer),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("finished_at", sa.Float),
+)
+
+kv = sa.Table(
+    "kv",
+    metadata,
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("value", sa.JSON, nullable=False),
+)
+
+STATE_KEY = "agent_state"
+STRATEGY_STATES_KEY = "strategy_states"
+REST_STRATEGIES_KEY = "rest_strategies"
+WATERMARK_PREFIX = "sensor_watermark:"
+
+
+@dataclass(frozen=True)
+class ActionRecord:
+    """One row of the actions table: what happened to the action with this idempotency key."""
+
+    key: str
+    actuator: str
+    agent: str | None
+    args: dict[str, Any]
+    status: ActionStatus
+    result: dict[str, Any] | None
+    error: str | None
+    attempts: int
+    event_id: int | None
+    started_at: float
+    finished_at: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "actuator": self.actuator,
+            "agent": self.agent,
+            "status": self.status,
+            "result": self.result,
+            "error": self.error,
+            "attempts": self.attempts,
+            "event_id": self.event_id,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            if ":memory:" not in url and url not in ("sqlite://", "sqlite:///"):
+                cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: committed data survives a process kill
+            cur.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+class Store:
+    """The durable store of one agent. Thread-safe; writes are serialised by one lock."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        if url in ("sqlite://", "sqlite:///:memory:"):
+            # One shared in-memory database (tests): every connection must see the same data.
+            self.engine = sa.create_engine(
+                "sqlite://", connect_args={"check_same_thread": False}, poolclass=sa.pool.StaticPool
+            )
+        else:
+            self.engine = _make_engine(url)
+        self._write = threading.Lock()
+        metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- events inbox ---------------------------------------------------------------------------
+    def add_event(
+        self,
+        name: str,
+        payload: Mapping[str, Any],
+        key: str | None = None,
+        source: str | None = None,
+        now: float | None = None,
+    ) -> tuple[int, bool]:
+        """Insert into the inbox; returns (id, duplicate). A known idempotency key returns its first id."""
+        key = key or f"auto:{uuid.uuid4().hex}"
+        row = {
+            "name": name,
+            "payload": dict(payload),
+            "idempotency_key": key,
+            "source": source,
+            "status": "pending",
+            "received_at": time.time() if now is None else now,
+        }
+        with self._write:
+            try:
+                with self.engine.begin() as conn:
+                    result = conn.execute(events.insert().values(**row))
+                    pk = result.inserted_primary_key
+                    assert pk is not None
+                    return int(pk[0]), False
+            except IntegrityError:
+                pass
+        with self.engine.connect() as conn:
+            existing = conn.execute(
+                sa.select(events.c.id).where(events.c.idempotency_key == key)
+            ).scalar_one()
+        return int(existing), True
+
+    @staticmethod
+    def _event(row: Any) -> Event:
+        return Event(
+            name=row.name,
+            payload=row.payload,
+            id=row.id,
+            key=row.idempotency_key,
+            source=row.source,
+            received_at=row.received_at,
+        )
+
+    def pending_events(self, after_id: int = 0, limit: int = 100) -> list[Event]:
+        """Pending events in arrival order (id ascending), strictly after `after_id`."""
+        q = (
+            sa.select(events)
+            .where(events.c.status == "pending", events.c.id > after_id)
+            .order_by(events.c.id)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [self._event(r) for r in conn.execute(q)]
+
+    def list_events(self, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Newest first, for GET /events."""
+        q = sa.select(events).order_by(events.c.id.desc()).limit(limit)
+        if status:
+            q = q.where(events.c.status == status)
+        with self.engine.connect() as conn:
+            out = []
+            for r in conn.execute(q):
+                item = self._event(r).to_json()
+                item["status"] = r.status
+                item["processed_at"] = r.processed_at
+                out.append(item)
+            return out
+
+    def count_events(self, status: str | None = None) -> int:
+        q = sa.select(sa.func.count()).select_from(events)
+        if status:
+            q = q.where(events.c.status == status)
+        with self.engine.connect() as conn:
+            return int(conn.execute(q).scalar_one())
+
+    def finish_event(self, event_id: int, outcomes: Mapping[str, Any], now: float) -> None:
+        """Mark an event done (after all its actions finished) and attach the outcomes to its decisions."""
+        with self._write, self.engine.begin() as conn:
+            conn.execute(
+                events.update().where(events.c.id == event_id).values(status="done", processed_at=now)
+            )
+            if outcomes:
+                for row in conn.execute(
+                    sa.select(decisions.c.id, decisions.c.actions).where(
+                        decisions.c.event_id == event_id, decisions.c.result == "fired"
+                    )
+                ):
+                    mine = {a["key"]: outcomes[a["key"]] for a in row.actions if a["key"] in outcomes}
+                    conn.execute(decisions.update().where(decisions.c.id == row.id).values(outcomes=mine))
+
+    # -- decisions ------------------------------------------------------------------------------
+    def record_plan(
+        self, event_id: int, plan_decisions: Sequence[Decision], states: Mapping[str, StrategyState]
+    ) -> None:
+        """Decisions of one event and the new strategy states, in one transaction (see module doc)."""
+        rows = [
+            {
+                "event_id": event_id,
+                "event_name": d.event_name,
+                "strategy": d.strategy,
+                "constraint_text": d.constraint,
+                "result": d.result,
+                "reason": d.reason,
+                "inputs": d.inputs,
+                "actions": [i.to_json() for i in d.intents],
+                "outcomes": None,
+                "at": d.at,
+            }
+            for d in plan_decisions
+        ]
+        with self._write, self.engine.begin() as conn:
+            if rows:
+                conn.execute(decisions.insert(), rows)
+            # A marker row so an event that matched nothing is still known as "decided".
+            else:
+                conn.execute(
+                    decisions.insert().values(
+                        event_id=event_id,
+                        event_name="",
+                        strategy="",
+                        constraint_text="",
+                        result="none",
+                        reason="no strategy matched",
+                        inputs={},
+                        actions=[],
+                        at=time.time(),
+                    )
+                )
+            self._put(conn, STRATEGY_STATES_KEY, {k: v.to_json() for k, v in states.items()})
+
+    def intents_for(self, event_id: int) -> list[Intent] | None:
+        """The intents already decided for this event, or None if it was never decided."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(decisions.c.result, decisions.c.actions)
+                .where(decisions.c.event_id == event_id)
+                .order_by(decisions.c.id)
+            ).all()
+        if not rows:
+            return None
+        return [Intent.from_json(a) for r in rows if r.result == "fired" for a in r.actions]
+
+    def list_decisions(self, limit: int = 100, strategy: str | None = None) -> list[dict[str, Any]]:
+        q = (
+            sa.select(decisions)
+            .where(decisions.c.result != "none")
+            .order_by(decisions.c.id.desc())
+            .limit(limit)
+        )
+        if strategy:
+            q = q.where(decisions.c.strategy == strategy)
+        with self.engine.connect() as conn:
+            return [
+                {
+                    "id": r.id,
+                    "event_id": r.event_id,
+                    "event_name": r.event_name,
+                    "strategy": r.strategy,
+                    "constraint": r.constraint_text,
+                    "result": r.result,
+                    "reason": r.reason,
+                    "inputs": r.inputs,
+                    "actions": r.actions,
+                    "outcomes": r.outcomes,
+                    "at": r.at,
+                }
+                for r in conn.execute(q)
+            ]
+
+    def strategy_states(self) -> dict[str, StrategyState]:
+        raw = self.get(STRATEGY_STATES_KEY) or {}
+        return {k: StrategyState.from_json(v) for k, v in raw.items()}
+
+    # -- actions --------------------------------------------------------------------------------
+    def get_action(self, key: str) -> ActionRecord | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(actions).where(actions.c.key == key)).first()
+        if r is None:
+            return None
+        return ActionRecord(
+            r.key,
+            r.actuator,
+            r.agent,
+            r.args,
+            r.status,
+            r.result,
+            r.error,
+            r.attempts,
+            r.event_id,
+            r.started_at,
+            r.finished_at,
+        )
+
+    def start_action(
+        self,
+        key: str,
+        actuator: str,
+        agent: str | None,
+        args: Mapping[str, Any],
+        event_id: int | None,
+        now: float,
+    ) -> int:
+        """Record an attempt (status 'started'); returns the attempt number (1 for the first)."""
+        with self._write, self.engine.begin() as conn:
+            r = conn.execute(sa.select(actions.c.attempts).where(actions.c.key == key)).first()
+            if r is None:
+                conn.execute(
+                    actions.insert().values(
+                        key=key,
+                        actuator=actuator,
+                        agent=agent,
+                        args=dict(args),
+                        status="started",
+                        attempts=1,
+                        event_id=event_id,
+                        started_at=now,
+                    )
+                )
+                return 1
+            attempts = int(r.attempts) + 1
+            conn.execute(
+                actions.update()
+                .where(actions.c.key == key)
+                .values(status="started", attempts=attempts, started_at=now, error=None)
+            )
+            return attempts
+
+    def finish_action(
+        self,
+        key: str,
+        status: ActionStatus,
+        result: Mapping[str, Any] | None,
+        error: str | None,
+        now: float,
+    ) -> None:
+        with self._write, self.engine.begin() as conn:
+            conn.execute(
+                actions.update()
+                .where(actions.c.key == key)
+                .values(
+                    status=status,
+                    result=dict(result) if result is not None else None,
+                    error=error,
+                    finished_at=now,
+                )
+            )
+
+    def list_actions(self, status: str | None = None, limit: int = 1000) -> list[ActionRecord]:
+        q = sa.select(actions).order_by(actions.c.started_at).limit(limit)
+        if status:
+            q = q.where(actions.c.status == status)
+        with self.engine.connect() as conn:
+            return [
+                ActionRecord(
+                    r.key,
+                    r.actuator,
+                    r.agent,
+                    r.args,
+                    r.status,
+                    r.result,
+                    r.error,
+                    r.attempts,
+                    r.event_id,
+                    r.started_at,
+                    r.finished_at,
+                )
+                for r in conn.execute(q)
+            ]
+
+    def last_successes(self) -> dict[str, float]:
+        """actuator (and 'agent.actuator' for remote ones) -> time it last succeeded; feeds since()."""
+        q = (
+            sa.select(actions.c.actuator, actions.c.agent, sa.func.max(actions.c.finished_at))
+            .where(actions.c.status == "succeeded")
+            .group_by(actions.c.actuator, actions.c.agent)
+        )
+        out: dict[str, float] = {}
+        with self.engine.connect() as conn:
+            for actuator, agent, at in conn.execute(q):
+                if at is None:
+                    continue
+                names = [actuator] + ([f"{agent}.{actuator}"] if agent else [])
+                for n in names:
+                    out[n] = max(out.get(n, 0.0), float(at))
+        return out
+
+    # -- key/value: agent state, strategy states, sensor watermarks, REST strategies ------------
+    @staticmethod
+    def _put(conn: sa.Connection, key: str, value: Any) -> None:
+        updated = conn.execute(kv.update().where(kv.c.key == key).values(value=value)).rowcount
+        if not updated:
+            conn.execute(kv.insert().values(key=key, value=value))
+
+    def put(self, key: str, value: Any) -> None:
+        with self._write, self.engine.begin() as conn:
+            self._put(conn, key, value)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        with self.engine.connect() as conn:
+            v = conn.execute(sa.select(kv.c.value).where(kv.c.key == key)).scalar_one_or_none()
+        return default if v is None else v
+
+    def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
+        with self._write, self.engine.begin() as conn:
+            for k, v in items:
+                self._put(conn, k, v)
