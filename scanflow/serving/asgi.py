@@ -64,7 +64,13 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
 async def send_raw(
     send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = JSON_HEADERS
 ) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

@@ -1,0 +1,415 @@
+"""The gateway: one endpoint per service in front of its replicas.
+
+Launched as `python -m scanflow.serving.gateway --port P --service NAME [--replica URL ...]
+[--backup URL] [--health-interval-s 0.5] [--allow-anonymous]` (SCANFLOW_TOKEN guards /admin).
+
+POST /predict goes (raw ASGI, keep-alive aiohttp pool, TCP_NODELAY) to the healthy replica with the
+fewest outstanding requests. A request that fails because its replica died (connection refused or
+reset) or is draining (503) is retried once on another: predict is idempotent, so scale-down and
+crashes do not fail clients. Health checks (`GET /ready`) run every interval; a failing replica leaves
+the set and comes back when healthy. With no healthy primary replica, traffic fails over to the backup
+URL (another service's gateway or replica) and fails back when one is healthy again; `PUT /admin/route`
+overrides. Who uses it: the platforms (local processes, Kubernetes), the Executor agent (admin API).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from pydantic import BaseModel, Field, SecretStr, field_validator
+
+from scanflow.auth import require_token
+from scanflow.serving.asgi import (
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    send_error,
+    send_raw,
+)
+from scanflow.serving.replica import LATENCY_BUCKETS, run_server
+from scanflow.serving.routing import RouteMode, Target, Upstream, choose, normalize_url, route_of
+
+log = logging.getLogger("scanflow.serving.gateway")
+
+_RETRY_STATUSES = frozenset({502, 503})  # the replica is draining / not ready: another one can answer
+
+
+@dataclass
+class GatewayConfig:
+    service: str = "default"
+    replicas: tuple[str, ...] = ()
+    backup: str | None = None
+    health_interval_s: float = 0.5
+    token: SecretStr | None = None
+    allow_anonymous: bool = False
+    max_body_bytes: int = 4 << 20
+    upstream_timeout_s: float = 30.0
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.latency = Histogram(
+            "scanflow_gateway_request_latency_seconds", "predict latency through the gateway", registry=r,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.requests = Counter(
+            "scanflow_gateway_requests", "predict requests by status and route", ["status", "route"], registry=r
+        )
+        self.upstream_errors = Counter(
+            "scanflow_gateway_upstream_errors", "failed upstream attempts", ["kind"], registry=r
+        )
+        self.retries = Counter("scanflow_gateway_retries", "requests retried on another upstream", registry=r)
+        self.failovers = Counter("scanflow_gateway_failovers", "switches from primary to backup", registry=r)
+        self.failbacks = Counter("scanflow_gateway_failbacks", "switches from backup back to primary", registry=r)
+        self.healthy = Gauge("scanflow_gateway_healthy_replicas", "healthy primary replicas", registry=r)
+        self.outstanding = Gauge("scanflow_gateway_outstanding", "requests in flight upstream", registry=r)
+
+
+class ReplicasRequest(BaseModel):
+    replicas: list[str] = Field(max_length=1024)
+
+    @field_validator("replicas")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        out = [normalize_url(u) for u in v]
+        if len(set(out)) != len(out):
+            raise ValueError("replicas must not repeat a URL")
+        return out
+
+
+class BackupRequest(BaseModel):
+    url: str | None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return None if v is None else normalize_url(v)
+
+
+class RouteRequest(BaseModel):
+    to: RouteMode
+
+
+class Gateway:
+    """Routing state and handlers of one gateway. Built by `create_app`; tests reach it as `app.gateway`."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.metrics = _Metrics()
+        self.replicas: tuple[Upstream, ...] = tuple(Upstream(normalize_url(u)) for u in config.replicas)
+        self.backup: Upstream | None = Upstream(normalize_url(config.backup)) if config.backup else None
+        self.mode: RouteMode = "auto"
+        self.routed_to: Target | None = None
+        self.draining: dict[str, Upstream] = {}  # removed replicas still finishing requests
+        self._tick = 0
+        self._session: aiohttp.ClientSession | None = None
+        self._health_session: aiohttp.ClientSession | None = None
+        self._health_task: asyncio.Task[None] | None = None
+
+    # ---- life cycle -------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
+        # One pool for predict traffic, one for health checks, so a slow check never waits behind load.
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout_s, sock_connect=2.0),
+            skip_auto_headers=("User-Agent",),
+        )
+        self._health_session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=60),
+        )
+        await self.check_health(self.replicas + ((self.backup,) if self.backup else ()))
+        self._health_task = asyncio.create_task(self._health_loop(), name="health-checks")
+        try:
+            yield
+        finally:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+            await self._session.close()
+            await self._health_session.close()
+
+    async def _check_one(self, up: Upstream) -> None:
+        assert self._health_session is not None
+        timeout = aiohttp.ClientTimeout(total=max(0.25, self.config.health_interval_s))
+        try:
+            async with self._health_session.get(up.url + "/ready", timeout=timeout) as resp:
+                await resp.read()
+                ok = resp.status == 200
+                err = None if ok else f"/ready answered {resp.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            ok, err = False, f"{type(exc).__name__}: {exc}"
+        if up.healthy != ok:
+            log.warning("%s is now %s%s", up.url, "healthy" if ok else "unhealthy", f" ({err})" if err else "")
+        up.healthy = ok
+        if err:
+            up.last_error = err
+
+    async def check_health(self, ups: tuple[Upstream, ...]) -> None:
+        if ups:
+            await asyncio.gather(*(self._check_one(u) for u in ups))
+        self._update_route()
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_s)
+            await self.check_health(self.replicas + ((self.backup,) if self.backup else ()))
+
+    def _update_route(self, route: Target | None = None) -> None:
+        """Record where traffic goes now; count failovers and failbacks on each change."""
+        if route is None:
+            primary_ok = any(r.healthy for r in self.replicas)
+            route = route_of(self.mode, primary_ok, self.backup is not None)
+        if route != self.routed_to:
+            if self.routed_to == "primary" and route == "backup":
+                self.metrics.failovers.inc()
+                log.warning("service %s: failover to backup %s", self.config.service, self.backup and self.backup.url)
+            elif self.routed_to == "backup" and route == "primary":
+                self.metrics.failbacks.inc()
+                log.warning("service %s: failback to primary", self.config.service)
+            self.routed_to = route
+        self.metrics.healthy.set(sum(r.healthy for r in self.replicas))
+
+    # ---- hot path ---------------------------------------------------------------------------
+    async def predict(self, scope: Scope, receive: Receive, send: Send) -> None:
+        t0 = time.perf_counter()
+        try:
+            body = await read_body(scope, receive, self.config.max_body_bytes)
+        except BodyTooLarge as exc:
+            await send_error(send, 413, str(exc))
+            self.metrics.requests.labels("413", "none").inc()
+            return
+        except ClientGone:
+            return
+        exclude: frozenset[str] = frozenset()
+        status, payload, ctype, route, up = 503, b"", b"application/json", None, None
+        for attempt in range(2):
+            self._tick += 1
+            route, up = choose(self.mode, self.replicas, self.backup, exclude, self._tick)
+            if up is None:
+                break
+            if route is not None and route != self.routed_to:
+                self._update_route(route)
+            result = await self._forward(up, body)
+            if result is not None:
+                status, payload, ctype = result
+                if status not in _RETRY_STATUSES:
+                    break
+            if attempt == 0:
+                self.metrics.retries.inc()
+            exclude = exclude | {up.url}
+        if up is None and not payload:
+            await send_error(send, 503, f"service {self.config.service!r} has no healthy replica and no backup")
+            self.metrics.requests.labels("503", "none").inc()
+            return
+        if not payload and status == 503:
+            await send_error(send, 503, "upstream replicas failed; try again")
+        else:
+            headers = [(b"content-type", ctype), (b"x-scanflow-upstream", up.url.encode() if up else b"")]
+            await send_raw(send, status, payload, headers)
+        self.metrics.requests.labels(str(status), route or "none").inc()
+        self.metrics.latency.observe(time.perf_counter() - t0)
+
+    async def _forward(self, up: Upstream, body: bytes) -> tuple[int, bytes, bytes] | None:
+        """One attempt; None when the upstream could not answer (dead, reset, timed out)."""
+        assert self._session is not None
+        up.outstanding += 1
+        up.requests += 1
+        try:
+            async with self._session.post(
+                up.url + "/predict", data=body, headers={"Content-Type": "application/json"}
+            ) as resp:
+                payload = await resp.read()
+                ctype = resp.headers.get("Content-Type", "application/json").encode()
+                if resp.status in _RETRY_STATUSES:
+                    up.errors += 1
+                    self.metrics.upstream_errors.labels(f"http_{resp.status}").inc()
+                return resp.status, payload, ctype
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            # Dead or dying replica: take it out now rather than at the next health round.
+            up.healthy = False
+            up.errors += 1
+            up.last_error = f"{type(exc).__name__}: {exc}"
+            self.metrics.upstream_errors.labels("connection").inc()
+            return None
+        except TimeoutError:
+            up.errors += 1
+            up.last_error = "timeout"
+            self.metrics.upstream_errors.labels("timeout").inc()
+            return 504, b'{"detail": "upstream replica timed out"}', b"application/json"
+        finally:
+            up.outstanding -= 1
+
+    # ---- admin ------------------------------------------------------------------------------
+    async def set_replicas(self, urls: list[str]) -> dict[str, object]:
+        """Atomic replace: new URLs are health-checked first; removed ones finish what they have."""
+        current = {r.url: r for r in self.replicas}
+        new = tuple(current.get(u) or Upstream(u) for u in urls)
+        await self.check_health(tuple(r for r in new if r.url not in current))
+        removed = [r for r in self.replicas if r.url not in set(urls)]
+        self.replicas = new  # one assignment: a request sees the old set or the new one
+        for r in removed:
+            if r.outstanding:
+                self.draining[r.url] = r
+        self.draining = {u: r for u, r in self.draining.items() if r.outstanding and u not in urls}
+        self._update_route()
+        return self.state()
+
+    async def set_backup(self, url: str | None) -> dict[str, object]:
+        if url is None:
+            self.backup = None
+            if self.mode == "backup":
+                self.mode = "auto"
+        elif self.backup is None or self.backup.url != url:
+            up = Upstream(url)
+            await self.check_health((up,))
+            self.backup = up
+        self._update_route()
+        return self.state()
+
+    def set_route(self, to: RouteMode) -> dict[str, object]:
+        if to == "backup" and self.backup is None:
+            raise HTTPException(422, "no backup configured: PUT /admin/backup first")
+        self.mode = to
+        self._update_route()
+        return self.state()
+
+    def state(self) -> dict[str, object]:
+        m = self.metrics
+        self.draining = {u: r for u, r in self.draining.items() if r.outstanding}
+        return {
+            "service": self.config.service,
+            "route": self.mode,
+            "routed_to": self.routed_to,
+            "replicas": [r.snapshot() for r in self.replicas],
+            "draining": [r.snapshot() for r in self.draining.values()],
+            "backup": self.backup.snapshot() if self.backup else None,
+            "counts": {
+                "requests": sum(r.requests for r in self.replicas),
+                "retries": int(m.retries._value.get()),
+                "failovers": int(m.failovers._value.get()),
+                "failbacks": int(m.failbacks._value.get()),
+                "upstream_errors": sum(s.value for mm in m.upstream_errors.collect() for s in mm.samples
+                                       if s.name.endswith("_total")),
+            },
+        }
+
+    def render_metrics(self) -> bytes:
+        self.metrics.outstanding.set(
+            sum(r.outstanding for r in self.replicas) + (self.backup.outstanding if self.backup else 0)
+        )
+        return generate_latest(self.metrics.registry)
+
+
+class GatewayApp:
+    """ASGI entry: POST /predict straight to the forwarder, the rest to FastAPI."""
+
+    def __init__(self, gateway: Gateway, api: FastAPI) -> None:
+        self.gateway = gateway
+        self.api = api
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/predict" and scope["method"] == "POST":
+            await self.gateway.predict(scope, receive, send)
+        else:
+            await self.api(scope, receive, send)
+
+
+def create_app(config: GatewayConfig) -> GatewayApp:
+    gw = Gateway(config)
+    api = FastAPI(title=f"scanflow gateway {config.service}", lifespan=gw.lifespan)
+    admin = [Depends(require_token(config.token, allow_anonymous=config.allow_anonymous))]
+
+    @api.get("/health")
+    async def health() -> dict[str, object]:
+        return {"status": "alive", "pid": os.getpid(), "service": config.service}
+
+    @api.get("/ready")
+    async def ready() -> JSONResponse:
+        ok = any(r.healthy for r in gw.replicas) or (gw.backup is not None and gw.backup.healthy)
+        return JSONResponse({"ready": ok, "routed_to": gw.routed_to}, status_code=200 if ok else 503)
+
+    @api.get("/metrics")
+    async def metrics() -> Response:
+        return Response(gw.render_metrics(), media_type=CONTENT_TYPE_LATEST)
+
+    @api.get("/admin/state")
+    async def state() -> dict[str, object]:
+        return gw.state()
+
+    @api.put("/admin/replicas", dependencies=admin)
+    async def replicas(body: ReplicasRequest) -> dict[str, object]:
+        return await gw.set_replicas(body.replicas)
+
+    @api.put("/admin/backup", dependencies=admin)
+    async def backup(body: BackupRequest) -> dict[str, object]:
+        return await gw.set_backup(body.url)
+
+    @api.put("/admin/route", dependencies=admin)
+    async def route(body: RouteRequest) -> dict[str, object]:
+        return gw.set_route(body.to)
+
+    return GatewayApp(gw, api)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m scanflow.serving.gateway", description=__doc__.split("\n")[0])
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--service", default="default")
+    p.add_argument("--replica", action="append", default=[], help="replica base URL (repeatable)")
+    p.add_argument("--backup", default=None, help="base URL taking traffic when no replica is healthy")
+    p.add_argument("--health-interval-s", type=float, default=0.5)
+    p.add_argument("--upstream-timeout-s", type=float, default=30.0)
+    p.add_argument("--max-body-bytes", type=int, default=4 << 20)
+    p.add_argument("--allow-anonymous", action="store_true")
+    p.add_argument("--log-level", default=os.environ.get("SCANFLOW_LOG_LEVEL", "INFO"))
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from scanflow.settings import Settings
+
+    args = parse_args(argv)
+    if args.health_interval_s <= 0:
+        raise SystemExit("--health-interval-s must be > 0")
+    try:
+        config = GatewayConfig(
+            service=args.service,
+            replicas=tuple(normalize_url(u) for u in args.replica),
+            backup=normalize_url(args.backup) if args.backup else None,
+            health_interval_s=args.health_interval_s,
+            token=Settings().token,
+            allow_anonymous=args.allow_anonymous,
+            max_body_bytes=args.max_body_bytes,
+            upstream_timeout_s=args.upstream_timeout_s,
+        )
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    run_server(create_app(config), args.host, args.port, args.log_level)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Routing decisions of the gateway, as pure functions over plain state (no I/O, no clock).
+
+Who calls: scanflow.serving.gateway, on every request (`choose`) and after every health round
+(`route_of`). Kept apart so the rules (least outstanding, skip unhealthy, failover to the backup when
+the primary set has no healthy replica, explicit override) are unit-tested without a network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+RouteMode = Literal["primary", "backup", "auto"]
+Target = Literal["primary", "backup"]
+
+
+@dataclass(eq=False)
+class Upstream:
+    """One upstream (a replica, or the backup endpoint) as the gateway sees it."""
+
+    url: str
+    healthy: bool = False
+    outstanding: int = 0
+    requests: int = 0
+    errors: int = 0
+    last_error: str | None = None
+
+    def snapshot(self) -> dict[str, object]:
+        return {
+            "url": self.url,
+            "healthy": self.healthy,
+            "outstanding": self.outstanding,
+            "requests": self.requests,
+            "errors": self.errors,
+            "last_error": self.last_error,
+        }
+
+
+def normalize_url(url: str) -> str:
+    """'http://h:p/' -> 'http://h:p'; ValueError (-> 422) for anything that is not http(s)://host."""
+    u = url.strip().rstrip("/")
+    scheme, sep, rest = u.partition("://")
+    if not sep or scheme not in ("http", "https") or not rest or " " in rest:
+        raise ValueError(f"{url!r} is not an http(s) URL such as http://127.0.0.1:8001")
+    return u
+
+
+def pick_least_outstanding(replicas: Sequence[Upstream], exclude: frozenset[str], tick: int) -> Upstream | None:
+    """The healthy replica with the fewest requests in flight; ties rotate with `tick` (round robin)."""
+    best: Upstream | None = None
+    n = len(replicas)
+    for i in range(n):
+        r = replicas[(tick + i) % n]
+        if r.healthy and r.url not in exclude and (best is None or r.outstanding < best.outstanding):
+            best = r
+    return best
+
+
+def route_of(mode: RouteMode, primary_healthy: bool, has_backup: bool) -> Target | None:
+    """Where traffic goes: the override if set, else primary while it has a healthy replica, else backup."""
+    if mode == "primary":
+        return "primary"
+    if mode == "backup":
+        return "backup" if has_backup else None
+    if primary_healthy:
+        return "primary"
+    return "backup" if has_backup else None
+
+
+def choose(
+    mode: RouteMode,
+    replicas: Sequence[Upstream],
+    backup: Upstream | None,
+    exclude: frozenset[str],
+    tick: int,
+) -> tuple[Target | None, Upstream | None]:
+    """(route, upstream) for one attempt; upstream None means nowhere to send (answer 503)."""
+    replica = pick_least_outstanding(replicas, exclude, tick) if mode != "backup" else None
+    route = route_of(mode, replica is not None, backup is not None and backup.url not in exclude)
+    if route == "primary":
+        return route, replica
+    if route == "backup" and backup is not None:
+        return route, backup
+    return route, None
