@@ -1,0 +1,143 @@
+"""The digits data: scikit-learn's bundled 8x8 digits (no download), split and corrupted.
+
+Who calls it: the digits training job (train/feedback), the drift detector's tests and benchmark
+(train as reference, calibration for the null distribution, test for clean windows), and the S1
+drift scenario, which feeds `corrupt(...)` windows to the served model.
+
+Pixels are scaled to float32 in [0, 1] and flattened to shape (n, 64); `corrupt` works on the 8x8
+images underneath and returns the same shape and dtype, clipped to [0, 1]. Everything is
+deterministic given a seed (or a `numpy.random.Generator`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+Array = NDArray[np.float32]
+Labels = NDArray[np.int64]
+CorruptionKind = Literal["noise", "rotation", "shift"]
+
+KINDS: tuple[CorruptionKind, ...] = ("noise", "rotation", "shift")
+SEVERITIES: tuple[int, ...] = (1, 2, 3)
+N_FEATURES = 64
+IMAGE_SHAPE = (8, 8)
+
+# Strength per severity. Severity 1 is mild on purpose: noise sigma 0.1 is caught by MMD in only
+# ~3 windows out of 4 (design notes), so detectors can be told apart.
+NOISE_SIGMA = {1: 0.1, 2: 0.2, 3: 0.3}
+ROTATION_DEG = {1: 10.0, 2: 20.0, 3: 30.0}  # angle drawn uniformly in +-[deg/2, deg] per image
+SHIFT_PX = {1: 0.5, 2: 1.0, 3: 1.5}  # sub-pixel shift, random direction per image
+
+# Fractions of the 1,797 images; the remainder is the feedback pool.
+SPLIT_FRACTIONS = {"train": 0.40, "calibration": 0.25, "test": 0.20}
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Disjoint, stratified parts of digits.
+
+    train: fits the classifier and is the drift detector's reference data.
+    calibration: held out from every fit; gives the detector its null distribution.
+    test: clean evaluation data (accuracy, clean drift windows).
+    feedback: a labelled pool the retraining job may draw on (true labels, never predictions).
+    """
+
+    x_train: Array
+    y_train: Labels
+    x_calibration: Array
+    y_calibration: Labels
+    x_test: Array
+    y_test: Labels
+    x_feedback: Array
+    y_feedback: Labels
+    seed: int
+
+    def sizes(self) -> dict[str, int]:
+        return {
+            "train": len(self.x_train),
+            "calibration": len(self.x_calibration),
+            "test": len(self.x_test),
+            "feedback": len(self.x_feedback),
+        }
+
+
+def load_digits_scaled() -> tuple[Array, Labels]:
+    """All 1,797 digits as float32 (n, 64) in [0, 1] (raw pixels are 0..16) and int64 labels."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = (np.asarray(bunch.data, dtype=np.float32) / 16.0).clip(0.0, 1.0)
+    y = np.asarray(bunch.target, dtype=np.int64)
+    return x, y
+
+
+def load_splits(seed: int = 0) -> Splits:
+    """Shuffle digits with `seed` and cut it into train / calibration / test / feedback.
+
+    Stratified by label, so every part has every digit in about the same proportion.
+    """
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits_scaled()
+    n = len(x)
+    n_train = round(SPLIT_FRACTIONS["train"] * n)
+    n_cal = round(SPLIT_FRACTIONS["calibration"] * n)
+    n_test = round(SPLIT_FRACTIONS["test"] * n)
+    x_tr, x_rest, y_tr, y_rest = train_test_split(x, y, train_size=n_train, random_state=seed, stratify=y)
+    x_cal, x_rest, y_cal, y_rest = train_test_split(
+        x_rest, y_rest, train_size=n_cal, random_state=seed + 1, stratify=y_rest
+    )
+    x_te, x_fb, y_te, y_fb = train_test_split(
+        x_rest, y_rest, train_size=n_test, random_state=seed + 2, stratify=y_rest
+    )
+    return Splits(x_tr, y_tr, x_cal, y_cal, x_te, y_te, x_fb, y_fb, seed)
+
+
+def _as_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
+    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def corrupt(
+    x: Array,
+    kind: CorruptionKind,
+    severity: int,
+    rng: np.random.Generator | int | None = None,
+) -> Array:
+    """A corrupted copy of `x` (n, 64): Gaussian noise, rotation or sub-pixel shift.
+
+    `rng` is a Generator or a seed; the same seed gives the same output. Raises ValueError on an
+    unknown kind, a severity outside 1..3 or a wrong shape.
+    """
+    from scipy import ndimage
+
+    if kind not in KINDS:
+        raise ValueError(f"unknown corruption kind {kind!r}; expected one of {list(KINDS)}")
+    if severity not in SEVERITIES:
+        raise ValueError(f"severity must be one of {list(SEVERITIES)}, got {severity!r}")
+    arr = np.asarray(x, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape[1] != N_FEATURES:
+        raise ValueError(f"expected shape (n, {N_FEATURES}), got {arr.shape}")
+    gen = _as_rng(rng)
+    n = len(arr)
+    if kind == "noise":
+        out = arr + gen.normal(0.0, NOISE_SIGMA[severity], size=arr.shape).astype(np.float32)
+    else:
+        images = arr.reshape(n, *IMAGE_SHAPE)
+        out_images = np.empty_like(images)
+        if kind == "rotation":
+            top = ROTATION_DEG[severity]
+            angles = gen.uniform(top / 2, top, size=n) * gen.choice([-1.0, 1.0], size=n)
+            for i in range(n):
+                out_images[i] = ndimage.rotate(images[i], angles[i], reshape=False, order=1, mode="constant")
+        else:
+            theta = gen.uniform(0.0, 2 * np.pi, size=n)
+            dist = SHIFT_PX[severity]
+            for i in range(n):
+                offset = (dist * np.sin(theta[i]), dist * np.cos(theta[i]))
+                out_images[i] = ndimage.shift(images[i], offset, order=1, mode="constant")
+        out = out_images.reshape(n, N_FEATURES)
+    return np.clip(out, 0.0, 1.0).astype(np.float32)
