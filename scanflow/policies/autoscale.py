@@ -10,7 +10,7 @@ Steps, in order:
    where the backlog term drains the queue already built up within `drain_s`. Without them, the
    queue-depth estimate in_flight / target_in_flight (Ray Serve's target ongoing requests).
 2. factors: latency above the SLO means overload -> at least one replica more than now (unless
-   replicas are still starting); latency in the band between `latency_low` * SLO and the SLO means
+   replicas are still starting, or the last change is younger than `settle_s`); latency in the band between `latency_low` * SLO and the SLO means
    "comfortable" -> never scale down; only below the band may the count fall.
 3. guardrails (bounds, cold start, hysteresis, cooldown, max step): `guardrails.apply_guardrails`.
 
@@ -46,13 +46,14 @@ class AutoscaleConfig:
     target_in_flight: float = 2.0  # per replica, used when rate or service time is unknown
     drain_s: float = 5.0  # drain an existing backlog within this many (nominal) seconds
     latency_low: float = 0.5  # below latency_low * SLO, scaling down is allowed
+    settle_s: float = 10.0  # after a change, latency above the SLO alone adds no replica for this long
     guardrails: Guardrails = field(default_factory=default_autoscale_guardrails)
 
     def __post_init__(self) -> None:
         if not 0 < self.target_utilization <= 1:
             raise ValueError(f"target_utilization must be in (0, 1], got {self.target_utilization}")
-        if self.target_in_flight <= 0 or self.drain_s <= 0:
-            raise ValueError("target_in_flight and drain_s must be > 0")
+        if self.target_in_flight <= 0 or self.drain_s <= 0 or self.settle_s < 0:
+            raise ValueError("target_in_flight and drain_s must be > 0, settle_s >= 0")
         if not 0 <= self.latency_low < 1:
             raise ValueError(f"latency_low must be in [0, 1), got {self.latency_low}")
 
@@ -117,11 +118,13 @@ def decide(ctx: AutoscaleContext) -> tuple[ScaleDecision, AutoscaleState]:
     ready = current if ctx.ready_replicas is None else ctx.ready_replicas
     estimate, source = needed_replicas(ctx)
     slo = ctx.slo_latency_ms
-    starting = ready < current
+    last_change = ctx.state.guard.last_change_at
+    settling = last_change is not None and ctx.now - last_change < cfg.settle_s / cfg.guardrails.time_scale
     if ctx.latency_ms is not None and ctx.latency_ms > slo:
         band = "over-slo"
-        # Overload: at least one more, unless replicas already asked for are still starting.
-        raw = max(estimate, current if starting else current + 1)
+        # Overload: at least one more than now, unless replicas already asked for are still starting
+        # or the last change has not had time to drain the backlog (else every tick adds one).
+        raw = max(estimate, current if ready < current or settling else current + 1)
     elif ctx.latency_ms is not None and ctx.latency_ms > cfg.latency_low * slo:
         band = "comfortable"
         raw = max(estimate, current)  # may scale up ahead of a breach, never down

@@ -1,0 +1,1 @@
+"""Fixtures of the policies tests: none needed beyond policy_replay helpers (policies are pure)."""

@@ -1,0 +1,121 @@
+"""Autoscale policy: scripted tick sequences (overload, idle, interrupted, oscillating) tick by tick."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from policy_replay import Tick, replay_autoscale, replicas, with_guard
+
+from scanflow.policies import autoscale
+from scanflow.policies.autoscale import AutoscaleConfig, AutoscaleContext
+
+CFG = with_guard(AutoscaleConfig(), cold_start_s=0.0)  # most scripts start with trusted metrics
+OVER = Tick(latency_ms=200.0, in_flight=40.0, arrival_rate=3600.0, service_time_ms=1.0)
+IDLE = Tick(latency_ms=5.0, in_flight=0.5, arrival_rate=300.0, service_time_ms=1.0)
+
+
+def direction_changes(rs: list[int]) -> int:
+    moves = [b - a for a, b in itertools.pairwise(rs) if b != a]
+    return sum(1 for a, b in itertools.pairwise(moves) if (a > 0) != (b > 0))
+
+
+def test_overload_scales_up_at_once_to_the_rate_estimate() -> None:
+    got = replay_autoscale([OVER] * 3, CFG, start=1)
+    # (3600 rps * 1 ms + 40 queued * 1 ms / 5 s) / 0.7 = 5.15 -> 6, at the very first tick, then steady
+    assert replicas(got) == [6, 6, 6]
+    assert got[0].action == "up" and got[0].inputs["estimate_source"] == "rate"
+    assert got[1].action == "hold"
+
+
+def test_overload_without_rate_uses_queue_depth_and_the_max_bound() -> None:
+    tick = Tick(latency_ms=120.0, in_flight=30.0)
+    got = replay_autoscale([tick], CFG, start=2)
+    assert got[0].replicas == 8  # 30 in flight / 2 per replica = 15, clamped to max 8
+    assert got[0].inputs["estimate_source"] == "queue"
+
+
+def test_over_slo_adds_at_least_one_even_when_the_estimate_is_low() -> None:
+    tick = Tick(latency_ms=80.0, in_flight=1.0, arrival_rate=100.0, service_time_ms=1.0)
+    assert replicas(replay_autoscale([tick], CFG, start=2)) == [3]
+
+
+def test_over_slo_waits_for_replicas_still_starting() -> None:
+    tick = {"latency_ms": 80.0, "in_flight": 1.0, "arrival_rate": 100.0, "service_time_ms": 1.0}
+    d, _ = autoscale.decide(AutoscaleContext(now=0.0, current_replicas=3, ready_replicas=2, slo_latency_ms=50.0,
+                                             config=CFG, **tick))
+    assert d.action == "hold" and d.replicas == 3
+
+
+def test_idle_scales_down_slowly_one_at_a_time_to_min() -> None:
+    got = replay_autoscale([IDLE] * 200, CFG, start=4)
+    rs = replicas(got)
+    downs = [i for i in range(1, len(rs)) if rs[i] < rs[i - 1]] + ([0] if rs[0] < 4 else [])
+    assert rs[-1] == 1 and min(rs) == 1
+    assert all(b - a >= -1 for a, b in zip([4] + rs, rs))  # max step down 1
+    assert downs[0] >= 30  # down_delay 30 s with 1 s ticks
+    assert all(b - a >= 60 for a, b in itertools.pairwise(downs))  # cooldown 60 s between steps
+    assert direction_changes(rs) == 0
+
+
+def test_comfortable_band_never_scales_down() -> None:
+    tick = Tick(latency_ms=30.0, in_flight=0.5, arrival_rate=300.0, service_time_ms=1.0)  # 30 ms in (25, 50]
+    got = replay_autoscale([tick] * 100, CFG, start=4)
+    assert set(replicas(got)) == {4}
+    assert got[-1].inputs["band"] == "comfortable"
+
+
+def test_interrupted_idle_restarts_the_down_streak() -> None:
+    # 20 idle ticks, one busy tick (estimate 3 of 3 replicas: steady), 40 idle ticks
+    busy = Tick(latency_ms=30.0, in_flight=2.0, arrival_rate=1800.0, service_time_ms=1.0)
+    got = replay_autoscale([IDLE] * 20 + [busy] + [IDLE] * 40, CFG, start=3)
+    rs = replicas(got)
+    assert rs[:50] == [3] * 50  # the streak restarted at tick 21: 30 s more before any move
+    assert rs[51] == 2
+
+
+def test_oscillating_load_around_the_slo_never_flaps() -> None:
+    high = Tick(latency_ms=70.0, in_flight=6.0, arrival_rate=1800.0, service_time_ms=1.0)
+    got = replay_autoscale([high, IDLE] * 60, CFG, start=1)
+    rs = replicas(got)
+    assert rs[0] == 3  # 1.8 busy cores / 0.7 -> 3 at once
+    assert direction_changes(rs) == 0 and rs == sorted(rs)  # only ever up, never down while it oscillates
+
+
+def test_cold_start_holds_scale_down_then_releases_it() -> None:
+    cfg = with_guard(AutoscaleConfig(), cold_start_s=30.0, down_delay_s=0.0, down_ticks=1)
+    rs = replicas(replay_autoscale([IDLE] * 35, cfg, start=3))
+    assert rs[:30] == [3] * 30 and rs[30] == 2
+
+
+def test_time_scale_shortens_the_down_delay() -> None:
+    cfg = with_guard(CFG, time_scale=10.0)
+    rs = replicas(replay_autoscale([IDLE] * 10, cfg, start=3, dt=1.0))
+    assert rs[5] == 2  # 30 s / 10 = 3 s of streak and 5 ticks
+
+
+def test_decision_records_reason_and_inputs_as_json() -> None:
+    d = replay_autoscale([OVER], CFG)[0]
+    data = json.loads(json.dumps(d.to_dict()))
+    assert data["replicas"] == 6 and data["action"] == "up"
+    assert "over-slo" in data["reason"] and data["inputs"]["latency_ms"] == 200.0
+
+
+@pytest.mark.parametrize("kw", [{"current_replicas": -1}, {"slo_latency_ms": 0.0}, {"in_flight": -3.0}])
+def test_bad_context_is_refused(kw: dict[str, float]) -> None:
+    base = {"now": 0.0, "current_replicas": 1, "slo_latency_ms": 50.0}
+    with pytest.raises(ValueError):
+        AutoscaleContext(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_bad_config_is_refused() -> None:
+    with pytest.raises(ValueError, match="target_utilization"):
+        AutoscaleConfig(target_utilization=1.5)
+
+
+def test_over_slo_adds_one_again_only_after_the_last_change_settled() -> None:
+    # the estimate says 2 but latency stays above the SLO: +1 now, then nothing for settle_s (10 s), +1
+    tick = Tick(latency_ms=80.0, in_flight=1.0, arrival_rate=1000.0, service_time_ms=1.0)
+    rs = replicas(replay_autoscale([tick] * 12, CFG, start=2))
+    assert rs[0] == 3 and rs[1:10] == [3] * 9 and rs[10] == 4

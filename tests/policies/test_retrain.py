@@ -1,0 +1,76 @@
+"""Retrain on K of M drifted windows with cooldown; promote challenger vs champion."""
+
+from __future__ import annotations
+
+import pytest
+
+from scanflow.policies import retrain
+from scanflow.policies.retrain import (
+    Evaluation,
+    PromotionConfig,
+    RetrainConfig,
+    RetrainContext,
+    RetrainState,
+    decide_promotion,
+)
+
+
+def replay(windows: list[bool | None], cfg: RetrainConfig, *, running: list[bool] | None = None,
+           dt: float = 60.0) -> list[bool]:
+    state, out = RetrainState(), []
+    for i, w in enumerate(windows):
+        d, state = retrain.decide(RetrainContext(now=i * dt, drift=w, config=cfg, state=state,
+                                                 retrain_running=bool(running and running[i])))
+        out.append(d.retrain)
+    return out
+
+
+CFG = RetrainConfig(k=2, m=3, cooldown_s=600.0)
+
+
+def test_a_lone_false_positive_never_retrains() -> None:
+    assert replay([True, False, False, True, False, False, True], CFG) == [False] * 7
+
+
+def test_two_of_three_drifted_windows_retrain_once() -> None:
+    got = replay([False, True, False, True, True, True], CFG)
+    assert got == [False, False, False, True, False, False]  # history cleared, then cooldown
+
+
+def test_cooldown_then_fresh_evidence_retrains_again() -> None:
+    # retrain at t=60 (2nd window); windows every 60 s; cooldown 600 s
+    got = replay([True, True] + [True] * 12, CFG)
+    fired = [i for i, f in enumerate(got) if f]
+    assert fired[0] == 1 and fired[1] * 60 - 60 >= 600
+
+
+def test_not_while_a_retrain_is_running() -> None:
+    windows: list[bool | None] = [True, True, True, None]
+    assert replay(windows, CFG, running=[True, True, True, False]) == [False, False, False, True]
+
+
+def test_outside_record_of_last_retrain_counts() -> None:
+    st = RetrainState(windows=(True,))
+    d, _ = retrain.decide(RetrainContext(now=1000.0, drift=True, last_retrain_at=700.0, config=CFG, state=st))
+    assert not d.retrain and "cooldown" in d.reason and d.inputs["since_last_retrain_s"] == 300.0
+
+
+def test_bad_k_m_refused() -> None:
+    with pytest.raises(ValueError, match="k"):
+        RetrainConfig(k=4, m=3)
+
+
+def test_promotion_rules() -> None:
+    champ = Evaluation(accuracy_clean=0.97, accuracy_drifted=0.70)
+    assert decide_promotion(Evaluation(0.965, 0.85), champ).promote
+    assert not decide_promotion(Evaluation(0.93, 0.90), champ).promote  # loses 4 points clean
+    assert not decide_promotion(Evaluation(0.98, 0.70), champ).promote  # no gain on drifted data
+    assert decide_promotion(Evaluation(0.5, 0.5), None).promote  # first model
+    strict = PromotionConfig(min_gain_drifted=0.2)
+    d = decide_promotion(Evaluation(0.97, 0.85), champ, strict)
+    assert not d.promote and "gain" in d.reason and d.to_dict()["inputs"]["champion"]["accuracy_drifted"] == 0.7
+
+
+def test_evaluation_refuses_accuracies_outside_0_1() -> None:
+    with pytest.raises(ValueError, match="accuracy_clean"):
+        Evaluation(accuracy_clean=97.0, accuracy_drifted=0.5)
