@@ -455,6 +455,15 @@ class LocalPlatform:
                 threads=threads if isinstance(threads, int) else (info.threads if info else None),
                 model_version=str(version) if version is not None else None,
             ))
+        try:
+            gw = procs.call("GET", f"{endpoint}/admin/state", timeout_s=2.0, retries=0) or {}
+        except procs.HttpError as exc:
+            gw = {}
+            notes += (f"gateway state unreadable: {exc}",)
+        if gw.get("routed_to") == "backup":
+            routed = routed or spec.backup or "backup"
+        elif gw.get("routed_to") == "primary":
+            routed = spec.name
         if not self.cgroup_support.usable:
             notes += (f"cgroup limits not applied: {self.cgroup_support.reason}",)
         return ServiceStatus(
