@@ -148,6 +148,7 @@ class KubernetesPlatform:
         resize_timeout_s: float = 60.0,
         poll_interval_s: float = 1.0,
         sync_template_after_resize: bool = True,
+        job_grace_s: float = 30.0,
     ) -> None:
         if api_client is None and None in (core, apps, batch, autoscaling):
             api_client = k8s.ApiClient()  # from the loaded kubeconfig / in-cluster config
@@ -168,6 +169,7 @@ class KubernetesPlatform:
         self.resize_timeout_s = resize_timeout_s
         self.poll_interval_s = poll_interval_s
         self.sync_template_after_resize = sync_template_after_resize
+        self.job_grace_s = job_grace_s  # past timeout_s: activeDeadlineSeconds should have fired first
         self._server_version: tuple[int, int] | None = None
 
     @classmethod
@@ -496,7 +498,7 @@ class KubernetesPlatform:
                             workflow=self.workflow, tracking_uri=self.tracking_uri)
         started = time.monotonic()
         self._call("create", "jobs", self.batch.create_namespaced_job, self.namespace, body)
-        deadline = started + job.timeout_s + 30  # activeDeadlineSeconds fires first on a live cluster
+        deadline = started + job.timeout_s + self.job_grace_s
         succeeded: bool | None = None
         message = ""
         while succeeded is None:

@@ -235,12 +235,14 @@ def secret_env(name: str, key: str, *, optional: bool = False) -> dict[str, Any]
 
 
 def probes(path: str = HEALTH_PATH) -> dict[str, Any]:
-    get = {"httpGet": {"path": path, "port": "http"}}
+    def get() -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": "http"}}
+
     return {
-        "readinessProbe": {**get, "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 3},
-        "livenessProbe": {**get, "initialDelaySeconds": 20, "periodSeconds": 10, "timeoutSeconds": 3,
+        "readinessProbe": {**get(), "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 3},
+        "livenessProbe": {**get(), "initialDelaySeconds": 20, "periodSeconds": 10, "timeoutSeconds": 3,
                           "failureThreshold": 6},
-        "startupProbe": {**get, "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 60},
+        "startupProbe": {**get(), "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 60},
     }
 
 

@@ -1,0 +1,303 @@
+"""KubernetesPlatform driven through the official client against kmock on loopback.
+
+kmock applies every patch as a plain JSON merge and runs no controllers, so these tests check two
+things: the state kmock ends up with, and the exact requests (path, verb, patch content type, body)
+that a real API server needs; strategic-merge semantics are asserted on the request only.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+import kmock
+import pytest
+
+from scanflow.platform.base import PlatformError
+from scanflow.platform.kubernetes import KubernetesForbidden, KubernetesNotFound, KubernetesPlatform
+from scanflow.spec import Affinity, Job, Resources, Service
+
+NS = "scanflow"
+DEP = "/apis/apps/v1/namespaces/scanflow/deployments"
+SVC = "/api/v1/namespaces/scanflow/services"
+MERGE = "application/merge-patch+json"
+SMP = "application/strategic-merge-patch+json"
+
+PRIMARY = Service(name="digits", model_uri="models:/digits@champion", replicas=2,
+                  resources=Resources(cpu=1.5, memory="512Mi"), backup="digits-backup")
+BACKUP = Service(name="digits-backup", model_uri="models:/digits@champion", replicas=1)
+
+
+def stored(km: Any, group_version_plural: str, name: str) -> dict[str, Any]:
+    res = km.emulator.resources  # noqa: F841  (kept for readers: objects are keyed by resource)
+    for (resource, ns, obj_name), obj in km.emulator.objects.items():
+        if f"{resource.group}/{resource.version}/{resource.plural}".lstrip("/") == group_version_plural \
+                and ns == NS and obj_name == name and not obj.deleted:
+            return dict(obj.raw)
+    raise KeyError(name)
+
+
+def add_pod(plat: KubernetesPlatform, name: str, service: str, *, cpu: str = "1500m",
+            conditions: list[dict[str, str]] | None = None) -> None:
+    plat.core.create_namespaced_pod(NS, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"scanflow.io/service": service}},
+        "spec": {"containers": [{"name": "replica", "image": "scanflow:0.1.0",
+                                 "resources": {"requests": {"cpu": cpu, "memory": "512Mi"},
+                                               "limits": {"memory": "512Mi"}}}]},
+        "status": {"podIP": "10.0.0.7", "conditions": [{"type": "Ready", "status": "True"},
+                                                       *(conditions or [])]},
+    })
+
+
+def test_deploy_creates_then_patches_idempotently(kmock_server, make_platform):
+    plat = make_platform()
+    st = plat.deploy(PRIMARY)
+    assert [(m, p) for m, p, _ in kmock_server.calls()[:2]] == [("POST", DEP), ("POST", SVC)]
+    dep = stored(kmock_server, "apps/v1/deployments", "digits")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert dep["spec"]["replicas"] == 2
+    assert container["resizePolicy"][0] == {"resourceName": "cpu", "restartPolicy": "NotRequired"}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert st.routed_to == "digits" and st.desired_replicas == 2
+
+    kmock_server.mark()
+    plat.deploy(PRIMARY)  # second time: create conflicts (409) -> patch
+    calls = kmock_server.calls()
+    assert ("PATCH", f"{DEP}/digits", SMP) in calls
+    assert ("PATCH", f"{SVC}/digits", MERGE) in calls
+    dep_patch = next(r.data for r in kmock_server.requests() if r.url.path == f"{DEP}/digits"
+                     and r.method.value == "PATCH")
+    assert dep_patch["spec"]["template"]["spec"]["containers"][0]["name"] == "replica"  # merge key
+    svc_patch = next(r.data for r in kmock_server.requests() if r.url.path == f"{SVC}/digits"
+                     and r.method.value == "PATCH")
+    assert "selector" not in svc_patch["spec"]  # a failover route survives a re-deploy
+
+
+def test_scale_uses_scale_subresource_with_merge_patch(kmock_server, make_platform):
+    plat = make_platform()
+    plat.deploy(PRIMARY)
+    kmock_server.mark()
+    st = plat.scale("digits", 5)
+    scale_req = [r for r in kmock_server.requests() if r.url.path.endswith("/scale")]
+    assert [(r.method.value, r.url.path, r.headers["Content-Type"]) for r in scale_req] == [
+        ("PATCH", f"{DEP}/digits/scale", MERGE)]
+    assert scale_req[0].data == {"spec": {"replicas": 5}}
+    assert stored(kmock_server, "apps/v1/deployments", "digits")["spec"]["replicas"] == 5
+    assert st.desired_replicas == 5 and st.notes == ()
+
+
+def test_scale_moves_hpa_bounds_instead_of_fighting_it(kmock_server, make_platform):
+    plat = make_platform()
+    plat.deploy(PRIMARY)
+    plat.autoscaling.create_namespaced_horizontal_pod_autoscaler(NS, {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "digits-hpa", "namespace": NS},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "digits"},
+                 "minReplicas": 1, "maxReplicas": 10}})
+    kmock_server.mark()
+    st = plat.scale("digits", 4)
+    paths = [p for _, p, _ in kmock_server.calls()]
+    assert not any(p.endswith("/scale") for p in paths)
+    hpa_patch = [r for r in kmock_server.requests() if r.method.value == "PATCH"]
+    assert [(r.url.path, r.headers["Content-Type"], r.data) for r in hpa_patch] == [(
+        "/apis/autoscaling/v2/namespaces/scanflow/horizontalpodautoscalers/digits-hpa", MERGE,
+        {"spec": {"minReplicas": 4, "maxReplicas": 4}})]
+    assert any("HPA 'digits-hpa'" in n and "[1, 10] to [4, 4]" in n for n in st.notes)
+    with pytest.raises(PlatformError, match="cannot scale to 0"):
+        plat.scale("digits", 0)
+
+
+def test_resize_in_place_then_template(kmock_server, make_platform):
+    plat = make_platform(minor=34)
+    plat.deploy(PRIMARY)
+    add_pod(plat, "digits-a", "digits")
+    add_pod(plat, "digits-b", "digits")
+    kmock_server.mark()
+    change = plat.set_resources("digits", Resources(cpu=1, memory="768Mi"))
+    assert change.method == "in-place", change.notes
+    resizes = [r for r in kmock_server.requests() if r.url.path.endswith("/resize")]
+    assert sorted(r.url.path for r in resizes) == [
+        "/api/v1/namespaces/scanflow/pods/digits-a/resize", "/api/v1/namespaces/scanflow/pods/digits-b/resize"]
+    assert {r.headers["Content-Type"] for r in resizes} == {SMP}
+    assert resizes[0].data == {"spec": {"containers": [{"name": "replica", "resources": {
+        "requests": {"cpu": "1", "memory": "768Mi"}, "limits": {"memory": "768Mi"}}}]}}
+    pod = stored(kmock_server, "v1/pods", "digits-a")
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
+    template_patch = [r for r in kmock_server.requests() if r.url.path == f"{DEP}/digits"
+                      and r.method.value == "PATCH"]
+    assert len(template_patch) == 1 and template_patch[0].headers["Content-Type"] == SMP
+    c = template_patch[0].data["spec"]["template"]["spec"]["containers"][0]
+    assert c["name"] == "replica" and c["resources"]["requests"]["cpu"] == "1"
+    assert {"name": "SCANFLOW_THREADS", "value": "1"} in c["env"]
+    # ordering: pods first, template after (new pods match what the old ones now run)
+    order = [r.url.path for r in kmock_server.requests() if r.method.value == "PATCH"]
+    assert order[-1] == f"{DEP}/digits"
+
+
+def test_resize_falls_back_to_rolling_update_on_old_cluster(kmock_server, make_platform):
+    plat = make_platform(minor=32)
+    plat.deploy(PRIMARY)
+    add_pod(plat, "digits-a", "digits")
+    kmock_server.mark()
+    change = plat.set_resources("digits", Resources(cpu=2, memory="512Mi"))
+    assert change.method == "rolling-update" and "1.32 < 1.33" in change.notes[0]
+    assert not any(p.endswith("/resize") for _, p, _ in kmock_server.calls())
+    patch = next(r for r in kmock_server.requests() if r.method.value == "PATCH")
+    assert patch.headers["Content-Type"] == SMP
+    assert patch.data["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+
+
+def test_pinned_means_guaranteed_integer_cpus_by_rolling_update(kmock_server, make_platform):
+    plat = make_platform(minor=35)
+    plat.deploy(PRIMARY)
+    add_pod(plat, "digits-a", "digits")
+    kmock_server.mark()
+    aff = Affinity(policy="pinned", node_selector={"pool": "inference"}, spread_across_nodes=True)
+    change = plat.set_resources("digits", Resources(cpu=1.5, memory="1Gi"), aff, threads=2)
+    assert change.method == "rolling-update" and "QoS class would change Burstable -> Guaranteed" in change.notes[0]
+    patch = next(r.data for r in kmock_server.requests() if r.method.value == "PATCH")
+    spec = patch["spec"]["template"]["spec"]
+    assert spec["containers"][0]["resources"] == {"requests": {"cpu": "2", "memory": "1Gi"},
+                                                  "limits": {"cpu": "2", "memory": "1Gi"}}
+    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"] == [{"key": "pool", "operator": "In", "values": ["inference"]}]
+    assert spec["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
+    assert patch["spec"]["template"]["metadata"]["annotations"]["scanflow.io/affinity"] == "pinned"
+    # pinned pods are never resized in place, even when QoS stays Guaranteed
+    kmock_server.mark()
+    again = plat.set_resources("digits", Resources(cpu=3, memory="1Gi"), aff)
+    assert again.method == "rolling-update" and "static CPU manager" in again.notes[0]
+    # back to none: the placement is deleted with nulls (strategic merge), QoS changes again.
+    # kmock merges lists as plain JSON and would store the nulls inside the container list, which a
+    # real server never returns: answer this one patch with a stub (kmock still records the request).
+    kmock_server.emulator["patch", kmock.resource("apps", "v1", "deployments")] << {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "digits", "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"scanflow.io/service": "digits"}}, "template": {}}}
+    back = plat.set_resources("digits", Resources(cpu=1, memory="1Gi"), Affinity())
+    last = [r.data for r in kmock_server.requests() if r.method.value == "PATCH"][-1]
+    assert back.method == "rolling-update"
+    assert last["spec"]["template"]["spec"]["affinity"] is None
+    assert last["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"memory": "1Gi",
+                                                                                         "cpu": None}
+
+
+def test_infeasible_in_place_resize_falls_back(kmock_server, make_platform):
+    plat = make_platform(minor=34)
+    plat.deploy(PRIMARY)
+    add_pod(plat, "digits-a", "digits", conditions=[
+        {"type": "PodResizePending", "status": "True", "reason": "Infeasible", "message": "Node didn't have enough capacity"}])
+    change = plat.set_resources("digits", Resources(cpu=64, memory="512Mi"))
+    assert change.method == "rolling-update"
+    assert any("infeasible" in n for n in change.notes)
+
+
+def test_route_to_backup_and_back(kmock_server, make_platform):
+    plat = make_platform()
+    plat.deploy(PRIMARY)
+    plat.deploy(BACKUP)
+    kmock_server.mark()
+    st = plat.route("digits", to="digits-backup")
+    patch = next(r for r in kmock_server.requests() if r.method.value == "PATCH")
+    assert (patch.url.path, patch.headers["Content-Type"]) == (f"{SVC}/digits", MERGE)
+    assert patch.data["spec"] == {"selector": {"scanflow.io/service": "digits-backup"}}
+    assert st.routed_to == "digits-backup"
+    assert stored(kmock_server, "v1/services", "digits")["spec"]["selector"] == {"scanflow.io/service": "digits-backup"}
+    assert plat.route("digits").routed_to == "digits"
+    with pytest.raises(KubernetesNotFound, match="deployments"):
+        plat.route("digits", to="nowhere")
+    assert plat.status("digits").routed_to == "digits"
+
+
+def test_forbidden_names_verb_and_resource(kmock_server, make_platform):
+    plat = make_platform()
+    plat.deploy(PRIMARY)
+    kmock_server.emulator["patch", kmock.resource("apps", "v1", "deployments")] << 403
+    with pytest.raises(KubernetesForbidden, match=r"lacks verb 'patch' on resource 'deployments/scale'"):
+        plat.scale("digits", 3)
+
+
+def test_unreachable_api_retries_a_bounded_number_of_times(kmock_server, make_platform):
+    kmock_server.emulator["get /version/"] << 503
+    plat = make_platform(retries=2)  # registered after the 503, so the 503 answers first
+    with pytest.raises(PlatformError) as info:
+        plat.set_resources("digits", Resources())
+    assert info.value.retryable or "not found" in str(info.value)
+
+
+def test_retries_on_503_are_bounded(kmock_server, make_platform):
+    plat = make_platform(retries=2)
+    kmock_server.emulator["get", re.compile(r".*/deployments/flaky$")] << 503
+    kmock_server.mark()
+    with pytest.raises(PlatformError) as info:
+        plat.status("flaky")
+    assert info.value.retryable
+    assert [p for _, p, _ in kmock_server.calls()] == [f"{DEP}/flaky"] * 3
+
+
+async def test_blocking_calls_refuse_a_running_event_loop(make_platform):
+    plat = make_platform()
+    with pytest.raises(RuntimeError, match="asyncio.to_thread"):
+        plat.scale("digits", 2)
+
+
+def _complete_job_when_created(plat: KubernetesPlatform, *, succeed: bool) -> threading.Thread:
+    """Play the job controller: mark the first Job complete (or failed) and give it a pod."""
+
+    def run() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            jobs = plat.batch.list_namespaced_job(NS).items
+            if jobs:
+                name = jobs[0].metadata.name
+                add_job_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                    "name": f"{name}-x", "namespace": NS, "labels": {"batch.kubernetes.io/job-name": name}},
+                    "spec": {"containers": [{"name": "job", "image": "x"}]}}
+                plat.core.create_namespaced_pod(NS, add_job_pod)
+                cond = {"type": "Complete" if succeed else "Failed", "status": "True", "reason": "Done"}
+                plat.batch.patch_namespaced_job_status(name, NS, {"status": {"conditions": [cond]}})
+                return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.slow
+def test_run_job_waits_on_conditions_and_attaches_logs_to_mlflow(kmock_server, make_platform, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    kmock_server.emulator["get", re.compile(r".*/pods/[^/]+/log$")] << "epoch 1 loss 0.42\n"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    plat = make_platform(tracking_uri=uri)
+    job = Job(name="train", entrypoint="workflows.digits.train:main", params={"epochs": 3})
+    helper = _complete_job_when_created(plat, succeed=True)
+    result = plat.run_job(job, {"api_token": "s3cret", "lr": 0.01})
+    helper.join(5)
+    assert result.succeeded and result.run_id, result.message
+    create = next(r for r in kmock_server.requests() if r.method.value == "POST"
+                  and r.url.path == "/apis/batch/v1/namespaces/scanflow/jobs")
+    spec = create.data["spec"]
+    assert spec["backoffLimit"] == 1 and spec["ttlSecondsAfterFinished"] == 3600
+    assert "s3cret" not in create.text
+    client = MlflowClient(uri)
+    run = client.get_run(result.run_id)
+    assert run.data.params == {"epochs": "3", "lr": "0.01"} and run.info.status == "FINISHED"
+    local = client.download_artifacts(result.run_id, f"logs/{result.name}.log", str(tmp_path))
+    assert "epoch 1 loss 0.42" in open(local).read()
+
+
+def test_run_job_failure_and_timeout(kmock_server, make_platform):
+    plat = make_platform()
+    helper = _complete_job_when_created(plat, succeed=False)
+    failed = plat.run_job(Job(name="train", entrypoint=["python", "-c", "raise SystemExit(1)"]))
+    helper.join(5)
+    assert not failed.succeeded and failed.message.startswith("failed: Done")
+    plat2 = make_platform(job_grace_s=0)
+    timed_out = plat2.run_job(Job(name="slow", entrypoint=["sleep", "100"], timeout_s=0.05))
+    assert not timed_out.succeeded and "timed out" in timed_out.message
+    assert any(m == "DELETE" and p.endswith(f"/jobs/{timed_out.name}") for m, p, _ in kmock_server.calls())
