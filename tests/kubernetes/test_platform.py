@@ -8,6 +8,7 @@ that a real API server needs; strategic-merge semantics are asserted on the requ
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import threading
 import time
 from typing import Any
@@ -288,7 +289,7 @@ def test_run_job_waits_on_conditions_and_attaches_logs_to_mlflow(kmock_server, m
     run = client.get_run(result.run_id)
     assert run.data.params == {"epochs": "3", "lr": "0.01"} and run.info.status == "FINISHED"
     local = client.download_artifacts(result.run_id, f"logs/{result.name}.log", str(tmp_path))
-    assert "epoch 1 loss 0.42" in open(local).read()
+    assert "epoch 1 loss 0.42" in Path(local).read_text()
 
 
 def test_run_job_failure_and_timeout(kmock_server, make_platform):
