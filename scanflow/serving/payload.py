@@ -70,7 +70,8 @@ def parse_predict(body: bytes, *, n_features: int | None, max_rows: int) -> Pred
         raise PayloadError(
             422, f"each row of 'inputs' must have {n_features} features; got {arr.shape[1]}"
         )
-    arr = arr.astype(np.float32, copy=False)
+    with np.errstate(over="ignore"):  # overflow becomes inf, refused just below with its row
+        arr = arr.astype(np.float32, copy=False)
     if not np.isfinite(arr).all():
         bad = int((~np.isfinite(arr)).any(axis=1).argmax())
         raise PayloadError(422, f"'inputs' row {bad} contains NaN or infinite values (or a float32 overflow)")

@@ -4,24 +4,13 @@ real replica / gateway OS processes on loopback (always stopped in `finally`).""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import socket
-
-import httpx
 import pytest
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from serving_helpers import Proc, free_port
 
 MODEL_NAME = "serving-digits"
 
@@ -61,37 +50,6 @@ def digits_models(mlflow_server: str) -> dict[str, str]:
     return {"v1": f"models:/{MODEL_NAME}/{v1}", "v2": f"models:/{MODEL_NAME}/{v2}", "tracking": mlflow_server}
 
 
-@dataclass
-class Proc:
-    """A server process of ours; `url` is its base URL."""
-
-    popen: subprocess.Popen[bytes]
-    url: str
-    log: Path
-
-    def wait_ready(self, path: str = "/ready", timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"process exited {self.popen.returncode}: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(self.url + path, timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"{self.url}{path} not ready in {timeout_s}s: {self.log.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-
-
 Launcher = Callable[..., Proc]
 
 
@@ -100,8 +58,10 @@ def launch(tmp_path: Path) -> Iterator[Launcher]:
     """launch("replica"|"gateway", *args) -> Proc on a free port; every process is stopped afterwards."""
     procs: list[Proc] = []
 
-    def _launch(kind: str, *args: str, wait: bool = True, env: dict[str, str] | None = None) -> Proc:
-        port = free_port()
+    def _launch(
+        kind: str, *args: str, wait: bool = True, env: dict[str, str] | None = None, port: int | None = None
+    ) -> Proc:
+        port = port or free_port()
         log = tmp_path / f"{kind}-{port}.log"
         cmd = [sys.executable, "-m", f"scanflow.serving.{kind}", "--port", str(port), *args]
         full_env = {**os.environ, **(env or {})}
@@ -118,3 +78,10 @@ def launch(tmp_path: Path) -> Iterator[Launcher]:
     finally:
         for p in procs:
             p.stop()
+
+
+@pytest.fixture(scope="session")
+def digits_rows() -> list[list[float]]:
+    from sklearn.datasets import load_digits
+
+    return (load_digits().data[:40] / 16.0).tolist()

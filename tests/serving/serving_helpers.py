@@ -1,0 +1,105 @@
+"""Helpers for the serving tests (imported by conftest.py and the test modules): free ports, our
+server processes, a closed-loop load generator and a poll-until helper."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+@dataclass
+class Proc:
+    """A server process of ours; `url` is its base URL."""
+
+    popen: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def wait_ready(self, path: str = "/ready", timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"process exited {self.popen.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + path, timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.url}{path} not ready in {timeout_s}s: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+
+
+# --- closed-loop load from the test process ---------------------------------------------------
+
+
+@dataclass
+class LoadResult:
+    ok: int = 0
+    failures: list[str] = field(default_factory=list)
+    per_client: list[list[dict]] = field(default_factory=list)  # responses (json + upstream), in order
+
+    @property
+    def responses(self) -> list[dict]:
+        return [r for c in self.per_client for r in c]
+
+
+async def closed_loop(
+    url: str, body: dict, clients: int, stop: asyncio.Event, result: LoadResult | None = None
+) -> LoadResult:
+    """`clients` concurrent clients, each sending its next request when the previous one answered.
+
+    Pass `result` to watch progress (result.ok) while the load runs.
+    """
+    result = result or LoadResult()
+    result.per_client = [[] for _ in range(clients)]
+
+    async def client(i: int, http: httpx.AsyncClient) -> None:
+        while not stop.is_set():
+            try:
+                resp = await http.post(url + "/predict", json=body)
+            except httpx.HTTPError as exc:
+                result.failures.append(f"{type(exc).__name__}: {exc}")
+                continue
+            if resp.status_code != 200:
+                result.failures.append(f"HTTP {resp.status_code}: {resp.text[:200]}")
+                continue
+            result.ok += 1
+            result.per_client[i].append({**resp.json(), "upstream": resp.headers.get("x-scanflow-upstream")})
+
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        await asyncio.gather(*(client(i, http) for i in range(clients)))
+    return result
+
+
+async def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:
+    """Poll `predicate` until true; returns the seconds it took; fails the test after `timeout_s`."""
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout_s:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.02)
+    return time.monotonic() - t0
+
+
