@@ -8,9 +8,9 @@ that a real API server needs; strategic-merge semantics are asserted on the requ
 from __future__ import annotations
 
 import re
-from pathlib import Path
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import kmock
@@ -302,3 +302,38 @@ def test_run_job_failure_and_timeout(kmock_server, make_platform):
     timed_out = plat2.run_job(Job(name="slow", entrypoint=["sleep", "100"], timeout_s=0.05))
     assert not timed_out.succeeded and "timed out" in timed_out.message
     assert any(m == "DELETE" and p.endswith(f"/jobs/{timed_out.name}") for m, p, _ in kmock_server.calls())
+
+
+def _rbac(req: Any) -> tuple[str, str]:
+    """An API request -> the (resource[/subresource], RBAC verb) a real API server would check."""
+    verb = {"GET": "get" if req.name else "list", "POST": "create", "PATCH": "patch", "DELETE": "delete"}[
+        req.method.value]
+    res = req.resource.plural + (f"/{req.subresource}" if req.subresource else "")
+    return res, verb
+
+
+def test_every_request_is_granted_by_the_role(kmock_server, make_platform):
+    """Run every operation, then check each request against deploy/base/rbac.yaml (what a real server does)."""
+    import yaml
+
+    rbac = Path(__file__).resolve().parents[2] / "deploy" / "base" / "rbac.yaml"
+    role = next(d for d in yaml.safe_load_all(rbac.read_text()) if d["kind"] == "Role")
+    grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    plat = make_platform(minor=34)
+    plat.deploy(BACKUP)
+    kmock_server.mark()  # from here on: what the Executor does in a running system
+    plat.deploy(PRIMARY)
+    add_pod(plat, "digits-a", "digits")
+    plat.scale("digits", 3)
+    plat.set_resources("digits", Resources(cpu=1, memory="512Mi"))
+    plat.route("digits", to="digits-backup")
+    plat.route("digits")
+    plat.swap_model("digits", "models:/digits/7")
+    helper = _complete_job_when_created(plat, succeed=True)
+    plat.run_job(Job(name="train", entrypoint=["true"]))
+    helper.join(5)
+    plat.delete("digits")
+    used = {_rbac(r) for r in kmock_server.requests() if r.resource is not None}
+    helper_calls = {("jobs", "list"), ("pods", "create"), ("jobs/status", "patch")}  # the fake controller
+    assert used - helper_calls <= grants, sorted(used - helper_calls - grants)
+    assert {("pods/resize", "patch"), ("deployments/scale", "patch"), ("jobs", "create")} <= used
