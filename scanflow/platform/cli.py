@@ -93,7 +93,14 @@ def _deploy_local(wf, *, dry_run: bool) -> None:  # type: ignore[no-untyped-def]
     import signal
     import threading
 
-    plat = LocalPlatform()
+    from scanflow.settings import Settings
+    from scanflow.tracking.server import ensure_tracking
+
+    settings = Settings()
+    if wf.tracking_uri and not settings.tracking_uri:
+        settings = settings.model_copy(update={"tracking_uri": wf.tracking_uri})
+    token = settings.token.get_secret_value() if settings.token else None
+    plat = LocalPlatform(home=settings.home / "platform", tracking_uri=ensure_tracking(settings), token=token)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
