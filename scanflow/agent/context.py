@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from scanflow.agent.client import AgentClient, AgentHTTPError
-from scanflow.agent.types import PermanentError, TemporaryError
+from scanflow.agent.types import Event, PermanentError, TemporaryError
 from scanflow.settings import Settings
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ class Context:
         self._clock = clock
         self.log = log
         self.key: str | None = None  # the idempotency key of the action being run, if any
+        self.event: Event | None = None  # the event whose strategy started this action, if any
         self._emitted = 0
 
     @property
@@ -68,10 +69,11 @@ class Context:
         at = self._runtime.last_success.get(action)
         return math.inf if at is None else max(0.0, self.now() - at)
 
-    def for_action(self, key: str | None) -> Context:
-        """A copy carrying `key` (cheap; the state, store and clients are shared)."""
+    def for_action(self, key: str | None, event: Event | None = None) -> Context:
+        """A copy carrying `key` and the triggering `event` (cheap; state, store, clients are shared)."""
         c = copy.copy(self)
         c.key = key
+        c.event = event
         c._emitted = 0
         return c
 

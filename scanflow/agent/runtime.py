@@ -266,15 +266,18 @@ class Runtime:
             intents = list(plan.intents)
         outcomes: dict[str, Any] = {}
         for intent in intents:
-            outcome = await self.execute(intent)
+            outcome = await self.execute(intent, event)
             outcomes[intent.key] = {"status": outcome.status, "error": outcome.error}
         await asyncio.to_thread(self.store.finish_event, event.id, outcomes, self.clock())
         self.metrics.events_processed.inc()
         self.processed += 1
         return outcomes
 
-    async def execute(self, intent: Intent) -> Outcome:
-        """Run one intent until it succeeds, fails for good, or its retries are spent."""
+    async def execute(self, intent: Intent, event: Event | None = None) -> Outcome:
+        """Run one intent until it succeeds, fails for good, or its retries are spent.
+
+        `event` (the one that fired the strategy) is handed to local actuators as `ctx.event`.
+        """
         a = intent.action
         local = a.agent in (None, self.agent.name)
         max_attempts = (
@@ -286,7 +289,9 @@ class Runtime:
         while True:
             attempt += 1
             if local:
-                outcome, _dup = await self.run_actuator(a.actuator, a.args, intent.key, intent.event_id)
+                outcome, _dup = await self.run_actuator(
+                    a.actuator, a.args, intent.key, intent.event_id, event=event
+                )
             else:
                 outcome = await self._run_remote(intent)
             if outcome.final or attempt >= max_attempts:
@@ -336,7 +341,13 @@ class Runtime:
 
     # -- actuators -----------------------------------------------------------------------------------
     async def run_actuator(
-        self, name: str, args: dict[str, Any], key: str, event_id: int | None = None
+        self,
+        name: str,
+        args: dict[str, Any],
+        key: str,
+        event_id: int | None = None,
+        *,
+        event: Event | None = None,
     ) -> tuple[Outcome, bool]:
         """Run a local actuator through the idempotency table -> (outcome, duplicate).
 
@@ -358,7 +369,7 @@ class Runtime:
                 await asyncio.to_thread(
                     self.store.start_action, key, name, None, args, event_id, self.clock()
                 )
-                ctx = self.ctx.for_action(key)
+                ctx = self.ctx.for_action(key, event)
                 t0 = time.perf_counter()
                 try:
                     if spec.is_async:

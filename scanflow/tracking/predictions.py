@@ -76,6 +76,9 @@ class PredictionRecord(BaseModel):
     latency_ms: float = Field(ge=0, allow_inf_nan=False)
     ts: float = Field(ge=0, allow_inf_nan=False)
     labels: list[Any] | None = None
+    # sent by the replicas' TrackerSink (scanflow/serving/sink.py); accepted, not stored in Parquet
+    record_id: str | None = Field(None, max_length=200)
+    replica_id: str | None = Field(None, max_length=200)
 
     @field_validator("inputs")
     @classmethod

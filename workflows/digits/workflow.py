@@ -48,6 +48,10 @@ backup_service = Service(
     slo=SLO_DIGITS,
 )
 
+# The MAPE-K chain (agents/*.py implement the actuators; docs/scenarios.md walks through it):
+# Tracker predictions.logged -> Checker.check_drift -> drift.checked -> Planner.plan_retrain ->
+# drift.detected -> Planner.submit_plan -> Executor plan.approved -> retrain, evaluate_and_promote,
+# swap_model. Events cross agents through `forward` / `submit_plan` (the receiver's durable inbox).
 tracker = AgentSpec(
     name="tracker",
     role="tracker",
@@ -56,11 +60,11 @@ tracker = AgentSpec(
         StrategySpec(
             name="check-drift",
             event="predictions.logged",
-            constraint="event.count_since_check >= 500",
+            constraint="event.count_since_check >= event.window",
             actions=[ActionSpec(actuator="check_drift", agent="checker")],
         )
     ],
-    settings={"service": "digits", "window": 500},
+    settings={"service": "digits", "window": 500, "quick_window": 200},
 )
 
 checker = AgentSpec(
@@ -68,17 +72,22 @@ checker = AgentSpec(
     role="checker",
     module="agents.checker:agent",
     strategies=[
+        # every verdict goes on: the Planner's policy needs the clean windows too (k of the last m)
         StrategySpec(
             name="drift-to-planner",
             event="drift.checked",
-            constraint="event.drift",
-            actions=[ActionSpec(actuator="plan_retrain", agent="planner")],
+            actions=[ActionSpec(actuator="forward", args={"agent": "planner"})],
         ),
         StrategySpec(
             name="latency-to-planner",
             event="latency.breached",
-            actions=[ActionSpec(actuator="plan_scale", agent="planner")],
+            actions=[ActionSpec(actuator="forward", args={"agent": "planner"})],
             cooldown_s=5.0,
+        ),
+        StrategySpec(
+            name="health-to-planner",
+            event="service.checked",
+            actions=[ActionSpec(actuator="forward", args={"agent": "planner"})],
         ),
     ],
     settings={"reference_size": 1000, "fpr": 0.05},
@@ -89,13 +98,16 @@ planner = AgentSpec(
     role="planner",
     module="agents.planner:agent",
     strategies=[
+        StrategySpec(name="assess-drift", event="drift.checked", actions=[ActionSpec(actuator="plan_retrain")]),
         StrategySpec(
             name="retrain-on-drift",
             event="drift.detected",
-            constraint="since('executor.run_job') > 600",
-            actions=[ActionSpec(actuator="run_job", agent="executor", args={"job": "train"})],
+            constraint="since('submit_plan') > 600",
+            actions=[ActionSpec(actuator="submit_plan", args={"plan": "retrain"})],
             cooldown_s=600.0,
-        )
+        ),
+        StrategySpec(name="failover", event="service.checked", actions=[ActionSpec(actuator="plan_failover")]),
+        StrategySpec(name="autoscale", event="latency.breached", actions=[ActionSpec(actuator="plan_scale")]),
     ],
     settings={
         "retrain": {"k": 2, "m": 3, "cooldown_s": 600.0},
@@ -111,10 +123,21 @@ executor = AgentSpec(
     module="agents.executor:agent",
     strategies=[
         StrategySpec(
-            name="execute-plan",
+            name="execute-retrain",
             event="plan.approved",
-            actions=[ActionSpec(actuator="execute_plan")],
-        )
+            constraint="event.plan == 'retrain'",
+            actions=[
+                ActionSpec(actuator="retrain"),
+                ActionSpec(actuator="evaluate_and_promote"),
+                ActionSpec(actuator="swap_model"),
+            ],
+        ),
+        StrategySpec(name="execute-route", event="plan.approved", constraint="event.plan == 'route'",
+                     actions=[ActionSpec(actuator="route")]),
+        StrategySpec(name="execute-scale", event="plan.approved", constraint="event.plan == 'scale'",
+                     actions=[ActionSpec(actuator="scale")]),
+        StrategySpec(name="execute-resources", event="plan.approved", constraint="event.plan == 'resources'",
+                     actions=[ActionSpec(actuator="set_resources")]),
     ],
 )
 

@@ -1,0 +1,152 @@
+"""Checker: analyses what the Tracker logged (drift) and what the service does (SLO, availability).
+
+- `check_drift` (called by the Tracker's strategy): reads the records logged since its own watermark
+  from MLflow, runs the autoencoder drift detector (fitted at bootstrap, loaded from MLflow at
+  startup) and emits `drift.checked` (score, p-value, drift flag, drift rate, the request ids of the
+  critical points). Idempotent: the watermark moves only with the action's success.
+- sensor `watch`: polls the primary service's gateway (/admin/state, /metrics); emits
+  `service.checked` while something is wrong or being repaired (for the Planner's failover
+  hysteresis) and `latency.breached` when the SLO percentile latency of the last interval exceeds it.
+- `forward`: the workflow's strategies send these events on to the Planner's inbox.
+Run: `scanflow agent run agents/checker.py --port 8002 --peer planner=http://127.0.0.1:8003`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from scanflow.agent import Agent, Context, PermanentError, TemporaryError
+from scanflow.embedded.env import agent_spec, current_workflow, primary_service, service_url
+
+SPEC = agent_spec("checker")
+MAX_CRITICAL_IDS = 2000
+agent = Agent(SPEC.name, role="checker", description="drift, SLO and availability analysis")
+for _s in SPEC.strategies:
+    agent.add_strategy(_s)
+
+_detector: Any = None
+
+
+def _load_detector() -> Any:
+    from scanflow.drift import AutoencoderDriftDetector
+    from scanflow.embedded.bootstrap import find_detector_uri
+
+    uri = find_detector_uri(current_workflow().name)
+    if uri is None:
+        raise TemporaryError("no drift detector logged yet (bootstrap not done)", delay_s=2.0)
+    return AutoencoderDriftDetector.load_from_mlflow(uri)
+
+
+@agent.on_startup
+def load_detector(ctx: Context) -> None:
+    global _detector
+    try:
+        _detector = _load_detector()
+    except TemporaryError as exc:
+        ctx.log.warning("%s; will load on first check", exc)
+
+
+@agent.actuator("check_drift", max_attempts=5)
+async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """Run the detector on the records logged since the last check; emit `drift.checked`."""
+    from scanflow.tracking.predictions import prediction_run_id, read_since
+
+    global _detector
+    if _detector is None:
+        _detector = await asyncio.to_thread(_load_detector)
+    run_id = await asyncio.to_thread(prediction_run_id, current_workflow().name, current_workflow().name)
+    if run_id is None:
+        return {"skipped": "no predictions logged yet"}
+    wm = int(ctx.state.get("watermark", 0))
+    batch = await asyncio.to_thread(read_since, run_id, wm)
+    x = batch.inputs()
+    if len(x) < int(args.get("min_rows", 20)):
+        return {"skipped": f"only {len(x)} new rows", "watermark": wm}
+    try:
+        report = await asyncio.to_thread(_detector.predict, x)
+    except ValueError as exc:
+        raise PermanentError(f"drift check refused the window: {exc}") from None
+    row_owner = [r.request_id for r in batch.records for _ in r.inputs]
+    critical = sorted({row_owner[i] for i in report.critical_indices})[:MAX_CRITICAL_IDS]
+    payload = {
+        "drift": bool(report.is_drift), "score": report.score, "p_value": report.p_value,
+        "drift_rate": report.drift_rate, "n": report.n, "critical_ids": critical,
+        "from_seq": wm, "to_seq": batch.watermark, "run_id": run_id,
+    }
+    await ctx.emit("drift.checked", payload)
+    ctx.state["watermark"] = batch.watermark
+    ctx.state["last_report"] = {k: v for k, v in payload.items() if k != "critical_ids"}
+    return {k: v for k, v in payload.items() if k != "critical_ids"} | {"critical": len(critical)}
+
+
+@agent.actuator("forward", max_attempts=12)
+async def forward(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """Send the event that fired this strategy to `args.agent`'s inbox (same idempotency key on retry)."""
+    if ctx.event is None:
+        raise PermanentError("forward runs from a strategy (it sends the triggering event on)")
+    to = str(args.get("agent", "planner"))
+    got = await ctx.send_event(to, ctx.event.name, ctx.event.payload)
+    return {"to": to, "event": ctx.event.name, **got}
+
+
+# -- service watch -------------------------------------------------------------------------------
+def _p_latency_ms(prev: dict[float, float], cur: dict[float, float], q: float) -> float | None:
+    """Pure: the q-quantile (ms) of requests completed between two cumulative histogram snapshots."""
+    les = sorted(cur)
+    diffs = [(le, cur[le] - prev.get(le, 0.0)) for le in les]
+    total = diffs[-1][1] if diffs else 0.0
+    if total <= 0:
+        return None
+    for le, c in diffs:
+        if c >= q * total:
+            return le * 1000.0 if le != float("inf") else float("inf")
+    return None
+
+
+def _histogram(text: str, name: str) -> dict[float, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[float, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == f"{name}_bucket":
+                out[float(s.labels["le"])] = float(s.value)
+    return out
+
+
+@agent.sensor(every=1.0)
+async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
+    svc = primary_service()
+    url = service_url(svc)
+    events: list[tuple[str, dict[str, Any]]] = []
+    try:
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            state = (await http.get(f"{url}/admin/state")).json()
+            metrics = (await http.get(f"{url}/metrics")).text
+    except (httpx.HTTPError, ValueError) as exc:
+        state, metrics = {"error": f"{type(exc).__name__}"}, ""
+    replicas = state.get("replicas") or []
+    backup = state.get("backup") or {}
+    payload = {
+        "service": svc.name, "primary_healthy": any(r.get("healthy") for r in replicas),
+        "backup_healthy": bool(backup.get("healthy", svc.backup is not None)),
+        "routed_to": state.get("routed_to"), "route": state.get("route"),
+        "healthy_replicas": sum(bool(r.get("healthy")) for r in replicas), "replicas": len(replicas),
+        "in_flight": sum(int(r.get("outstanding", 0)) for r in replicas),
+    }
+    # only what the Planner needs: trouble, and the healthy checks while a failover is in force
+    abnormal = not payload["primary_healthy"] or payload["route"] not in (None, "auto")
+    if abnormal or ctx.state.get("last_abnormal"):
+        events.append(("service.checked", payload))
+    ctx.state["last_abnormal"] = abnormal
+    if metrics and svc.slo and svc.slo.latency_ms:
+        hist = _histogram(metrics, "scanflow_gateway_request_latency_seconds")
+        prev = {float(k): v for k, v in ctx.state.get("latency_hist", {}).items()}
+        p = _p_latency_ms(prev, hist, svc.slo.percentile / 100.0)
+        ctx.state["latency_hist"] = {str(k): v for k, v in hist.items()}
+        if p is not None and p > svc.slo.latency_ms:
+            events.append(("latency.breached", {**payload, "latency_ms": p, "slo_ms": svc.slo.latency_ms}))
+    return events

@@ -1,0 +1,250 @@
+"""Executor: acts on the platform. Owns a LocalPlatform, deploys the workflow's services at startup.
+
+Plans arrive in its inbox as `plan.approved` (from the Planner); the workflow's strategies run:
+- plan 'retrain' -> `retrain`, `evaluate_and_promote`, `swap_model`, in order:
+  retrain: the training job on the clean training data + the critical points of the drifted windows
+    with their TRUE labels (the labels the load sent with each request, stored by the Tracker);
+    30% of those labelled points are held out for evaluation. The new model becomes `challenger`.
+  evaluate_and_promote: challenger vs champion on held-out clean data AND the held-out drifted points;
+    promoted to `champion` only if the promotion policy says it is better (the reason is recorded
+    in the alias history in MLflow).
+  swap_model: every service serving this model hot-swaps to the new champion (no failed request).
+- plan 'route' -> `route`, 'scale' -> `scale`, 'resources' -> `set_resources`.
+Every actuator is idempotent under its key (the runtime never re-runs a finished one; a step cut by a
+crash re-runs and finds its own earlier effects). At startup it kills what a previous, SIGKILLed
+incarnation left running (services, jobs) and deploys afresh on the same ports.
+`GET /services` shows what the platform runs.
+Run: `scanflow agent run agents/executor.py --port 8004 --peer tracker=http://127.0.0.1:8001`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scanflow.agent import Agent, Context, PermanentError, TemporaryError
+from scanflow.embedded.env import agent_spec, current_workflow
+from scanflow.platform.base import PlatformError
+
+SPEC = agent_spec("executor")
+HOLDOUT_FRACTION = 0.3
+agent = Agent(SPEC.name, role="executor", description="runs jobs, promotes models, scales, routes")
+for _s in SPEC.strategies:
+    agent.add_strategy(_s)
+
+_platform: Any = None
+
+
+def platform() -> Any:
+    if _platform is None:
+        raise TemporaryError("the platform is still starting", delay_s=2.0)
+    return _platform
+
+
+def _plan(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(plan id, plan): the triggering event's payload (plus args), keyed by its inbox id."""
+    p = {**(ctx.event.payload if ctx.event else {}), **args}
+    pid = str(ctx.event.id) if ctx.event else str(args.get("plan_id") or ctx.key)
+    return pid, p
+
+
+def _model_name() -> str:
+    job = current_workflow().jobs[0]
+    return str(job.params.get("model_name", current_workflow().name))
+
+
+@agent.on_startup
+def start_platform(ctx: Context) -> None:
+    """Kill leftovers of a killed predecessor, then deploy every service (backups first)."""
+    global _platform
+    from scanflow.embedded.leftovers import kill_leftovers
+    from scanflow.platform.local import LocalPlatform
+
+    home = Path(ctx.settings.home).resolve()
+    killed = kill_leftovers(home)
+    if killed:
+        ctx.log.warning("killed %d processes left by a previous executor: %s", len(killed), killed)
+    token = ctx.settings.token.get_secret_value() if ctx.settings.token else None
+    plat = LocalPlatform(home / "platform", os.environ["MLFLOW_TRACKING_URI"],
+                         tracker_url=ctx.peers.get("tracker"), token=token,
+                         experiment=f"{current_workflow().name}-jobs")
+    _platform = plat
+    services = sorted(current_workflow().services, key=lambda s: s.backup is not None)
+    for svc in services:
+        plat.deploy(svc)
+
+
+@agent.on_shutdown
+def stop_platform(ctx: Context) -> None:
+    if _platform is not None:
+        _platform.close()
+
+
+# -- S1 ------------------------------------------------------------------------------------------
+def _labelled_points(critical_ids: set[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and TRUE labels of the logged requests in `critical_ids` (records without labels skipped)."""
+    from scanflow.tracking.predictions import prediction_run_id, read_since
+
+    run_id = prediction_run_id(current_workflow().name, current_workflow().name)
+    if run_id is None:
+        return np.zeros((0, 0), np.float32), np.zeros(0, np.int64)
+    batch = read_since(run_id, 0)
+    xs, ys = [], []
+    for r in batch.records:
+        if r.request_id in critical_ids and r.labels is not None and len(r.labels) == len(r.inputs):
+            xs.extend(r.inputs)
+            ys.extend(int(v) for v in r.labels)
+    return np.asarray(xs, np.float32), np.asarray(ys, np.int64)
+
+
+@agent.actuator("retrain", max_attempts=2)
+def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    pid, plan = _plan(ctx, args)
+    ids = set(plan.get("critical_ids") or [])
+    x, y = _labelled_points(ids)
+    if len(x) < 10:
+        raise PermanentError(f"only {len(x)} critical points with true labels (of {len(ids)} ids): not retraining")
+    rng = np.random.default_rng(int(pid) if pid.isdigit() else 0)
+    order = rng.permutation(len(x))
+    n_hold = int(len(x) * HOLDOUT_FRACTION)
+    hold, fit = order[:n_hold], order[n_hold:]
+    plans_dir = Path(ctx.settings.home).resolve() / "plans"
+    plans_dir.mkdir(parents=True, exist_ok=True)
+    extra, holdout = plans_dir / f"plan-{pid}-train.npz", plans_dir / f"plan-{pid}-holdout.npz"
+    np.savez(extra, x=x[fit], y=y[fit])
+    np.savez(holdout, x=x[hold], y=y[hold])
+    job = current_workflow().jobs[0]
+    result = platform().run_job(job, {"extra_points_path": str(extra), "alias": "challenger"})
+    if not result.succeeded:
+        raise PermanentError(f"training job failed: {result.message} (MLflow run {result.run_id})")
+    version = str(result.outputs.get("version"))
+    ctx.state.setdefault("plans", {})[pid] = {"version": version, "holdout": str(holdout),
+                                              "n_train_extra": len(fit), "n_holdout": len(hold)}
+    return {"plan": pid, "version": version, "run_id": result.run_id, "n_extra": len(fit),
+            "n_holdout": len(hold), "train_accuracy_clean": result.outputs.get("accuracy_clean"),
+            "train_accuracy_drifted": result.outputs.get("accuracy_drifted")}
+
+
+def _evaluate(version: str, x_clean: np.ndarray, y_clean: np.ndarray, x_d: np.ndarray, y_d: np.ndarray) -> Any:
+    from scanflow.policies.retrain import Evaluation
+    from scanflow.tracking.registry import load_model
+
+    m = load_model(f"models:/{_model_name()}/{version}")
+    return Evaluation(float((m.predict(x_clean) == y_clean).mean()), float((m.predict(x_d) == y_d).mean()), version)
+
+
+@agent.actuator("evaluate_and_promote", max_attempts=3)
+def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    from scanflow.policies.retrain import PromotionConfig, decide_promotion
+    from scanflow.tracking.registry import CHAMPION, get_alias_version, set_alias
+    from workflows.digits.data import load_splits
+
+    pid, _plan_payload = _plan(ctx, args)
+    rec = ctx.state.get("plans", {}).get(pid)
+    if rec is None:
+        raise PermanentError(f"plan {pid}: no trained challenger (retrain did not succeed)")
+    name, challenger = _model_name(), rec["version"]
+    champion = get_alias_version(name, CHAMPION)
+    if champion == challenger:  # promoted by an earlier attempt of this very step
+        rec["promoted"] = True
+        return {"plan": pid, "promoted": True, "version": challenger, "reason": "already champion"}
+    splits = load_splits(0)
+    with np.load(rec["holdout"]) as h:
+        x_d, y_d = h["x"], h["y"]
+    ch = _evaluate(challenger, splits.x_test, splits.y_test, x_d, y_d)
+    cur = _evaluate(champion, splits.x_test, splits.y_test, x_d, y_d) if champion else None
+    c = dict(agent_spec("planner").settings.get("promotion", {}))
+    decision = decide_promotion(ch, cur, PromotionConfig(float(c.get("min_gain_drifted", 0.0)),
+                                                         float(c.get("clean_tolerance", 0.01))))
+    metrics = {"challenger_accuracy_clean": ch.accuracy_clean, "challenger_accuracy_drifted": ch.accuracy_drifted,
+               "champion_accuracy_clean": cur.accuracy_clean if cur else float("nan"),
+               "champion_accuracy_drifted": cur.accuracy_drifted if cur else float("nan")}
+    if decision.promote:
+        set_alias(name, CHAMPION, challenger, actor="executor", reason=decision.reason, metrics=metrics)
+    rec["promoted"] = decision.promote
+    rec["evaluation"] = metrics
+    return {"plan": pid, "promoted": decision.promote, "version": challenger, "previous": champion,
+            "reason": decision.reason, **metrics}
+
+
+@agent.actuator("swap_model", max_attempts=3)
+def swap_model(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    pid, _p = _plan(ctx, args)
+    rec = ctx.state.get("plans", {}).get(pid, {})
+    if "version" in args:
+        version = str(args["version"])
+    elif rec.get("promoted"):
+        version = rec["version"]
+    else:
+        return {"plan": pid, "swapped": [], "reason": "nothing promoted by this plan"}
+    uri = f"models:/{_model_name()}/{version}"
+    swapped = []
+    for svc in current_workflow().services:
+        if _model_name() not in svc.model_uri:
+            continue
+        st = platform().status(svc.name)
+        if st.replicas and all(r.model_version == version for r in st.replicas if r.ready):
+            continue  # already serving it (an earlier attempt got this far)
+        try:
+            platform().swap_model(svc.name, uri)
+        except PlatformError as exc:
+            raise TemporaryError(str(exc), delay_s=2.0) from None
+        swapped.append(svc.name)
+    return {"plan": pid, "version": version, "swapped": swapped}
+
+
+# -- S2/S3/S4 ------------------------------------------------------------------------------------
+@agent.actuator("route")
+def route(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    _pid, p = _plan(ctx, args)
+    service = str(p.get("service") or next(s.name for s in current_workflow().services if s.backup))
+    try:
+        st = platform().route(service, p.get("to"))
+    except PlatformError as exc:
+        raise PermanentError(str(exc)) from None
+    return {"service": service, "to": p.get("to"), "routed_to": st.routed_to, "reason": p.get("reason")}
+
+
+@agent.actuator("scale")
+def scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    _pid, p = _plan(ctx, args)
+    if "service" not in p or "replicas" not in p:
+        raise PermanentError("scale needs 'service' and 'replicas'")
+    try:
+        st = platform().scale(str(p["service"]), int(p["replicas"]))
+    except PlatformError as exc:
+        raise PermanentError(str(exc)) from None
+    return {"service": st.name, "replicas": st.desired_replicas, "ready": st.ready_replicas}
+
+
+@agent.actuator("set_resources")
+def set_resources(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    from scanflow.spec import Affinity, Resources
+
+    _pid, p = _plan(ctx, args)
+    try:
+        res = Resources.model_validate(p["resources"])
+        aff = Affinity.model_validate(p["affinity"]) if p.get("affinity") else None
+        change = platform().set_resources(str(p["service"]), res, aff, p.get("threads"))
+    except (KeyError, ValueError, PlatformError) as exc:
+        raise PermanentError(f"set_resources: {exc}") from None
+    return dataclasses.asdict(change)
+
+
+@agent.router.get("/services")
+async def services() -> dict[str, Any]:
+    """What the platform runs: each service's status (replicas, pids, cores, model versions, route)."""
+    import asyncio
+
+    plat = platform()
+    out = {}
+    for svc in current_workflow().services:
+        try:
+            out[svc.name] = dataclasses.asdict(await asyncio.to_thread(plat.status, svc.name))
+        except PlatformError as exc:
+            out[svc.name] = {"error": str(exc)}
+    return out

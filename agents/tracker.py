@@ -1,0 +1,76 @@
+"""Tracker: records every prediction (exactly once) and tells the Checker when a window is ready.
+
+The replicas POST their prediction records (inputs, outputs, model version, latency and, when the
+workflow knows it, the TRUE label) to this agent's `/predictions`. The `flush` sensor writes new
+records to MLflow as Parquet batches (advancing a watermark; crash-safe) and emits
+`predictions.logged` with `count_since_check`, the records flushed since it last announced a full
+window; the workflow's strategy `check-drift` then calls the Checker's `check_drift`.
+Run: `scanflow agent run agents/tracker.py --port 8001 --peer checker=http://127.0.0.1:8002`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from scanflow.agent import Agent, Context
+from scanflow.embedded.env import agent_spec, current_workflow, quick
+from scanflow.settings import Settings
+from scanflow.tracking.api import predictions_router
+from scanflow.tracking.predictions import AppendResult, LogStats, PredictionLog, PredictionRecord
+
+SPEC = agent_spec("tracker")
+WINDOW = int(SPEC.settings.get("quick_window" if quick() else "window", 200 if quick() else 500))
+agent = Agent(SPEC.name, role="tracker", description="records predictions; announces windows to check")
+for _s in SPEC.strategies:
+    agent.add_strategy(_s)
+
+
+class _Log:
+    """The prediction log, opened at startup (importing this file must not create databases)."""
+
+    log: PredictionLog | None = None
+
+    def _get(self) -> PredictionLog:
+        if self.log is None:
+            raise RuntimeError("the prediction log is not open yet (agent starting)")
+        return self.log
+
+    def append(self, records: list[PredictionRecord]) -> AppendResult:
+        return self._get().append(records)
+
+    def stats(self) -> LogStats:
+        return self._get().stats()
+
+
+LOG = _Log()
+_settings = Settings()
+agent.router.include_router(predictions_router(LOG, _settings.token))  # type: ignore[arg-type]
+
+
+@agent.on_startup
+def open_log(ctx: Context) -> None:
+    LOG.log = PredictionLog(ctx.settings.store_url_for(f"{ctx.name}-predictions"), name=current_workflow().name)
+
+
+@agent.on_shutdown
+def close_log(ctx: Context) -> None:
+    if LOG.log is not None:
+        LOG.log.close()
+
+
+@agent.sensor(every=1.0)
+async def flush(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
+    """Flush new records to MLflow; announce them with the count since the last full window."""
+    log = LOG._get()
+    result = await asyncio.to_thread(log.flush_to_mlflow, current_workflow().name)
+    if not result.records:
+        return []
+    checked = int(ctx.state.get("checked_seq", 0))
+    count = result.watermark - checked
+    if count >= WINDOW:
+        ctx.state["checked_seq"] = result.watermark  # this event asks for a check of these records
+    return [("predictions.logged", {
+        "count_since_check": count, "window": WINDOW, "records": result.records,
+        "watermark": result.watermark, "run_id": result.run_id,
+    })]

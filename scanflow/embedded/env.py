@@ -1,0 +1,66 @@
+"""What an agent process of the embedded stack learns from its environment: the workflow and its peers.
+
+The stack (scanflow/embedded/stack.py) writes the workflow it runs, with every service's gateway
+port fixed, to a YAML file and names it in SCANFLOW_WORKFLOW; each agent reads it at import time to
+add its declared strategies and settings, and to find the services' endpoints. Without the variable
+the digits workflow is used (a user running `scanflow agent run agents/tracker.py` by hand).
+Who calls: agents/*.py.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Any
+
+from scanflow.spec import AgentSpec, Service, Workflow
+
+WORKFLOW_ENV = "SCANFLOW_WORKFLOW"
+QUICK_ENV = "SCANFLOW_QUICK"
+
+
+@lru_cache(maxsize=1)
+def current_workflow() -> Workflow:
+    """The workflow named by SCANFLOW_WORKFLOW (YAML or .py), else workflows.digits.workflow."""
+    from scanflow.spec import load_workflow
+
+    path = os.environ.get(WORKFLOW_ENV)
+    if path:
+        return load_workflow(path)
+    from workflows.digits.workflow import workflow
+
+    return workflow
+
+
+def quick() -> bool:
+    """Small sizes for tests, benchmarks and the demo (fewer epochs, smaller windows)."""
+    return os.environ.get(QUICK_ENV, "").lower() in ("1", "true", "yes")
+
+
+def agent_spec(role: str) -> AgentSpec:
+    """The workflow's AgentSpec with this role (or name); a clear error naming what exists."""
+    wf = current_workflow()
+    for a in wf.agents:
+        if a.role == role or a.name == role:
+            return a
+    raise LookupError(f"workflow {wf.name!r} declares no agent with role {role!r} "
+                      f"(has {[a.name for a in wf.agents]})")
+
+
+def primary_service(wf: Workflow | None = None) -> Service:
+    """The service the agents watch: the first one that names a backup, else the first one."""
+    wf = wf or current_workflow()
+    if not wf.services:
+        raise LookupError(f"workflow {wf.name!r} has no service")
+    return next((s for s in wf.services if s.backup), wf.services[0])
+
+
+def service_url(service: Service) -> str:
+    """The gateway endpoint of a service whose port the stack fixed."""
+    if service.port is None:
+        raise LookupError(f"service {service.name!r} has no fixed port; run it through EmbeddedStack")
+    return f"http://127.0.0.1:{service.port}"
+
+
+def settings_of(role: str) -> dict[str, Any]:
+    return dict(agent_spec(role).settings)

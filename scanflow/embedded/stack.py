@@ -1,0 +1,271 @@
+"""`EmbeddedStack`: the whole autonomic loop on one machine, as real processes, in one `with` block.
+
+    from scanflow.stack import EmbeddedStack
+    from workflows.digits.workflow import workflow
+
+    with EmbeddedStack(".scanflow/s1", workflow, quick=True) as stack:
+        print(stack.service_url)                 # the inference endpoint (gateway of the primary)
+        stack.get("executor", "/services")       # what the Executor's platform runs
+        stack.decisions("planner")               # the Planner's audit log
+        stack.kill_agent("checker"); stack.restart_agent("checker")
+
+On enter: a local MLflow server (knowledge base) in `home/mlflow`; the bootstrap (first champion,
+drift detector) as its own process; then the four agents as OS processes
+(`python -m scanflow.cli agent run agents/<role>.py --port P --peer ...`), each with its own
+SCANFLOW_HOME (its durable store), the shared token and MLFLOW_TRACKING_URI. The Executor deploys the
+services at startup; the stack returns once every agent answers /health (the Executor's only after its
+services are ready). Service gateway ports are fixed here, so a restarted Executor serves on the same
+endpoint. On exit (or error): agents get SIGTERM (the Executor stops its services), then SIGKILL, a
+sweep kills anything a SIGKILLed Executor left behind, and MLflow stops.
+Who calls: tests/e2e, benchmarks/s1.py, `scanflow demo`, notebooks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Self
+
+import httpx
+
+from scanflow.agent.client import AgentClient
+from scanflow.embedded.env import QUICK_ENV, WORKFLOW_ENV, primary_service, service_url
+from scanflow.embedded.leftovers import kill_leftovers
+from scanflow.platform.processes import free_port
+from scanflow.spec import Workflow
+
+log = logging.getLogger(__name__)
+
+ROLES = ("tracker", "checker", "planner", "executor")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class StackError(RuntimeError):
+    """The stack could not start (the message names the part and its log file)."""
+
+
+class EmbeddedStack:
+    """MLflow + bootstrap + the four reference agents (+ the services the Executor deploys)."""
+
+    def __init__(
+        self,
+        home: str | Path,
+        workflow: Workflow | None = None,
+        *,
+        token: str | None = None,
+        quick: bool = False,
+        agents_dir: str | Path | None = None,
+        python: str = sys.executable,
+        ready_timeout_s: float = 300.0,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        if workflow is None:
+            from workflows.digits.workflow import workflow as digits
+
+            workflow = digits
+        self.home = Path(home).resolve()
+        self.token = token or secrets.token_urlsafe(24)
+        self.quick = quick
+        self.agents_dir = Path(agents_dir or REPO_ROOT / "agents").resolve()
+        self.python = python
+        self.ready_timeout_s = ready_timeout_s
+        self.extra_env = dict(extra_env or {})
+        # every service gets a fixed gateway port: a restarted Executor must serve on the same endpoint
+        services = [s if s.port else s.model_copy(update={"port": free_port()}) for s in workflow.services]
+        self.workflow = workflow.model_copy(update={"services": services})
+        self.ports = {role: free_port() for role in ROLES}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.mlflow: Any = None
+        self.tracking_uri = ""
+        self.bootstrap_result: dict[str, Any] = {}
+
+    # -- addresses -------------------------------------------------------------------------------
+    @property
+    def agent_urls(self) -> dict[str, str]:
+        return {r: f"http://127.0.0.1:{p}" for r, p in self.ports.items()}
+
+    @property
+    def service_urls(self) -> dict[str, str]:
+        return {s.name: service_url(s) for s in self.workflow.services}
+
+    @property
+    def service_url(self) -> str:
+        """The endpoint clients use: the gateway of the primary service."""
+        return service_url(primary_service(self.workflow))
+
+    def agent_home(self, role: str) -> Path:
+        return self.home / "agents" / role
+
+    def log_path(self, role: str) -> Path:
+        return self.home / "logs" / f"{role}.log"
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Self:
+        from scanflow.tracking.server import MlflowServer
+
+        (self.home / "logs").mkdir(parents=True, exist_ok=True)
+        (self.home / "workflow.yaml").write_text(self.workflow.to_yaml())
+        self.mlflow = MlflowServer(self.home / "mlflow")
+        self.tracking_uri = self.mlflow.start()
+        self._bootstrap()
+        for role in ROLES:  # the Executor last: its replicas post to the Tracker
+            self._spawn(role)
+        for role in ROLES:
+            self._wait_healthy(role)
+        return self
+
+    def stop(self) -> None:
+        """Stop agents (SIGTERM, then SIGKILL), sweep leftovers, stop MLflow. Idempotent."""
+        for role in reversed(ROLES):
+            p = self.procs.get(role)
+            if p is not None and p.poll() is None:
+                _signal_group(p, signal.SIGTERM)
+        for role in reversed(ROLES):
+            p = self.procs.pop(role, None)
+            if p is None:
+                continue
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                _signal_group(p, signal.SIGKILL)
+                p.wait(timeout=10)
+        kill_leftovers(self.agent_home("executor"))
+        if self.mlflow is not None:
+            self.mlflow.stop()
+            self.mlflow = None
+
+    def _env(self, role: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "SCANFLOW_TOKEN": self.token,
+            "SCANFLOW_HOME": str(self.agent_home(role)),
+            "SCANFLOW_HTTP_TIMEOUT_S": "30",
+            "MLFLOW_TRACKING_URI": self.tracking_uri,
+            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+            WORKFLOW_ENV: str(self.home / "workflow.yaml"),
+            QUICK_ENV: "1" if self.quick else "0",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+            "PYTHONUNBUFFERED": "1",
+        })
+        env.pop("SCANFLOW_STORE_URL", None)  # each agent keeps its own store in its home
+        env.update(self.extra_env)
+        return env
+
+    def _bootstrap(self) -> None:
+        argv = [self.python, "-m", "scanflow.embedded.bootstrap", "--workflow", str(self.home / "workflow.yaml")]
+        if self.quick:
+            argv.append("--quick")
+        logf = self.home / "logs" / "bootstrap.log"
+        with open(logf, "ab") as out:
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=out, env=self._env("bootstrap"),
+                                  cwd=REPO_ROOT, timeout=self.ready_timeout_s, check=False)
+        if proc.returncode != 0:
+            raise StackError(f"bootstrap failed (exit {proc.returncode}); see {logf}:\n{_tail(logf)}")
+        lines = proc.stdout.decode().strip().splitlines()
+        self.bootstrap_result = json.loads(lines[-1]) if lines else {}
+
+    def _argv(self, role: str) -> list[str]:
+        argv = [self.python, "-m", "scanflow.cli", "agent", "run", str(self.agents_dir / f"{role}.py"),
+                "--port", str(self.ports[role])]
+        for other, url in self.agent_urls.items():
+            if other != role:
+                argv += ["--peer", f"{other}={url}"]
+        return argv
+
+    def _spawn(self, role: str) -> None:
+        self.agent_home(role).mkdir(parents=True, exist_ok=True)
+        with open(self.log_path(role), "ab") as out:
+            self.procs[role] = subprocess.Popen(
+                self._argv(role), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self._env(role), cwd=REPO_ROOT, start_new_session=True,
+            )
+
+    def _wait_healthy(self, role: str, timeout_s: float | None = None) -> None:
+        deadline = time.monotonic() + (timeout_s or self.ready_timeout_s)
+        url = self.agent_urls[role] + "/health"
+        while time.monotonic() < deadline:
+            p = self.procs[role]
+            if p.poll() is not None:
+                raise StackError(f"agent {role} exited with {p.returncode}; see {self.log_path(role)}:\n"
+                                 f"{_tail(self.log_path(role))}")
+            try:
+                if httpx.get(url, timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise StackError(f"agent {role} not healthy within {timeout_s or self.ready_timeout_s:.0f}s; "
+                         f"see {self.log_path(role)}:\n{_tail(self.log_path(role))}")
+
+    # -- chaos -----------------------------------------------------------------------------------
+    def kill_agent(self, role: str) -> None:
+        """SIGKILL the agent's process group, as a crash would (its store stays as it was)."""
+        p = self.procs[role]
+        _signal_group(p, signal.SIGKILL)
+        p.wait(timeout=10)
+
+    def restart_agent(self, role: str, wait: bool = True) -> None:
+        """Start the agent again on the same port and store; wait for /health unless told not to."""
+        p = self.procs.get(role)
+        if p is not None and p.poll() is None:
+            raise StackError(f"agent {role} is still running; kill_agent it first")
+        self._spawn(role)
+        if wait:
+            self._wait_healthy(role)
+
+    def alive(self, role: str) -> bool:
+        p = self.procs.get(role)
+        return p is not None and p.poll() is None
+
+    # -- reading ---------------------------------------------------------------------------------
+    def client(self, role: str) -> AgentClient:
+        """An async REST client of one agent (close it: `async with stack.client("planner") as c:`)."""
+        return AgentClient(self.agent_urls[role], self.token, timeout=30.0)
+
+    def get(self, role: str, path: str, **params: Any) -> Any:
+        """GET an agent's JSON endpoint (sync), e.g. get("planner", "/decisions", limit=1000)."""
+        r = httpx.get(self.agent_urls[role] + path, params=params or None, timeout=30.0,
+                      headers={"Authorization": f"Bearer {self.token}"})
+        r.raise_for_status()
+        return r.json()
+
+    def decisions(self, role: str, limit: int = 1000) -> list[dict[str, Any]]:
+        return list(self.get(role, "/decisions", limit=limit))
+
+    def events(self, role: str, limit: int = 1000) -> list[dict[str, Any]]:
+        return list(self.get(role, "/events", limit=limit))
+
+
+def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            p.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+def _tail(path: Path, n: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
