@@ -85,6 +85,7 @@ def log_pytorch_model(
     metrics: Mapping[str, float] | None = None,
     params: Mapping[str, Any] | None = None,
     register: bool = True,
+    pip_requirements: list[str] | None = None,
 ) -> LoggedModel:
     """Log a torch module (pickle format) to a run and register it; return run, URI and version.
 
@@ -92,10 +93,15 @@ def log_pytorch_model(
     use pickle anyway, which loads ~2.5x faster and supports `.eval()`, see DESIGN.md section 8).
     A new run is opened in `experiment` unless `run_id` continues an existing one. `name` is the logged
     model's name; it is registered as `registered_model_name` (default: `name`).
+    `pip_requirements` defaults to this torch version: MLflow's own inference of requirements re-imports
+    the model in a subprocess and costs ~14 s per call here, against < 1 s for the whole call with a list.
     """
     import mlflow
     import mlflow.pytorch
+    import torch
 
+    if pip_requirements is None:
+        pip_requirements = [f"torch=={torch.__version__.split('+')[0]}"]
     example = np.asarray(input_example, dtype=np.float32)
     if example.ndim != 2 or example.shape[0] < 2:
         raise ValueError(f"input_example must be a 2-D array with >= 2 rows, got shape {example.shape}")
@@ -111,6 +117,7 @@ def log_pytorch_model(
             name=name,
             input_example=example,
             serialization_format="pickle",
+            pip_requirements=pip_requirements,
             registered_model_name=reg_name if register else None,
         )
     version = str(info.registered_model_version) if register and info.registered_model_version else None
