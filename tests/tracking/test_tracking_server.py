@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
+import pytest
 
 from scanflow.settings import Settings
 from scanflow.tracking.server import MlflowServer, allowed_hosts, ensure_tracking, is_healthy
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def test_allowed_hosts_lists_loopback_bind_host_and_extras() -> None:
@@ -46,3 +59,40 @@ def test_command_is_lean_and_has_no_secrets(tmp_path: Path) -> None:
     joined = " ".join(cmd)
     assert "--workers 1" in joined and "--serve-artifacts" in joined and "--port 5999" in joined
     assert f"sqlite:///{tmp_path.resolve()}/mlflow.db" in joined
+
+
+@pytest.mark.slow
+def test_cli_up_serves_until_sigterm_and_leaves_no_process(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scanflow.cli", "mlflow", "up", "--home", str(tmp_path), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while not is_healthy(url):
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+            assert time.monotonic() < deadline, "scanflow mlflow up did not become healthy"
+            time.sleep(0.1)
+        assert json.loads((tmp_path / "server.json").read_text())["url"] == url
+        assert (tmp_path / "mlflow.db").exists() and (tmp_path / "mlflow.log").exists()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert not is_healthy(url, timeout_s=1)  # the server (another process group) went with it
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        _kill_recorded_server(tmp_path)
+
+
+def _kill_recorded_server(home: Path) -> None:
+    """If the test failed half-way, the server (its own process group) must not outlive it."""
+    try:
+        pid = int(json.loads((home / "server.json").read_text())["pid"])
+        os.killpg(pid, signal.SIGKILL)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
