@@ -86,7 +86,8 @@ def test_cli_up_serves_until_sigterm_and_leaves_no_process(tmp_path: Path) -> No
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        _kill_recorded_server(tmp_path)
+        if is_healthy(url, timeout_s=1):  # only then is the recorded pid still our server
+            _kill_recorded_server(tmp_path)
 
 
 def _kill_recorded_server(home: Path) -> None:
