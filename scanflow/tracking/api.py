@@ -13,19 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import SecretStr, TypeAdapter, ValidationError
 
 from scanflow.auth import require_token
-from scanflow.tracking.predictions import PredictionLog, PredictionRecord
+from scanflow.tracking.predictions import AppendResult, LogStats, PredictionRecord
+
+
+class PredictionStore(Protocol):
+    """What the router needs from a log: PredictionLog, or a wrapper that opens one at agent startup."""
+
+    def append(self, records: Sequence[PredictionRecord]) -> AppendResult: ...
+
+    def stats(self) -> LogStats: ...
+
 
 _records_adapter: TypeAdapter[list[PredictionRecord]] = TypeAdapter(list[PredictionRecord])
 
 
 def predictions_router(
-    log: PredictionLog,
+    log: PredictionStore,
     token: SecretStr | str | None,
     *,
     max_records: int = 1000,
