@@ -46,9 +46,17 @@ def _train_and_register(seed: int, epochs: int) -> str:
 
 @pytest.fixture(scope="session")
 def models(mlflow_server: str) -> dict[str, str]:
-    """{"v1": models:/NAME/1, "v2": models:/NAME/2}: two versions to tell primary from backup."""
+    """{"v1": models:/NAME/a, "v2": models:/NAME/b}: two versions to tell primary from backup.
+
+    The second version reuses the first one's artifacts (one training, one upload: cheaper); the
+    version number, which replicas return with every prediction, is what tells them apart.
+    """
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
     v1 = _train_and_register(0, 20)
-    v2 = _train_and_register(1, 5)
+    first = MlflowClient(mlflow_server).get_model_version(MODEL_NAME, v1)
+    v2 = mlflow.register_model(first.source, MODEL_NAME).version
     return {"v1": f"models:/{MODEL_NAME}/{v1}", "v2": f"models:/{MODEL_NAME}/{v2}"}
 
 
