@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -21,8 +22,7 @@ def test_secret_names_are_never_params() -> None:
 def _log_text(client: MlflowClient, run_id: str, tmp_path) -> str:  # type: ignore[no-untyped-def]
     arts = client.list_artifacts(run_id, "logs")
     assert len(arts) == 1
-    local = client.download_artifacts(run_id, arts[0].path, str(tmp_path))
-    return open(local).read()
+    return Path(client.download_artifacts(run_id, arts[0].path, str(tmp_path))).read_text()
 
 
 @pytest.mark.integration
@@ -37,9 +37,8 @@ def test_function_job_succeeds_with_outputs_and_logs(platform, mlflow_server, tm
     assert run.data.params == {"epochs": "2"}  # api_key never logged
     assert "sk-very-secret" not in json.dumps(run.data.tags)
     assert "training for 2 epochs" in _log_text(client, res.run_id, tmp_path)
-    assert json.loads(open(client.download_artifacts(res.run_id, "outputs.json", str(tmp_path))).read())[
-        "epochs"
-    ] == 2
+    outputs = Path(client.download_artifacts(res.run_id, "outputs.json", str(tmp_path)))
+    assert json.loads(outputs.read_text())["epochs"] == 2
 
 
 @pytest.mark.integration

@@ -6,8 +6,8 @@ import os
 import signal
 
 import pytest
+from plat_load import Load, wait_for  # type: ignore[import-not-found]
 
-from conftest import Load, wait_for  # type: ignore[import-not-found]
 from scanflow.platform.base import Platform
 from scanflow.spec import Affinity, Resources, Service
 
