@@ -236,10 +236,10 @@ class Runtime:
                 self.metrics.queue_depth.set(len(batch))
                 if not batch:
                     self._wake.clear()
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), IDLE_POLL_S)
-                    except TimeoutError:
-                        pass
+                    # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(IDLE_POLL_S):
+                            await self._wake.wait()
                     continue
                 for event in batch:
                     await self.process(event)
