@@ -11,12 +11,17 @@ Steps, in order:
    queue-depth estimate in_flight / target_in_flight (Ray Serve's target ongoing requests).
 2. factors: latency above the SLO means overload -> at least one replica more than now (unless
    replicas are still starting, or the last change is younger than `settle_s`); latency in the band between `latency_low` * SLO and the SLO means
-   "comfortable" -> never scale down; only below the band may the count fall.
-3. guardrails (bounds, cold start, hysteresis, cooldown, max step): `guardrails.apply_guardrails`.
+   "comfortable" -> never scale down; only below the band may the count fall, and below it a
+   scale-up for headroom needs the demand to saturate the replicas now (rate noise never adds one).
+3. down-scale stabilisation: a scale-down goes no lower than the largest raw value of the last
+   `down_window_s` (as the HPA's stabilization window, shorter), so measurement noise cannot flap;
+4. guardrails (bounds, cold start, hysteresis, cooldown, max step): `guardrails.apply_guardrails`.
 
 Defaults: act fast on overload (1 tick, no delay, unbounded step), slow and sure on scale-down
-(several ticks over `down_delay_s`, one replica at a time, cooldown after any change), so it never
-flaps on a step in load.
+(the largest need of the last 30 s, then 5 ticks and 30 s of agreeing ticks, then 60 s of cooldown
+after any change before the next step down), so it never flaps on a step in load. A step down goes
+straight to that stabilised need, which still leaves 30% headroom (target_utilization 0.7); set
+`max_step_down` to go one replica at a time.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ def default_autoscale_guardrails() -> Guardrails:
     return Guardrails(
         min_replicas=1, max_replicas=8,
         up_ticks=1, up_delay_s=0.0, cooldown_up_s=0.0, max_step_up=None,
-        down_ticks=5, down_delay_s=30.0, cooldown_down_s=60.0, max_step_down=1,
+        down_ticks=5, down_delay_s=30.0, cooldown_down_s=60.0, max_step_down=None,
         cold_start_s=30.0,
     )
 
@@ -47,13 +52,14 @@ class AutoscaleConfig:
     drain_s: float = 5.0  # drain an existing backlog within this many (nominal) seconds
     latency_low: float = 0.5  # below latency_low * SLO, scaling down is allowed
     settle_s: float = 10.0  # after a change, latency above the SLO alone adds no replica for this long
+    down_window_s: float = 30.0  # a scale-down goes only to the max of the raw values over this window
     guardrails: Guardrails = field(default_factory=default_autoscale_guardrails)
 
     def __post_init__(self) -> None:
         if not 0 < self.target_utilization <= 1:
             raise ValueError(f"target_utilization must be in (0, 1], got {self.target_utilization}")
-        if self.target_in_flight <= 0 or self.drain_s <= 0 or self.settle_s < 0:
-            raise ValueError("target_in_flight and drain_s must be > 0, settle_s >= 0")
+        if self.target_in_flight <= 0 or self.drain_s <= 0 or self.settle_s < 0 or self.down_window_s < 0:
+            raise ValueError("target_in_flight and drain_s must be > 0, settle_s and down_window_s >= 0")
         if not 0 <= self.latency_low < 1:
             raise ValueError(f"latency_low must be in [0, 1), got {self.latency_low}")
 
@@ -61,6 +67,7 @@ class AutoscaleConfig:
 @dataclass(frozen=True)
 class AutoscaleState:
     guard: GuardState = field(default_factory=GuardState)
+    recent: tuple[tuple[float, int], ...] = ()  # (time, raw desired) within down_window_s
 
 
 @dataclass(frozen=True)
@@ -100,14 +107,21 @@ class ScaleDecision(Decision):
     action: Literal["up", "down", "hold"] = "hold"
 
 
-def needed_replicas(ctx: AutoscaleContext) -> tuple[int, str]:
-    """Step 1: the replicas the demand needs now, and which estimate gave it."""
+def needed_replicas(ctx: AutoscaleContext, utilization: float | None = None) -> tuple[int, str]:
+    """Step 1: the replicas the demand needs now at `utilization` (default: the target), and which
+    estimate gave it.
+
+    While replicas asked for earlier are still starting, the backlog term is left out: the backlog
+    built up during their start-up is theirs to drain, and counting it again each tick would climb
+    to the maximum.
+    """
     cfg = ctx.config
     if ctx.arrival_rate is not None and ctx.service_time_ms is not None:
         s = ctx.service_time_ms / 1000.0
         drain = cfg.drain_s / cfg.guardrails.time_scale
-        busy = ctx.arrival_rate * s + ctx.in_flight * s / drain
-        return max(1, math.ceil(busy / cfg.target_utilization - 1e-9)), "rate"
+        starting = ctx.ready_replicas is not None and ctx.ready_replicas < ctx.current_replicas
+        busy = ctx.arrival_rate * s + (0.0 if starting else ctx.in_flight * s / drain)
+        return max(1, math.ceil(busy / (utilization or cfg.target_utilization) - 1e-9)), "rate"
     return max(1, math.ceil(ctx.in_flight / cfg.target_in_flight - 1e-9)), "queue"
 
 
@@ -130,7 +144,16 @@ def decide(ctx: AutoscaleContext) -> tuple[ScaleDecision, AutoscaleState]:
         raw = max(estimate, current)  # may scale up ahead of a breach, never down
     else:
         band = "low"
-        raw = estimate
+        # Latency is low: go up for headroom only when the demand would saturate the replicas
+        # (utilization 1.0); otherwise rate noise near a ceil boundary would add and remove replicas.
+        saturated, _ = needed_replicas(ctx, utilization=1.0)
+        raw = estimate if estimate <= current or saturated > current else current
+    # Down-scale stabilisation: the largest raw value of the last down_window_s, so the noise of a
+    # rate measured over one tick (the ceil of 5.1 vs 4.9) never removes a replica the next tick re-adds.
+    window = cfg.down_window_s / cfg.guardrails.time_scale
+    recent = tuple((t, r) for t, r in ctx.state.recent if ctx.now - t < window) + ((ctx.now, raw),)
+    if raw < current:
+        raw = min(current, max(r for _, r in recent))
     outcome = apply_guardrails(raw, current, ctx.now, cfg.guardrails, ctx.state.guard)
     target = outcome.replicas
     action: Literal["up", "down", "hold"] = "up" if target > current else "down" if target < current else "hold"
@@ -144,5 +167,5 @@ def decide(ctx: AutoscaleContext) -> tuple[ScaleDecision, AutoscaleState]:
     }
     return (
         ScaleDecision(reason=reason, inputs=inputs, replicas=target, current=current, action=action),
-        AutoscaleState(guard=outcome.state),
+        AutoscaleState(guard=outcome.state, recent=recent),
     )

@@ -48,8 +48,13 @@ def test_over_slo_waits_for_replicas_still_starting() -> None:
     assert d.action == "hold" and d.replicas == 3
 
 
-def test_idle_scales_down_slowly_one_at_a_time_to_min() -> None:
-    got = replay_autoscale([IDLE] * 200, CFG, start=4)
+def test_idle_goes_down_after_the_delay_straight_to_the_stabilised_need() -> None:
+    rs = replicas(replay_autoscale([IDLE] * 40, CFG, start=4))
+    assert rs[:30] == [4] * 30 and rs[30:] == [1] * 10
+
+
+def test_idle_with_max_step_scales_down_one_at_a_time_to_min() -> None:
+    got = replay_autoscale([IDLE] * 200, with_guard(CFG, max_step_down=1), start=4)
     rs = replicas(got)
     downs = [i for i in range(1, len(rs)) if rs[i] < rs[i - 1]] + ([0] if rs[0] < 4 else [])
     assert rs[-1] == 1 and min(rs) == 1
@@ -67,12 +72,23 @@ def test_comfortable_band_never_scales_down() -> None:
 
 
 def test_interrupted_idle_restarts_the_down_streak() -> None:
-    # 20 idle ticks, one busy tick (estimate 3 of 3 replicas: steady), 40 idle ticks
+    # 20 idle ticks, one busy tick (estimate 3 of 3 replicas: steady), then idle again
     busy = Tick(latency_ms=30.0, in_flight=2.0, arrival_rate=1800.0, service_time_ms=1.0)
-    got = replay_autoscale([IDLE] * 20 + [busy] + [IDLE] * 40, CFG, start=3)
+    got = replay_autoscale([IDLE] * 20 + [busy] + [IDLE] * 70, CFG, start=3)
     rs = replicas(got)
-    assert rs[:50] == [3] * 50  # the streak restarted at tick 21: 30 s more before any move
-    assert rs[51] == 2
+    # the busy tick's raw value (3) holds the down window for 30 s (to t=49), then the down streak
+    # needs its own 30 s: the first step down comes at t=80, not at t=30
+    assert rs[:80] == [3] * 80
+    assert rs[80] < 3
+    assert "window" not in got[79].reason and got[79].inputs["guardrail"] == "hysteresis"
+
+
+def test_rate_noise_near_a_boundary_does_not_add_a_replica_while_latency_is_low() -> None:
+    # 1 replica, 700 rps * 1 ms / 0.7 = 1.0x -> estimate flickers to 2, but the replica is not saturated
+    ticks = [Tick(latency_ms=8.0, in_flight=1.0, arrival_rate=r, service_time_ms=1.0) for r in (650, 760, 690, 800)]
+    assert replicas(replay_autoscale(ticks, CFG, start=1)) == [1, 1, 1, 1]
+    saturating = Tick(latency_ms=8.0, in_flight=1.0, arrival_rate=1500.0, service_time_ms=1.0)
+    assert replicas(replay_autoscale([saturating], CFG, start=1)) == [3]  # 1.5 / 0.7 -> 3, ahead of latency
 
 
 def test_oscillating_load_around_the_slo_never_flaps() -> None:
@@ -86,13 +102,13 @@ def test_oscillating_load_around_the_slo_never_flaps() -> None:
 def test_cold_start_holds_scale_down_then_releases_it() -> None:
     cfg = with_guard(AutoscaleConfig(), cold_start_s=30.0, down_delay_s=0.0, down_ticks=1)
     rs = replicas(replay_autoscale([IDLE] * 35, cfg, start=3))
-    assert rs[:30] == [3] * 30 and rs[30] == 2
+    assert rs[:30] == [3] * 30 and rs[30] == 1
 
 
 def test_time_scale_shortens_the_down_delay() -> None:
     cfg = with_guard(CFG, time_scale=10.0)
     rs = replicas(replay_autoscale([IDLE] * 10, cfg, start=3, dt=1.0))
-    assert rs[5] == 2  # 30 s / 10 = 3 s of streak and 5 ticks
+    assert rs[4] == 3 and rs[5] == 1  # 30 s / 10 = 3 s of streak and 5 ticks
 
 
 def test_decision_records_reason_and_inputs_as_json() -> None:
