@@ -108,7 +108,7 @@ def test_cold_start_holds_scale_down_then_releases_it() -> None:
 def test_time_scale_shortens_the_down_delay() -> None:
     cfg = with_guard(CFG, time_scale=10.0)
     rs = replicas(replay_autoscale([IDLE] * 10, cfg, start=3, dt=1.0))
-    assert rs[4] == 3 and rs[5] == 1  # 30 s / 10 = 3 s of streak and 5 ticks
+    assert rs[3] == 3 and rs[4] == 1  # 30 s / 10 = 3 s of streak; 5 ticks (unscaled 30 s)
 
 
 def test_decision_records_reason_and_inputs_as_json() -> None:
