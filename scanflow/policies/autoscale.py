@@ -27,11 +27,12 @@ straight to that stabilised need, which still leaves 30% headroom (target_utiliz
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from scanflow.policies.guardrails import Guardrails, GuardState, apply_guardrails
 from scanflow.policies.types import Decision
+from scanflow.spec import Service
 
 
 def default_autoscale_guardrails() -> Guardrails:
@@ -62,6 +63,17 @@ class AutoscaleConfig:
             raise ValueError("target_in_flight and drain_s must be > 0, settle_s and down_window_s >= 0")
         if not 0 <= self.latency_low < 1:
             raise ValueError(f"latency_low must be in [0, 1), got {self.latency_low}")
+
+
+def config_for(service: Service, *, time_scale: float = 1.0, **overrides: float) -> AutoscaleConfig:
+    """The default config bounded by a declared service's min/max replicas (the Planner's usual call).
+
+    `overrides` set AutoscaleConfig fields (e.g. target_utilization=0.6).
+    """
+    base = AutoscaleConfig(**overrides)  # type: ignore[arg-type]
+    guard = replace(base.guardrails, min_replicas=service.min_replicas, max_replicas=service.max_replicas,
+                    time_scale=time_scale)
+    return replace(base, guardrails=guard)
 
 
 @dataclass(frozen=True)

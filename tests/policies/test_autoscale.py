@@ -135,3 +135,15 @@ def test_over_slo_adds_one_again_only_after_the_last_change_settled() -> None:
     tick = Tick(latency_ms=80.0, in_flight=1.0, arrival_rate=1000.0, service_time_ms=1.0)
     rs = replicas(replay_autoscale([tick] * 12, CFG, start=2))
     assert rs[0] == 3 and rs[1:10] == [3] * 9 and rs[10] == 4
+
+
+def test_config_for_a_declared_service_takes_its_bounds() -> None:
+    from scanflow.spec import Service
+
+    svc = Service(name="digits", model_uri="models:/digits@champion", replicas=2, min_replicas=2, max_replicas=5)
+    cfg = autoscale.config_for(svc, time_scale=4.0, target_utilization=0.6)
+    g = cfg.guardrails
+    assert (g.min_replicas, g.max_replicas, g.time_scale, cfg.target_utilization) == (2, 5, 4.0, 0.6)
+    d, _ = autoscale.decide(AutoscaleContext(now=0.0, current_replicas=2, slo_latency_ms=svc.slo.latency_ms,
+                                             latency_ms=500.0, in_flight=100.0, config=cfg))
+    assert d.replicas == 5
