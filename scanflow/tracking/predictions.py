@@ -276,17 +276,21 @@ class PredictionLog:
             stored=int(stored), last_seq=int(last), watermark=wm, pending=int(pending), run_id=run_id
         )
 
-    def pending(self, limit: int, after: int | None = None) -> list[tuple[int, str]]:
-        """The next `limit` (seq, body) rows after `after` (default: the watermark), in seq order."""
+    def pending(self, limit: int, after: int | None = None, upto: int | None = None) -> list[tuple[int, str]]:
+        """The next `limit` (seq, body) rows after `after` (default: the watermark), in seq order,
+        with seq <= `upto` when given."""
         wm = self.watermark if after is None else after
+        query = select(_records.c.seq, _records.c.body).where(_records.c.seq > wm)
+        if upto is not None:
+            query = query.where(_records.c.seq <= upto)
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(_records.c.seq, _records.c.body)
-                .where(_records.c.seq > wm)
-                .order_by(_records.c.seq)
-                .limit(limit)
-            ).all()
+            rows = conn.execute(query.order_by(_records.c.seq).limit(limit)).all()
         return [(int(r.seq), str(r.body)) for r in rows]
+
+    def stats_last_seq(self) -> int:
+        """The highest seq stored so far (0 when empty)."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.coalesce(func.max(_records.c.seq), 0))).scalar_one())
 
     def _commit_watermark(self, old: int, new: int, flushed: int) -> None:
         """Compare-and-set: a concurrent flusher that already advanced it makes this a no-op."""
@@ -344,7 +348,8 @@ class PredictionLog:
 
         Give `experiment` (the workflow's; this log's run is found or created there) or an explicit
         `run_id`. Safe to call again after a crash at any point; concurrent calls in one process are
-        serialised. Returns what was written by this call.
+        serialised. Flushes the records stored when the call starts (later ones wait for the next
+        call), so it returns even while appends keep coming. Returns what was written by this call.
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -364,10 +369,12 @@ class PredictionLog:
         total = 0
         names: list[str] = []
         with self._flush_lock:
+            # flush what is stored now, not what keeps arriving: the call returns even under load
+            upto = self.stats_last_seq()
             while max_batches is None or batches < max_batches:
                 state = self._state_row()
                 wm, flushed = int(state.watermark), int(state.flushed)
-                rows = self.pending(batch_size, after=wm)
+                rows = self.pending(batch_size, after=wm, upto=upto)
                 if not rows:
                     break
                 first, last = rows[0][0], rows[-1][0]

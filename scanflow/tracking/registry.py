@@ -172,9 +172,16 @@ def set_alias(
     Idempotent: if the alias already points at `version`, nothing moves and no record is added (the
     Executor may retry an action). Returns the promotion record (with `moved: False` when a no-op).
     """
+    from mlflow.exceptions import MlflowException
+
     client = _client()
     version = str(version)
-    client.get_model_version(name, version)  # raises a clear MlflowException when it does not exist
+    try:
+        client.get_model_version(name, version)
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            raise RegistryError(f"model {name!r} has no version {version!r}: cannot set {alias!r}") from None
+        raise
     previous = get_alias_version(name, alias)
     ts = time.time() if now is None else now
     record: dict[str, Any] = {

@@ -114,3 +114,22 @@ def test_crash_between_upload_and_commit_neither_loses_nor_duplicates(
     assert sorted(ids) == [f"req-{i:06d}" for i in range(20)]  # each exactly once in MLflow
     rest = read_since(run_id, consumer.watermark)
     assert [r.request_id for r in rest.records] == [f"req-{i:06d}" for i in range(10, 20)]
+
+
+def test_flush_takes_what_was_stored_when_it_started(
+    mlflow_server: str, tmp_path: Path, record, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Appends racing a flush wait for the next call, so a Tracker's periodic flush always returns."""
+    log = PredictionLog(f"sqlite:///{tmp_path / 'p.db'}")
+    log.append(recs(record, range(6)))
+    real_commit = log._commit_watermark
+    extra = iter(range(100, 200))
+
+    def commit_and_append(old: int, new: int, flushed: int) -> None:
+        real_commit(old, new, flushed)
+        log.append(recs(record, [next(extra)]))  # a new record lands during every batch
+
+    monkeypatch.setattr(log, "_commit_watermark", commit_and_append)
+    res = log.flush_to_mlflow(unique_name, batch_size=2)
+    assert (res.batches, res.records) == (3, 6)
+    assert log.stats().pending == 3

@@ -73,9 +73,12 @@ def test_register_model_adds_a_version(mlflow_server: str, unique_name: str, mlp
 
 
 def test_promote_without_challenger_is_a_clear_error(mlflow_server: str, unique_name: str) -> None:
+    assert registry.get_alias_version(unique_name, "champion") is None  # no such model yet
     MlflowClient().create_registered_model(unique_name)
     with pytest.raises(registry.RegistryError, match="no alias 'challenger'"):
         registry.promote(unique_name, actor="x", reason="y")
+    with pytest.raises(registry.RegistryError, match="no version '7'"):
+        registry.set_alias(unique_name, "champion", 7, actor="x", reason="y")
 
 
 def test_one_row_example_is_refused(mlflow_server: str, mlp, digits) -> None:  # type: ignore[no-untyped-def]
