@@ -47,7 +47,9 @@ async def running(agent: Agent, store: Store, **kw: Any) -> AsyncIterator[httpx.
             yield client
 
 
-async def wait_for(cond: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition") -> None:
+async def wait_for(
+    cond: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
+) -> None:
     """Poll an async condition until true or fail after `timeout` seconds."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -67,7 +69,9 @@ async def drained(client: httpx.AsyncClient, timeout: float = 10.0) -> None:
 class AgentProcess:
     """`scanflow agent run FILE --name NAME` as a real OS process on a loopback port."""
 
-    def __init__(self, file: Path, name: str, port: int, home: Path, env: dict[str, str], args: list[str]) -> None:
+    def __init__(
+        self, file: Path, name: str, port: int, home: Path, env: dict[str, str], args: list[str]
+    ) -> None:
         self.file, self.name, self.port, self.home = file, name, port, home
         self.env, self.args = env, args
         self.url = f"http://127.0.0.1:{port}"
@@ -76,8 +80,19 @@ class AgentProcess:
 
     def start(self) -> AgentProcess:
         env = {**os.environ, **self.env, "SCANFLOW_HOME": str(self.home), "SCANFLOW_LOG_LEVEL": "WARNING"}
-        cmd = [sys.executable, "-m", "scanflow.cli", "agent", "run", str(self.file), "--name", self.name,
-               "--port", str(self.port), *self.args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "scanflow.cli",
+            "agent",
+            "run",
+            str(self.file),
+            "--name",
+            self.name,
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         return self
@@ -87,7 +102,9 @@ class AgentProcess:
         while time.monotonic() < end:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise AssertionError(f"agent {self.name} exited {self.proc.returncode}:\n{self.log_path.read_text()}")
+                raise AssertionError(
+                    f"agent {self.name} exited {self.proc.returncode}:\n{self.log_path.read_text()}"
+                )
             try:
                 if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
                     return
@@ -117,8 +134,14 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
     """Factory of agent processes; every one started is stopped at the end, whatever happens."""
     started: list[AgentProcess] = []
 
-    def factory(name: str, port: int, *, args: list[str] | None = None, env: dict[str, str] | None = None,
-                file: Path = HERE / "sample_agents.py") -> AgentProcess:
+    def factory(
+        name: str,
+        port: int,
+        *,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        file: Path = HERE / "sample_agents.py",
+    ) -> AgentProcess:
         p = AgentProcess(file, name, port, tmp_path, {"SCANFLOW_TOKEN": TOKEN, **(env or {})}, args or [])
         started.append(p)
         return p
@@ -128,3 +151,12 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
     finally:
         for p in started:
             p.stop()
+
+
+def free_port_for() -> int:
+    """A free loopback port (re-exported from the root conftest for the process tests)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -6,13 +6,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from conftest import drained, running, wait_for
 from fastapi import Depends
 
 from scanflow.agent import Action, Agent, Context, PermanentError, Store, TemporaryError, get_context
 from scanflow.agent.engine import Decision, Intent
 from scanflow.settings import Settings
-
-from conftest import TOKEN, drained, running, wait_for
 
 
 def make_agent(calls: list[tuple[str | None, dict]], fail: dict[str, Any] | None = None) -> Agent:
@@ -30,23 +29,35 @@ def make_agent(calls: list[tuple[str | None, dict]], fail: dict[str, Any] | None
             raise PermanentError("never")
         return {"planned": args.get("n", 0)}
 
-    a.strategy("retrain", event="drift.*", constraint="event.rate > 0.1", actions=[Action("plan", args={"n": 1})],
-               cooldown_s=0)
+    a.strategy(
+        "retrain",
+        event="drift.*",
+        constraint="event.rate > 0.1",
+        actions=[Action("plan", args={"n": 1})],
+        cooldown_s=0,
+    )
     return a
 
 
 async def test_event_fires_strategy_and_records_decision(store: Store) -> None:
     calls: list = []
     async with running(make_agent(calls), store) as c:
-        r = await c.post("/events", json={"name": "drift.checked", "payload": {"rate": 0.5}, "idempotency_key": "e1"})
+        r = await c.post(
+            "/events", json={"name": "drift.checked", "payload": {"rate": 0.5}, "idempotency_key": "e1"}
+        )
         assert r.status_code == 202 and r.json() == {"id": 1, "duplicate": False}
-        r = await c.post("/events", json={"name": "drift.checked", "payload": {"rate": 0.5}, "idempotency_key": "e1"})
+        r = await c.post(
+            "/events", json={"name": "drift.checked", "payload": {"rate": 0.5}, "idempotency_key": "e1"}
+        )
         assert r.json() == {"id": 1, "duplicate": True}
         await c.post("/events", json={"name": "drift.checked", "payload": {"rate": 0.0}})
         await drained(c)
         assert calls == [("retrain:1:0", {"n": 1})]
         decisions = (await c.get("/decisions")).json()
-        assert [(d["event_id"], d["result"], d["reason"]) for d in decisions] == [(2, "skipped", "false"), (1, "fired", "fired")]
+        assert [(d["event_id"], d["result"], d["reason"]) for d in decisions] == [
+            (2, "skipped", "false"),
+            (1, "fired", "fired"),
+        ]
         assert decisions[1]["outcomes"] == {"retrain:1:0": {"status": "ok", "error": None}}
         assert decisions[1]["inputs"]["event"] == {"rate": 0.5}
         status = (await c.get("/status")).json()
@@ -95,7 +106,9 @@ async def test_restart_resumes_without_repeating_finished_actions(store: Store) 
     """As if killed: event 1 decided with its first action done and its second started; event 2 not decided."""
     calls: list = []
     agent = make_agent(calls)
-    agent.strategy("two", event="multi", actions=[Action("plan", args={"n": 1}), Action("plan", args={"n": 2})])
+    agent.strategy(
+        "two", event="multi", actions=[Action("plan", args={"n": 1}), Action("plan", args={"n": 2})]
+    )
     e1, _ = store.add_event("multi", {}, key="a")
     e2, _ = store.add_event("multi", {}, key="b")
     i0 = Intent(f"two:{e1}:0", "two", e1, 0, Action("plan", None, {"n": 1}))
@@ -121,7 +134,9 @@ async def test_actuator_endpoint_is_idempotent_and_maps_outcomes(store: Store) -
         fail["temporary"] = 1
         r = await c.post("/actuators/plan", json={"args": {}, "idempotency_key": "t"})
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
-        r = await c.post("/actuators/plan", json={"args": {}, "idempotency_key": "t"})  # retried: now succeeds
+        r = await c.post(
+            "/actuators/plan", json={"args": {}, "idempotency_key": "t"}
+        )  # retried: now succeeds
         assert r.status_code == 200
         fail["permanent"] = True
         r = await c.post("/actuators/plan", json={"args": {}})
@@ -141,7 +156,9 @@ async def test_concurrent_calls_with_one_key_run_the_actuator_once(store: Store)
         return {"ok": 1}
 
     async with running(a, store) as c:
-        rs = await asyncio.gather(*[c.post("/actuators/work", json={"idempotency_key": "same"}) for _ in range(5)])
+        rs = await asyncio.gather(
+            *[c.post("/actuators/work", json={"idempotency_key": "same"}) for _ in range(5)]
+        )
     assert [r.status_code for r in rs] == [200] * 5
     assert runs == ["same"] and sum(r.json()["duplicate"] for r in rs) == 4
 
@@ -156,7 +173,9 @@ async def test_concurrent_calls_with_one_key_run_the_actuator_once(store: Store)
         ({"name": "x", "idempotency_key": ""}, 422, "idempotency_key"),
     ],
 )
-async def test_malformed_events_get_422_with_a_message(store: Store, body: dict, status: int, fragment: str) -> None:
+async def test_malformed_events_get_422_with_a_message(
+    store: Store, body: dict, status: int, fragment: str
+) -> None:
     async with running(make_agent([]), store) as c:
         r = await c.post("/events", json=body)
     assert r.status_code == status
@@ -167,7 +186,9 @@ async def test_auth_body_limit_and_not_json(store: Store) -> None:
     async with running(make_agent([]), store, max_body_bytes=1000) as c:
         ev = {"name": "x", "payload": {}}
         assert (await c.post("/events", json=ev, headers={"Authorization": ""})).status_code == 401
-        assert (await c.post("/events", json=ev, headers={"Authorization": "Bearer wrong"})).status_code == 401
+        assert (
+            await c.post("/events", json=ev, headers={"Authorization": "Bearer wrong"})
+        ).status_code == 401
         assert (await c.get("/status", headers={"Authorization": ""})).status_code == 200  # reads are open
         big = {"name": "x", "payload": {"blob": "a" * 5000}}
         r = await c.post("/events", json=big)
@@ -183,7 +204,12 @@ async def test_auth_body_limit_and_not_json(store: Store) -> None:
 
 async def test_strategies_over_rest_are_validated_and_persisted(store: Store) -> None:
     calls: list = []
-    spec = {"name": "rest", "event": "load.*", "constraint": "event.qps > 100", "actions": [{"actuator": "plan"}]}
+    spec = {
+        "name": "rest",
+        "event": "load.*",
+        "constraint": "event.qps > 100",
+        "actions": [{"actuator": "plan"}],
+    }
     async with running(make_agent(calls), store, peers={"executor": "http://127.0.0.1:9"}) as c:
         bad = dict(spec, constraint="__import__('os').system('x')")
         r = await c.post("/strategies", json=bad)
@@ -222,6 +248,7 @@ async def test_sensors_run_on_their_interval_and_on_demand_with_dedup_keys(store
         return ("manual.ran", {"ok": True})
 
     async with running(a, store) as c:
+
         async def two_ticks() -> bool:
             return len(ticks) >= 2
 
@@ -236,7 +263,7 @@ async def test_sensors_run_on_their_interval_and_on_demand_with_dedup_keys(store
     assert store.get("sensor_watermark:manual")["tick"] == 1
 
 
-def Event_like(name: str, payload: dict) -> dict:  # noqa: N802 - sensors may return dicts too
+def Event_like(name: str, payload: dict) -> dict:
     return {"name": name, "payload": payload}
 
 
@@ -261,7 +288,10 @@ async def test_handler_exceptions_never_kill_the_loop(store: Store) -> None:
         await drained(c)
         outcomes = {d["strategy"]: d["outcomes"] for d in (await c.get("/decisions")).json()}
     assert done == [2]
-    assert outcomes["s0"]["s0:1:0"]["status"] == "failed" and "ZeroDivisionError" in outcomes["s0"]["s0:1:0"]["error"]
+    assert (
+        outcomes["s0"]["s0:1:0"]["status"] == "failed"
+        and "ZeroDivisionError" in outcomes["s0"]["s0:1:0"]["error"]
+    )
     assert "must return a dict" in outcomes["s1"]["s1:2:0"]["error"]
 
 
@@ -279,11 +309,15 @@ async def test_custom_routes_use_context_and_token_for_writes(store: Store) -> N
 
     async with running(a, store) as c:
         assert (await c.get("/hello", headers={"Authorization": ""})).json() == {"agent": "checker"}
-        assert (await c.post("/predictions", json={"rows": [1]}, headers={"Authorization": ""})).status_code == 401
+        assert (
+            await c.post("/predictions", json={"rows": [1]}, headers={"Authorization": ""})
+        ).status_code == 401
         r = await c.post("/predictions", json={"rows": [1, 2]})
         assert r.status_code == 200
         ev = (await c.get("/events")).json()[0]
-        assert ev["name"] == "predictions.logged" and ev["payload"] == {"count": 2} and ev["source"] == "checker"
+        assert (
+            ev["name"] == "predictions.logged" and ev["payload"] == {"count": 2} and ev["source"] == "checker"
+        )
 
 
 async def test_since_follows_successes_and_clock_is_injectable(store: Store) -> None:

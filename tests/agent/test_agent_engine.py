@@ -10,7 +10,12 @@ from scanflow.agent.types import Action, Event, Strategy
 
 
 def strat(**kw: object) -> Strategy:
-    base: dict[str, object] = {"name": "s", "event": "drift.*", "constraint": "True", "actions": [Action("a")]}
+    base: dict[str, object] = {
+        "name": "s",
+        "event": "drift.*",
+        "constraint": "True",
+        "actions": [Action("a")],
+    }
     base.update(kw)
     return build_strategy(**base)  # type: ignore[arg-type]
 
@@ -29,7 +34,11 @@ def replay(
 
 
 def test_match_uses_globs_and_exact_names_in_order() -> None:
-    a, b, c = strat(name="a", event="drift.*"), strat(name="b", event="drift.checked"), strat(name="c", event="x")
+    a, b, c = (
+        strat(name="a", event="drift.*"),
+        strat(name="b", event="drift.checked"),
+        strat(name="c", event="x"),
+    )
     assert [s.name for s in match("drift.checked", [a, b, c])] == ["a", "b"]
     assert match("latency.breached", [a, b, c]) == []
 
@@ -46,14 +55,23 @@ def test_fired_intents_have_deterministic_keys_in_action_order() -> None:
 
 def test_cooldown_blocks_until_it_has_passed() -> None:
     s = strat(cooldown_s=10)
-    script = [(0.0, "drift.a", {}), (5.0, "drift.a", {}), (9.99, "drift.a", {}), (10.0, "drift.a", {}),
-              (15.0, "drift.a", {})]
+    script = [
+        (0.0, "drift.a", {}),
+        (5.0, "drift.a", {}),
+        (9.99, "drift.a", {}),
+        (10.0, "drift.a", {}),
+        (15.0, "drift.a", {}),
+    ]
     assert replay([s], script) == ["s:fired", "s:cooldown", "s:cooldown", "s:fired", "s:cooldown"]
 
 
 def test_false_constraint_does_not_start_a_cooldown() -> None:
     s = strat(constraint="event.rate > 0.1", cooldown_s=10)
-    script = [(0.0, "drift.a", {"rate": 0.0}), (1.0, "drift.a", {"rate": 0.5}), (2.0, "drift.a", {"rate": 0.5})]
+    script = [
+        (0.0, "drift.a", {"rate": 0.0}),
+        (1.0, "drift.a", {"rate": 0.5}),
+        (2.0, "drift.a", {"rate": 0.5}),
+    ]
     assert replay([s], script) == ["s:false", "s:fired", "s:cooldown"]
 
 
@@ -61,7 +79,10 @@ def test_rate_limit_counts_firings_in_a_sliding_minute() -> None:
     s = strat(max_per_minute=2)
     script = [(t, "drift.a", {}) for t in (0.0, 1.0, 2.0, 59.0, 60.5, 61.5, 62.0)]
     assert replay([s], script) == [
-        "s:fired", "s:fired", "s:rate-limited", "s:rate-limited",  # 0 and 1 are inside the window
+        "s:fired",
+        "s:fired",
+        "s:rate-limited",
+        "s:rate-limited",  # 0 and 1 are inside the window
         "s:fired",  # at 60.5 the firing at 0 has left the window
         "s:fired",  # at 61.5 the one at 1 has left too
         "s:rate-limited",
@@ -99,7 +120,8 @@ def test_callable_constraint_gets_ctx_and_event_and_may_raise() -> None:
 
     env = EvalEnv(ctx="CTX")
     assert replay([strat(constraint=ok)], [(0, "drift.a", {"n": 1}), (1, "drift.a", {"n": 2})], env) == [
-        "s:false", "s:fired",
+        "s:false",
+        "s:fired",
     ]
     assert seen == [("CTX", 1), ("CTX", 2)]
     plan = decide(Event("drift.a", {}, id=1), [strat(constraint=boom)], {}, now=0.0, env=env)
@@ -116,7 +138,12 @@ def test_since_and_state_reach_the_constraint() -> None:
 
 def test_strategies_are_independent_and_states_roundtrip_json() -> None:
     a, b = strat(name="a", cooldown_s=100), strat(name="b")
-    assert replay([a, b], [(0, "drift.x", {}), (1, "drift.x", {})]) == ["a:fired", "b:fired", "a:cooldown", "b:fired"]
+    assert replay([a, b], [(0, "drift.x", {}), (1, "drift.x", {})]) == [
+        "a:fired",
+        "b:fired",
+        "a:cooldown",
+        "b:fired",
+    ]
     st = StrategyState(last_fired=1.5, recent=(1.0, 1.5), last_event_id=9)
     assert StrategyState.from_json(st.to_json()) == st
 
