@@ -1,0 +1,336 @@
+"""Serving benchmark: Scanflow (gateway + N replicas) against `mlflow models serve` on the same cores.
+
+    .venv/bin/python benchmarks/serving.py --quick     # < 1 minute on an idle 2-core machine
+
+The same registered digits MLP (torch, pickle format) is served by
+- mlflow: `mlflow models serve --env-manager local --workers 1` (the baseline), POST /invocations;
+- scanflow: `python -m scanflow.serving.gateway` in front of N `scanflow.serving.replica` processes;
+- scanflow direct: one replica, no gateway (what the gateway hop costs).
+Each is driven by the same closed-loop load generator at several concurrencies: Debian's `wrk` with a
+Lua script for the POST body (`apt-get install -y wrk`), or, when wrk is missing, a lean asyncio
+generator in its own process. One row (64 floats) per request. Medians over `--repeats` runs.
+
+The limit on these cores is the lower of (a) the model's in-process batched throughput (rows/s at
+batch 32) and (b) an empty endpoint on the same HTTP stack (uvicorn + uvloop + httptools, raw ASGI, one
+process) under the same generator. The LAST line printed is one JSON object of figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+WRK_LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = [==[%s]==]
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('WRKJSON {"requests": %%d, "duration_us": %%d, "p50_us": %%d, "p99_us": %%d, ' ..
+    '"errors": %%d, "non2xx": %%d}\\n', summary.requests, summary.duration, latency:percentile(50),
+    latency:percentile(99), e.connect + e.read + e.write + e.timeout, e.status))
+end
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} not up in {timeout_s}s")
+
+
+@contextmanager
+def process(cmd: list[str], ready_url: str, log: Path, env: dict[str, str] | None = None) -> Iterator[None]:
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                start_new_session=True)
+    try:
+        wait_http(ready_url, 120, proc)
+        yield
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
+# ---- load generators ----------------------------------------------------------------------------
+def run_wrk(url: str, body: str, concurrency: int, seconds: float, workdir: Path) -> dict[str, float]:
+    script = workdir / "post.lua"
+    script.write_text(WRK_LUA % body)
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--timeout", "5s", "-s", str(script), url],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    doc = json.loads(next(line for line in out.splitlines() if line.startswith("WRKJSON "))[8:])
+    return {
+        "rps": doc["requests"] / (doc["duration_us"] / 1e6),
+        "p50_ms": doc["p50_us"] / 1000.0,
+        "p99_ms": doc["p99_us"] / 1000.0,
+        "errors": doc["errors"] + doc["non2xx"],
+    }
+
+
+async def _asyncio_load(url: str, body: bytes, concurrency: int, seconds: float) -> dict[str, float]:
+    """Closed loop over raw keep-alive sockets (HTTP/1.1, Content-Length bodies only)."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    request = (
+        f"POST {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    latencies: list[float] = []
+    errors = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def client() -> None:
+        nonlocal errors
+        reader, writer = await asyncio.open_connection(u.hostname, u.port)
+        try:
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                await reader.readexactly(length)
+                if not head.startswith(b"HTTP/1.1 200"):
+                    errors += 1
+                latencies.append(time.perf_counter() - t0)
+        finally:
+            writer.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - t0
+    latencies.sort()
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
+        "errors": errors,
+    }
+
+
+def run_load(url: str, body: str, concurrency: int, seconds: float, workdir: Path) -> dict[str, float]:
+    if shutil.which("wrk"):
+        return run_wrk(url, body, concurrency, seconds, workdir)
+    out = subprocess.run(
+        [sys.executable, __file__, "--loadgen", url, str(concurrency), str(seconds)],
+        input=body, capture_output=True, text=True, check=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def measure(url: str, body: str, concurrency: int, seconds: float, repeats: int, workdir: Path) -> dict[str, float]:
+    runs = [run_load(url, body, concurrency, seconds, workdir) for _ in range(repeats)]
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+# ---- the pieces ----------------------------------------------------------------------------------
+def register_model(name: str) -> str:
+    import mlflow
+    import mlflow.pytorch
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(30):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+        opt.step()
+    mlflow.set_experiment("serving-benchmark")
+    with mlflow.start_run():
+        info = mlflow.pytorch.log_model(
+            model, name="model", serialization_format="pickle", input_example=x[:2],
+            registered_model_name=name, pip_requirements=["torch==2.13.0"],
+        )
+    return f"models:/{name}/{info.registered_model_version}"
+
+
+def model_limit(uri: str, seconds: float) -> float:
+    """Rows/s of the model alone, batch 32, in this process (one thread)."""
+    import numpy as np
+    import torch
+
+    from scanflow.serving.model import load_model
+
+    torch.set_num_threads(1)
+    m = load_model(uri)
+    x = np.random.default_rng(0).random((32, 64), dtype=np.float32)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        m.predict(x)
+        n += 32
+    return n / (time.perf_counter() - t0)
+
+
+async def _empty_app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    body = b'{"outputs":[0],"model_version":"1","request_id":"x"}'
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="short runs, two concurrencies (< 1 minute)")
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--loadgen", nargs=3, metavar=("URL", "CONCURRENCY", "SECONDS"), help=argparse.SUPPRESS)
+    p.add_argument("--empty-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.loadgen:
+        url, c, s = args.loadgen
+        print(json.dumps(asyncio.run(_asyncio_load(url, sys.stdin.read().encode(), int(c), float(s)))))
+        return
+    if args.empty_server:
+        from scanflow.serving.replica import run_server
+
+        run_server(_empty_app, "127.0.0.1", args.empty_server, "WARNING")
+        return
+
+    concurrencies = [8, 64] if args.quick else [1, 8, 32, 64]
+    seconds = 2.0 if args.quick else 8.0
+    repeats = args.repeats or (1 if args.quick else 3)
+    py = sys.executable
+    env_path = {"PATH": f"{Path(py).parent}:{os.environ.get('PATH', '')}"}
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    row = (load_digits().data[:1] / 16.0).astype(np.float32).tolist()
+    body = json.dumps({"inputs": row})
+    figures: dict[str, object] = {"loadgen": "wrk" if shutil.which("wrk") else "asyncio",
+                                  "cpus": len(os.sched_getaffinity(0)), "replicas": args.replicas,
+                                  "seconds_per_point": seconds, "repeats": repeats}
+    table: dict[str, dict[int, dict[str, float]]] = {}
+    from scanflow.tracking.server import MlflowServer
+
+    with tempfile.TemporaryDirectory(prefix="scanflow-bench-") as tmp:
+        work = Path(tmp)
+        with MlflowServer(work / "mlflow") as mlflow_srv:
+            import mlflow
+
+            mlflow.set_tracking_uri(mlflow_srv.url)
+            env = {**env_path, "MLFLOW_TRACKING_URI": mlflow_srv.url}
+            uri = register_model("bench-digits")
+            print(f"model {uri}; load generator {figures['loadgen']}; {figures['cpus']} cpus", flush=True)
+
+            port = free_port()
+            with process([py, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local",
+                          "-h", "127.0.0.1", "-p", str(port), "--workers", "1"],
+                         f"http://127.0.0.1:{port}/ping", work / "mlflow-serve.log", env):
+                table["mlflow"] = {c: measure(f"http://127.0.0.1:{port}/invocations", body, c, seconds, repeats, work)
+                                   for c in concurrencies}
+
+            ports = [free_port() for _ in range(args.replicas)]
+            threads = str(max(1, len(os.sched_getaffinity(0)) // args.replicas))
+            with contextlib_exit_stack() as stack:
+                for i, rp in enumerate(ports):
+                    stack.enter_context(process(
+                        [py, "-m", "scanflow.serving.replica", "--model-uri", uri, "--port", str(rp),
+                         "--threads", threads, "--service", "bench", "--replica-id", f"r{i}"],
+                        f"http://127.0.0.1:{rp}/ready", work / f"replica-{i}.log", {**env, "SCANFLOW_LOG_LEVEL": "WARNING"}))
+                gport = free_port()
+                gw_cmd = [py, "-m", "scanflow.serving.gateway", "--port", str(gport), "--service", "bench"]
+                for rp in ports:
+                    gw_cmd += ["--replica", f"http://127.0.0.1:{rp}"]
+                stack.enter_context(process(gw_cmd, f"http://127.0.0.1:{gport}/ready", work / "gateway.log",
+                                            {"SCANFLOW_LOG_LEVEL": "WARNING"}))
+                table["scanflow"] = {c: measure(f"http://127.0.0.1:{gport}/predict", body, c, seconds, repeats, work)
+                                     for c in concurrencies}
+                table["scanflow_direct"] = {
+                    c: measure(f"http://127.0.0.1:{ports[0]}/predict", body, c, seconds, repeats, work)
+                    for c in concurrencies
+                }
+
+            eport = free_port()
+            with process([py, __file__, "--empty-server", str(eport)], f"http://127.0.0.1:{eport}/",
+                         work / "empty.log"):
+                empty = measure(f"http://127.0.0.1:{eport}/", body, max(concurrencies), seconds, repeats, work)
+            model_rows = model_limit(uri, 1.0)
+
+    print(f"\n{'concurrency':>11} | " + " | ".join(f"{k:^28}" for k in table))
+    print(f"{'':>11} | " + " | ".join(f"{'rps':>9} {'p50 ms':>8} {'p99 ms':>8} " for _ in table))
+    for c in concurrencies:
+        cells = [f"{table[k][c]['rps']:9.0f} {table[k][c]['p50_ms']:8.2f} {table[k][c]['p99_ms']:8.2f} " for k in table]
+        print(f"{c:>11} | " + " | ".join(cells))
+    limit = min(empty["rps"], model_rows)
+    print(f"\nlimit: empty endpoint {empty['rps']:.0f} rps (p99 {empty['p99_ms']:.2f} ms), "
+          f"model batched {model_rows:.0f} rows/s -> {limit:.0f} rps")
+    top = max(concurrencies)
+    best = {k: max(v[c]["rps"] for c in concurrencies) for k, v in table.items()}
+    errors = {k: sum(v[c]["errors"] for c in concurrencies) for k, v in table.items()}
+    figures.update({
+        "throughput_ratio_vs_mlflow": round(table["scanflow"][top]["rps"] / table["mlflow"][top]["rps"], 2),
+        "p99_ratio_vs_mlflow": round(table["scanflow"][top]["p99_ms"] / table["mlflow"][top]["p99_ms"], 2),
+        "fraction_of_limit": round(best["scanflow"] / limit, 2),
+        "direct_throughput_ratio_vs_mlflow": round(table["scanflow_direct"][top]["rps"] / table["mlflow"][top]["rps"], 2),
+        "direct_fraction_of_limit": round(best["scanflow_direct"] / limit, 2),
+        "at_concurrency": top,
+        "limit_rps": round(limit),
+        "empty_endpoint_rps": round(empty["rps"]),
+        "model_batched_rows_per_s": round(model_rows),
+        "errors": errors,
+        "results": {k: {str(c): {m: round(x, 2) for m, x in r.items()} for c, r in v.items()} for k, v in table.items()},
+    })
+    print(json.dumps(figures))
+
+
+@contextmanager
+def contextlib_exit_stack() -> Iterator[object]:
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        yield stack
+
+
+if __name__ == "__main__":
+    main()
