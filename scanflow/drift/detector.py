@@ -9,8 +9,8 @@ How it decides (docs/drift.md has the why and the numbers):
 2. calibration, on clean data the autoencoder never saw: the mean and variance of log
    reconstruction errors (the null) and their `error_quantile` (the critical-point threshold).
 3. `predict`: per-sample errors of the window, the same way; critical points are the samples above
-   the threshold; the window is drift when a one-sided Welch t-test says its log-errors are larger
-   than the calibration ones at p < fpr. With backend "mmd" | "ks" | "lsdd", alibi-detect's test on
+   the threshold; the window is drift when a Welch t-test says its mean log-error differs from
+   the calibration one (two-sided by default) at p < fpr. With backend "mmd" | "ks" | "lsdd", alibi-detect's test on
    the encoder outputs (window against the calibration set) decides instead; critical points still
    come from the errors.
 """
@@ -49,6 +49,7 @@ class AutoencoderDriftDetector(DriftDetector):
     backend: "ae" (default: Welch test on log reconstruction errors, ~1 ms per 500 rows) or an
         alibi-detect test ("mmd", "ks", "lsdd") on encoder outputs; needs `pip install alibi-detect`.
     error_quantile: calibration quantile above which a sample is a critical point.
+    alternative: "two-sided" (errors up or down both count) or "greater" (only higher errors).
     latent_dim, epochs, batch_size, lr: autoencoder training; defaults fit ~1,000 rows in a few s.
     num_threads: torch threads while fitting (default: the cores this process may use, at most 4).
     """
@@ -61,6 +62,7 @@ class AutoencoderDriftDetector(DriftDetector):
         backend: Backend = "ae",
         fpr: float = 0.05,
         error_quantile: float = 0.95,
+        alternative: stats.Alternative = "two-sided",
         latent_dim: int = 16,
         epochs: int = 30,
         batch_size: int = 64,
@@ -86,7 +88,10 @@ class AutoencoderDriftDetector(DriftDetector):
         if backend != "ae":
             _require_alibi(backend)  # fail at construction, not after minutes of training
         self.backend: Backend = backend
+        if alternative not in ("two-sided", "greater"):
+            raise ValueError(f"alternative must be 'two-sided' or 'greater', got {alternative!r}")
         self.error_quantile = float(error_quantile)
+        self.alternative: stats.Alternative = alternative
         self.latent_dim = int(latent_dim)
         self.epochs = int(epochs)
         self.batch_size = int(batch_size)
@@ -124,7 +129,7 @@ class AutoencoderDriftDetector(DriftDetector):
         errors = reconstruction_errors(model, x)
         critical = stats.critical_points(errors, self.error_threshold)
         if self._alibi is None:
-            score, p_value = stats.welch_greater(stats.log_errors(errors), self.null)
+            score, p_value = stats.welch_test(stats.log_errors(errors), self.null, self.alternative)
             is_drift = p_value < self.fpr
         else:
             score, p_value, is_drift = _alibi_verdict(self._alibi.predict(x), self.backend)
@@ -147,6 +152,7 @@ class AutoencoderDriftDetector(DriftDetector):
             "fpr": self.fpr,
             "threshold": self.fpr,
             "error_quantile": self.error_quantile,
+            "alternative": self.alternative,
             "error_threshold": self.error_threshold,
             "n_calibration": self.null.n if self.null else None,
         }
@@ -167,6 +173,7 @@ class AutoencoderDriftDetector(DriftDetector):
             "backend": self.backend,
             "fpr": self.fpr,
             "error_quantile": self.error_quantile,
+            "alternative": self.alternative,
             "latent_dim": self.latent_dim,
             "epochs": self.epochs,
             "batch_size": self.batch_size,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,14 +38,23 @@ def log_errors(errors: NDArray[np.float64]) -> NDArray[np.float64]:
     return np.log(np.maximum(np.asarray(errors, dtype=np.float64), LOG_FLOOR))
 
 
-def welch_greater(window: NDArray[np.float64], null: NullStats) -> tuple[float, float]:
-    """One-sided Welch t-test, H1: the window's mean log-error is larger than the calibration's.
+Alternative = Literal["two-sided", "greater"]
 
-    Returns (t statistic, p-value). Accounts for the calibration set's own sampling error, which is
-    what keeps the false-positive rate near the nominal one across reference draws.
+
+def welch_test(
+    window: NDArray[np.float64], null: NullStats, alternative: Alternative = "two-sided"
+) -> tuple[float, float]:
+    """Welch t-test of the window's mean log-error against the calibration's; returns (t, p-value).
+
+    "two-sided" (default): drift may raise errors (noise, unseen shapes) or lower them (blurred,
+    faded inputs reconstruct too well); "greater" tests only for higher errors. Welch accounts for
+    the calibration set's own sampling error, which keeps the false-positive rate near the nominal
+    one across reference draws.
     """
     from scipy.special import stdtr
 
+    if alternative not in ("two-sided", "greater"):
+        raise ValueError(f"alternative must be 'two-sided' or 'greater', got {alternative!r}")
     n = len(window)
     if n < 2:
         raise ValueError("a window needs at least 2 samples")
@@ -53,10 +63,15 @@ def welch_greater(window: NDArray[np.float64], null: NullStats) -> tuple[float, 
     se2_w, se2_c = var / n, null.var / null.n
     se2 = se2_w + se2_c
     if se2 <= 0.0:
-        return (math.inf if mean > null.mean else 0.0), (0.0 if mean > null.mean else 1.0)
-    t = (mean - null.mean) / math.sqrt(se2)
-    df = se2**2 / (se2_w**2 / (n - 1) + se2_c**2 / (null.n - 1)) if se2_w > 0 and se2_c > 0 else n + null.n - 2
-    p = float(stdtr(df, -t))  # survival function of Student's t
+        t = 0.0 if mean == null.mean else math.copysign(math.inf, mean - null.mean)
+        df = float(n + null.n - 2)
+    else:
+        t = (mean - null.mean) / math.sqrt(se2)
+        df = se2**2 / (se2_w**2 / (n - 1) + se2_c**2 / (null.n - 1)) if se2_w > 0 and se2_c > 0 else n + null.n - 2
+    if alternative == "greater":
+        p = float(stdtr(df, -t))  # survival function of Student's t
+    else:
+        p = float(min(1.0, 2.0 * stdtr(df, -abs(t))))
     return float(t), p
 
 

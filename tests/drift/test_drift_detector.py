@@ -1,0 +1,98 @@
+"""AutoencoderDriftDetector: decisions on clean and corrupted windows, API errors, reports, persistence."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from scanflow.drift import AutoencoderDriftDetector, DriftReport, NotFittedError
+from workflows.digits.data import KINDS, Splits, corrupt
+
+
+def _window(pool: np.ndarray, n: int, seed: int) -> np.ndarray:
+    return pool[np.random.default_rng(seed).choice(len(pool), n, replace=False)]
+
+
+def test_clean_windows_are_not_drift(detector: AutoencoderDriftDetector, clean_pool: np.ndarray) -> None:
+    for seed in range(3):
+        rep = detector.predict(_window(clean_pool, 300, seed))
+        # margin: a clean window's p-value is uniform; 1e-3 fails once in a thousand, not 1 in 20
+        assert rep.p_value > 1e-3, rep.to_dict()
+        assert rep.drift_rate < 0.15  # about 1 - error_quantile = 5% on clean data
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_corrupted_windows_are_drift(
+    detector: AutoencoderDriftDetector, clean_pool: np.ndarray, kind: str
+) -> None:
+    clean = _window(clean_pool, 300, 11)
+    rep = detector.predict(corrupt(clean, kind, 2, np.random.default_rng(5)))  # type: ignore[arg-type]
+    assert rep.is_drift and rep.p_value < 1e-4, rep.to_dict()
+    base = detector.predict(clean)
+    assert abs(rep.score - base.score) > 5
+
+
+def test_mild_noise_is_caught_in_a_500_window(detector: AutoencoderDriftDetector, clean_pool: np.ndarray) -> None:
+    x = corrupt(_window(clean_pool, 500, 3), "noise", 1, np.random.default_rng(3))
+    assert detector.predict(x).p_value < 1e-3
+
+
+def test_report_is_plain_json_and_plots(
+    detector: AutoencoderDriftDetector, clean_pool: np.ndarray, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    x = corrupt(_window(clean_pool, 100, 4), "shift", 3, 4)
+    rep = detector.predict(x)
+    d = json.loads(json.dumps(rep.to_dict()))
+    assert d["n"] == 100 and d["is_drift"] is True
+    assert d["drift_rate"] == pytest.approx(len(d["critical_indices"]) / 100)
+    assert d["metadata"]["backend"] == "ae" and d["metadata"]["fpr"] == 0.05 and d["threshold"] == 0.05
+    assert all(rep.errors[i] > d["metadata"]["error_threshold"] for i in d["critical_indices"])
+    assert "errors" not in d and len(rep.to_dict(include_errors=True)["errors"]) == 100
+    png = rep.plot(tmp_path / "r" / "drift.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_predict_before_fit_raises_a_named_error() -> None:
+    det = AutoencoderDriftDetector()
+    with pytest.raises(NotFittedError, match="fit"):
+        det.predict(np.zeros((10, 64), dtype=np.float32))
+    with pytest.raises(NotFittedError):
+        det.save("/nonexistent/never-written")
+
+
+def test_bad_input_gets_a_clear_value_error(detector: AutoencoderDriftDetector) -> None:
+    with pytest.raises(ValueError, match=r"expected shape \(n, 64\)"):
+        detector.predict(np.zeros((10, 63)))
+    with pytest.raises(ValueError, match="NaN"):
+        detector.predict(np.full((10, 64), np.nan))
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        detector.predict(np.zeros((1, 64)))
+    with pytest.raises(ValueError, match="numeric"):
+        detector.predict([["a"] * 64] * 3)
+    assert detector.predict(np.zeros((4, 8, 8))).n == 4  # images are accepted as such
+    with pytest.raises(ValueError, match="fpr"):
+        AutoencoderDriftDetector(fpr=0.0)
+    with pytest.raises(ValueError, match="backend"):
+        AutoencoderDriftDetector(backend="nope")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not achievable"):
+        AutoencoderDriftDetector(epochs=1, error_quantile=0.999).fit(np.random.rand(60, 64), np.random.rand(50, 64))
+
+
+def test_fit_holds_out_calibration_when_none_is_given(splits: Splits) -> None:
+    det = AutoencoderDriftDetector(epochs=2, num_threads=1).fit(splits.x_train[:300])
+    assert det.null is not None and det.null.n == round(0.35 * 300)
+    assert isinstance(det.predict(splits.x_test[:50]), DriftReport)
+
+
+def test_save_and_load_give_the_same_verdicts(
+    detector: AutoencoderDriftDetector, clean_pool: np.ndarray, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    detector.save(tmp_path / "det")
+    again = AutoencoderDriftDetector.load(tmp_path / "det")
+    x = corrupt(_window(clean_pool, 200, 8), "rotation", 1, 8)
+    a, b = detector.predict(x), again.predict(x)
+    assert a.p_value == pytest.approx(b.p_value, rel=1e-9) and a.critical_indices == b.critical_indices
+    with pytest.raises(FileNotFoundError):
+        AutoencoderDriftDetector.load(tmp_path / "missing")
