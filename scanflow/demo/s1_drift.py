@@ -1,0 +1,119 @@
+"""S1 drift: corrupted inputs -> Checker detects drift -> Planner plans a retrain on critical points with
+true labels -> Executor trains, evaluates, promotes the challenger and hot-swaps the service.
+
+Drives the EmbeddedStack's real agents with labelled traffic (scanflow.stack.Traffic): clean rows
+first, then the same images with noise; it only watches (MLflow aliases, the answers' model
+versions, the agents' decisions and events) and never steers. Mirrors tests/e2e/scenario.py.
+Who calls: scanflow.demo.runner.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from scanflow.demo.common import DemoContext, wait_for
+from scanflow.demo.report import ScenarioResult
+
+BAR = "a new champion serves after the drift onset (deadline), 0 failed requests, accuracy on drifted rows rises"
+MODEL = "digits"
+
+
+def pools() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Clean feedback rows with true labels, and the same images with noise (8 fresh copies)."""
+    from workflows.digits.data import corrupt, load_splits
+
+    s = load_splits(0)
+    xs, ys = np.concatenate([s.x_feedback] * 8), np.concatenate([s.y_feedback] * 8)
+    return {"clean": (s.x_feedback, s.y_feedback), "drifted": (corrupt(xs, "noise", 2, rng=7), ys)}
+
+
+def champion() -> str | None:
+    from scanflow.tracking.registry import CHAMPION, get_alias_version
+
+    return get_alias_version(MODEL, CHAMPION)
+
+
+def drift_series(events: list[dict[str, Any]], t0: float) -> dict[str, list[Any]]:
+    """Pure: (t since t0, score, drift flag) of the Checker's `drift.checked` events, oldest first."""
+    rows = sorted((e.get("received_at", 0.0), e["payload"]) for e in events
+                  if e.get("name") == "drift.checked" and isinstance(e.get("payload"), dict))
+    out: dict[str, list[Any]] = {"t": [], "score": [], "drift": []}
+    for at, p in rows:
+        score = p.get("score")
+        if isinstance(score, (int, float)) and math.isfinite(score):
+            out["t"].append(round(at - t0, 2))
+            out["score"].append(float(score))
+            out["drift"].append(bool(p.get("drift")))
+    return out
+
+
+def run(ctx: DemoContext) -> ScenarioResult:
+    from scanflow.stack import Traffic
+
+    res = ScenarioResult("s1", "drift -> retrain -> promote -> swap", BAR)
+    stack = ctx.stack
+    if stack is None:
+        res.error = "the embedded stack (agents) is not running"
+        return res
+    deadline = 200.0 if ctx.quick else 300.0
+    p = pools()
+    t0 = time.time()
+    with Traffic(stack.service_url, p["clean"], p["drifted"], rate=60, clients=3) as traffic:
+        old = champion()
+        ctx.say(f"S1: clean traffic to champion v{old}")
+        wait_for(lambda: traffic.count() > 200, 60)
+        onset = time.time()
+        traffic.drifted = True
+        ctx.say("S1: drift onset (noisy images); waiting for detection, retrain, promotion, swap")
+        new: str | None = None
+
+        def new_version_serves() -> bool:
+            nonlocal new
+            cur = champion()
+            if cur is None or cur == old:
+                return False
+            recent = [a for a in traffic.snapshot()[-20:] if a.status == 200]
+            if recent and all(a.version == cur for a in recent):
+                new = cur
+                return True
+            n = len(stack.events("checker", limit=1000))
+            ctx.say(f"S1: champion v{cur} promoted, swapping ({n} checker events)")
+            return False
+
+        wait_for(new_version_serves, deadline, interval_s=1.0)
+        if new is not None:
+            ctx.say(f"S1: v{new} serves; measuring its accuracy on drifted rows")
+            wait_for(lambda: sum(1 for a in traffic.snapshot() if a.version == new and a.drifted) >= 150, 30)
+        checker_events = stack.events("checker", limit=1000)
+        plans = stack.get("planner", "/plans")
+    served_at = min((a.t for a in traffic.snapshot() if new and a.version == new), default=float("nan"))
+    from scanflow.tracking.registry import promotion_history
+
+    moves = [m for m in promotion_history(MODEL, "champion") if new and str(m.get("version")) == new]
+    acc = {
+        "clean, old model": traffic.accuracy(drifted=False, version=old),
+        "drifted, old model": traffic.accuracy(drifted=True, version=old),
+        "drifted, new model": traffic.accuracy(drifted=True, version=new) if new else float("nan"),
+    }
+    failed = len(traffic.failed())
+    series = drift_series(checker_events, t0)
+    res.decisions = [f"{d.get('policy')}: {d.get('reason', '')[:80]}" for d in plans
+                     if d.get("policy") == "retrain" and d.get("retrain")]
+    res.decisions += [f"promote v{m.get('version')}: {str(m.get('reason', ''))[:80]}" for m in moves]
+    res.figures = {
+        "old_version": old, "new_version": new, "requests": traffic.count(), "failed": failed,
+        "onset_to_serving_s": round(served_at - onset, 1) if new else None,
+        "windows_checked": len(series["t"]), "windows_drifted": sum(series["drift"]),
+        "accuracy_clean_old": acc["clean, old model"], "accuracy_drifted_old": acc["drifted, old model"],
+        "accuracy_drifted_new": acc["drifted, new model"],
+    }
+    res.passed = (new is not None and failed == 0
+                  and acc["drifted, new model"] > acc["drifted, old model"])
+    res.series = {"drift": series, "marks": {"drift onset": onset - t0,
+                                             **({"new champion serves": served_at - t0} if new else {})},
+                  "accuracy": acc}
+    return res

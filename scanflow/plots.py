@@ -1,0 +1,147 @@
+"""The demo's figures (drift score over time, accuracy before/after, latency and replicas over time,
+controller comparison, tuning probes, failover timeline), and logging them to MLflow.
+
+Every function builds a `matplotlib.figure.Figure` directly (no pyplot, no global state, no display
+needed: the Agg canvas), so it is safe in worker threads, in the CLI and inline in notebooks (a
+Figure renders itself there). Inputs are plain sequences, so the plots are testable without a stack.
+Who calls: scanflow.demo (logs them to the demo's MLflow run), notebooks/03_operations.ipynb.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+
+def _figure(width: float = 7.0, height: float = 3.2) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)  # the Agg canvas: renders to PNG without a display
+    return fig
+
+
+def drift_over_time(t: Sequence[float], scores: Sequence[float], drift: Sequence[bool] | None = None,
+                    marks: Mapping[str, float] | None = None, threshold: float | None = None) -> Figure:
+    """Drift score per checked window; drifted windows in red; vertical marks (onset, promotion...)."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax.plot(t, scores, "-o", color="tab:blue", ms=4, label="drift score")
+    if drift is not None:
+        hot = [(x, y) for x, y, d in zip(t, scores, drift, strict=False) if d]
+        if hot:
+            ax.scatter(*zip(*hot, strict=True), color="tab:red", zorder=3, label="drift detected")
+    if threshold is not None:
+        ax.axhline(threshold, color="grey", ls="--", lw=1, label="threshold")
+    for i, (name, x) in enumerate((marks or {}).items()):
+        ax.axvline(x, color=f"C{i + 2}", ls=":", lw=1.5, label=name)
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("score")
+    ax.set_title("S1: drift score over time")
+    ax.legend(fontsize=8, loc="best")
+    return fig
+
+
+def accuracy_before_after(values: Mapping[str, float]) -> Figure:
+    """Bars, e.g. {"clean, old model": .97, "drifted, old model": .62, "drifted, new model": .9}."""
+    fig = _figure(6.0, 3.2)
+    ax = fig.add_subplot()
+    names = list(values)
+    vals = [float(values[n]) for n in names]
+    bars = ax.bar(names, vals, color=[f"C{i}" for i in range(len(names))])
+    ax.bar_label(bars, fmt="%.3f", fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("accuracy")
+    ax.set_title("S1: accuracy before / after retraining")
+    ax.tick_params(axis="x", labelsize=8)
+    return fig
+
+
+def latency_and_replicas(t: Sequence[float], latency_ms: Sequence[float | None], replicas: Sequence[int],
+                         slo_ms: float, title: str = "S2: latency and replicas over time",
+                         load: Sequence[float] | None = None) -> Figure:
+    """p99 latency (log scale) against the SLO, with the replica count on a second axis."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    pts = [(x, y) for x, y in zip(t, latency_ms, strict=False) if y is not None and y > 0]
+    if pts:
+        ax.plot(*zip(*pts, strict=True), color="tab:blue", label="p99 latency (ms)")
+        ax.set_yscale("log")
+    ax.axhline(slo_ms, color="tab:red", ls="--", lw=1, label=f"SLO {slo_ms:g} ms")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("latency (ms)")
+    ax2 = ax.twinx()
+    ax2.step(t, replicas, where="post", color="tab:green", label="replicas")
+    if load is not None:
+        ax2.step(t, load, where="post", color="tab:grey", ls=":", label="load (clients)")
+    ax2.set_ylabel("replicas")
+    ax2.set_ylim(0, max([*replicas, *(load or [])], default=1) + 1)
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="upper right")
+    ax.set_title(title)
+    return fig
+
+
+def controllers(series: Mapping[str, tuple[Sequence[float], Sequence[int], Sequence[float]]],
+                slo_ms: float) -> Figure:
+    """Side by side: for each controller name, (t, replicas, latency_ms) on the same trace."""
+    fig = _figure(7.0, 4.4)
+    ax_r, ax_l = fig.subplots(2, 1, sharex=True)
+    for i, (name, (t, reps, lat)) in enumerate(series.items()):
+        ax_r.step(t, reps, where="post", color=f"C{i}", label=name)
+        ax_l.plot(t, lat, color=f"C{i}", label=name)
+    ax_l.axhline(slo_ms, color="tab:red", ls="--", lw=1, label="SLO")
+    ax_l.set_yscale("log")
+    ax_r.set_ylabel("replicas")
+    ax_l.set_ylabel("latency (ms)")
+    ax_l.set_xlabel("time (s)")
+    ax_r.legend(fontsize=8)
+    ax_r.set_title("S2: Planner policy vs HPA algorithm (same trace, simulated)")
+    return fig
+
+
+def tune_probes(measured: Mapping[str, float], default: str, chosen: str) -> Figure:
+    """Throughput per probed configuration; the default and the choice highlighted."""
+    fig = _figure(6.5, 3.2)
+    ax = fig.add_subplot()
+    names = list(measured)
+    colors = ["tab:green" if n == chosen else "tab:grey" if n == default else "tab:blue" for n in names]
+    bars = ax.bar(names, [measured[n] for n in names], color=colors)
+    ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    ax.set_ylabel("requests/s")
+    ax.set_title(f"S3: throughput per configuration (default {default}, chosen {chosen})")
+    ax.tick_params(axis="x", labelsize=8)
+    return fig
+
+
+def failover_timeline(t: Sequence[float], backup_share: Sequence[float], failed: Sequence[int],
+                      marks: Mapping[str, float] | None = None) -> Figure:
+    """Share of answers served by the backup per second, failed requests, and event marks."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax.plot(t, backup_share, color="tab:orange", label="share served by backup")
+    ax.bar(t, [1.0 if f else 0.0 for f in failed], width=0.8, color="tab:red", alpha=0.4, label="failed requests")
+    for i, (name, x) in enumerate((marks or {}).items()):
+        ax.axvline(x, color=f"C{i + 2}", ls=":", lw=1.5, label=name)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("time since start (s)")
+    ax.set_title("S4: failover to the backup and back")
+    ax.legend(fontsize=8, loc="best")
+    return fig
+
+
+def log_figures(figures: Mapping[str, Figure], run_id: str | None = None, client: Any = None) -> list[str]:
+    """Log each figure as `plots/<name>.png` to the run (the active one when run_id is None). Blocking."""
+    import mlflow
+
+    names = []
+    for name, fig in figures.items():
+        path = f"plots/{name}.png"
+        if run_id is None:
+            mlflow.log_figure(fig, path)
+        else:
+            (client or mlflow.MlflowClient()).log_figure(run_id, fig, path)
+        names.append(path)
+    return names
