@@ -48,10 +48,11 @@ def test_first_model_becomes_champion_and_retrain_on_critical_points_becomes_cha
 def test_module_entrypoint_trains_and_refuses_bad_input(mlflow_server: str, model_name: str) -> None:
     env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server}
     cmd = [sys.executable, "-m", "workflows.digits.train", "--model-name", model_name]
-    ok = subprocess.run(cmd + ["--epochs", "5"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(cmd + ["--epochs", "5"], check=False, cwd=REPO, env=env, capture_output=True,
+                        text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr[-2000:]
     result = json.loads(ok.stdout.strip().splitlines()[-1])
     assert result["version"] == "1" and "champion" in result["aliases"]
-    bad = subprocess.run(cmd + ["--extra-points", "/nonexistent.npz"], cwd=REPO, env=env,
+    bad = subprocess.run(cmd + ["--extra-points", "/nonexistent.npz"], check=False, cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "does not exist" in bad.stderr

@@ -65,3 +65,12 @@ def test_missing_or_garbage_extra_points_file(tmp_path: Path) -> None:
     bad.write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="not a readable"):
         load_extra_points(bad)
+
+
+@pytest.mark.parametrize(("kw", "message"), [({"drift_kind": "blur"}, "drift_kind"), ({"epochs": 0}, "epochs"),
+                                             ({"drift_severity": 7}, "drift_severity")])
+def test_train_refuses_bad_parameters_before_touching_mlflow(kw: dict[str, object], message: str) -> None:
+    from workflows.digits.train import train
+
+    with pytest.raises(ValueError, match=message):
+        train(tracking_uri="http://127.0.0.1:9", **kw)  # type: ignore[arg-type]  # nothing listens there

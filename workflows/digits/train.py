@@ -14,6 +14,7 @@ Evaluation: accuracy on the clean test split and on a corrupted copy of it (`dri
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import time
@@ -40,7 +41,7 @@ def load_extra_points(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
             arrays = {k: np.asarray(data[k]) for k in data.files if k in ("x", "y")}
     except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
         raise ValueError(f"{p}: not a readable .npz file of arrays x, y ({exc})") from None
-    if not hasattr(arrays, "keys") or "x" not in arrays or "y" not in arrays:
+    if "x" not in arrays or "y" not in arrays:
         raise ValueError(f"{p}: needs arrays 'x' and 'y', has {sorted(arrays)}")
     x, y = arrays["x"].astype(np.float32), arrays["y"]
     if x.ndim != 2 or x.shape[1] != N_FEATURES:
@@ -81,6 +82,13 @@ def train(
     `tracking_uri` None keeps MLflow's configured URI (MLFLOW_TRACKING_URI).
     """
     # Bad input fails first, before the slow imports and any MLflow call.
+    from workflows.digits.data import KINDS, SEVERITIES
+
+    if drift_kind not in KINDS or drift_severity not in SEVERITIES:
+        raise ValueError(f"drift_kind must be one of {list(KINDS)} and drift_severity one of "
+                         f"{list(SEVERITIES)}, got {drift_kind!r}, {drift_severity!r}")
+    if epochs < 1 or hidden < 1 or lr <= 0:
+        raise ValueError(f"need epochs >= 1, hidden >= 1 and lr > 0, got {epochs}, {hidden}, {lr}")
     extra = load_extra_points(extra_points_path) if extra_points_path else None
     import mlflow
     import mlflow.pytorch
@@ -109,7 +117,9 @@ def train(
     first = get_alias_version(model_name, CHAMPION) is None
     params = {"epochs": epochs, "seed": seed, "hidden": hidden, "lr": lr, "n_train": len(splits.x_train),
               "n_extra": n_extra, "drift_kind": drift_kind, "drift_severity": drift_severity, "alias": alias}
-    with mlflow.start_run(experiment_id=ensure_experiment(experiment)) as run:
+    active = mlflow.active_run()  # under the job runner (Platform.run_job) the job's run is active: log there
+    with (mlflow.start_run(experiment_id=ensure_experiment(experiment)) if active is None
+          else contextlib.nullcontext(active)) as run:
         mlflow.log_params(params)
         mlflow.log_metrics({"accuracy_clean": acc_clean, "accuracy_drifted": acc_drifted,
                             "final_loss": losses[-1], "train_seconds": train_s})
