@@ -112,7 +112,7 @@ planner = AgentSpec(
     settings={
         "retrain": {"k": 2, "m": 3, "cooldown_s": 600.0},
         "promotion": {"min_gain_drifted": 0.0, "clean_tolerance": 0.01},
-        "autoscale": {"target_utilization": 0.7, "down_delay_s": 30.0, "cooldown_down_s": 60.0},
+        "autoscale": {"target_utilization": 0.7, "latency_low": 0.5, "down_window_s": 30.0},
         "failover": {"fail_checks": 3, "recover_checks": 5},
     },
 )
