@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from scanflow.agent.types import Action, Event, Strategy
@@ -141,7 +141,9 @@ def evaluate(
     Order: duplicate (event already evaluated) -> constraint -> cooldown -> rate limit. The constraint
     is evaluated before the guards so a decision says "would have fired, but cooldown".
     """
-    recent = tuple(t for t in st.recent if now - t < RATE_WINDOW_S)
+    # Firing times are kept only for a rate-limited strategy, and only those inside the window.
+    limited = strategy.max_per_minute is not None
+    recent = tuple(t for t in st.recent if now - t < RATE_WINDOW_S) if limited and st.recent else ()
     inputs: dict[str, Any] = {
         "event": event.payload,
         "now": now,
@@ -164,7 +166,7 @@ def evaluate(
 
     if event.id and event.id <= st.last_event_id:
         return decision("skipped", "duplicate"), st
-    seen = replace(st, recent=recent, last_event_id=max(st.last_event_id, event.id))
+    seen = StrategyState(st.last_fired, recent, max(st.last_event_id, event.id))
     try:
         holds = _constraint_holds(strategy, event, now, env)
     except ExpressionError as exc:
@@ -176,13 +178,13 @@ def evaluate(
     if st.last_fired is not None and strategy.cooldown_s > 0 and now - st.last_fired < strategy.cooldown_s:
         inputs["cooldown_left_s"] = strategy.cooldown_s - (now - st.last_fired)
         return decision("skipped", "cooldown"), seen
-    if strategy.max_per_minute is not None and len(recent) >= strategy.max_per_minute:
+    if limited and len(recent) >= strategy.max_per_minute:  # type: ignore[operator]
         return decision("skipped", "rate-limited"), seen
     intents = tuple(
         Intent(intent_key(strategy.name, event.id, i), strategy.name, event.id, i, a)
         for i, a in enumerate(strategy.actions)
     )
-    fired = replace(seen, last_fired=now, recent=(*recent, now))
+    fired = StrategyState(now, (*recent, now) if limited else (), seen.last_event_id)
     return decision("fired", "fired", intents), fired
 
 
