@@ -9,8 +9,9 @@ How it decides (docs/drift.md has the why and the numbers):
 2. calibration, on clean data the autoencoder never saw: the mean and variance of log
    reconstruction errors (the null) and their `error_quantile` (the critical-point threshold).
 3. `predict`: per-sample errors of the window, the same way; critical points are the samples above
-   the threshold; the window is drift when a Welch t-test says its mean log-error differs from
-   the calibration one (two-sided by default) at p < fpr. With backend "mmd" | "ks" | "lsdd", alibi-detect's test on
+   the threshold; the window is drift when its log-errors differ from the calibration ones in mean
+   (Welch t-test, two-sided by default) or spread (Brown-Forsythe in Welch form), Bonferroni
+   combined, at p < fpr. With backend "mmd" | "ks" | "lsdd", alibi-detect's test on
    the encoder outputs (window against the calibration set) decides instead; critical points still
    come from the errors.
 """
@@ -46,10 +47,10 @@ FORMAT_VERSION = 1
 class AutoencoderDriftDetector(DriftDetector):
     """Drift detector for 8x8 images (n, 64) in [0, 1] built on a small torch autoencoder.
 
-    backend: "ae" (default: Welch test on log reconstruction errors, ~1 ms per 500 rows) or an
+    backend: "ae" (default: location + scale tests on log reconstruction errors) or an
         alibi-detect test ("mmd", "ks", "lsdd") on encoder outputs; needs `pip install alibi-detect`.
     error_quantile: calibration quantile above which a sample is a critical point.
-    alternative: "two-sided" (errors up or down both count) or "greater" (only higher errors).
+    alternative: for the mean test: "two-sided" (errors up or down) or "greater" (only up).
     latent_dim, epochs, batch_size, lr: autoencoder training; defaults fit ~1,000 rows in a few s.
     num_threads: torch threads while fitting (default: the cores this process may use, at most 4).
     """
@@ -99,6 +100,7 @@ class AutoencoderDriftDetector(DriftDetector):
         self.num_threads = num_threads
         self.model: ConvAutoencoder | None = None
         self.null: stats.NullStats | None = None
+        self.scale_null: stats.NullStats | None = None
         self.error_threshold: float | None = None
         self.calibration_errors: NDArray[np.float64] | None = None
         self._alibi: Any = None
@@ -119,18 +121,26 @@ class AutoencoderDriftDetector(DriftDetector):
         model = self._model()
         errors = reconstruction_errors(model, x_cal)
         self.error_threshold = stats.error_threshold(errors, self.error_quantile)
-        self.null = stats.NullStats.of(stats.log_errors(errors))
+        log_errs = stats.log_errors(errors)
+        self.null = stats.NullStats.of(log_errs)
+        self.scale_null = stats.NullStats.of(stats.abs_deviations(log_errs))
         self.calibration_errors = errors
         self._alibi = _build_alibi(self.backend, x_cal, model, self.fpr) if self.backend != "ae" else None
 
     def _predict(self, x: Array) -> DriftReport:
         model = self._model()
-        assert self.null is not None and self.error_threshold is not None  # set by _calibrate
+        assert self.null is not None and self.scale_null is not None  # set by _calibrate
+        assert self.error_threshold is not None
         errors = reconstruction_errors(model, x)
         critical = stats.critical_points(errors, self.error_threshold)
+        meta = self.metadata()
         if self._alibi is None:
-            score, p_value = stats.welch_test(stats.log_errors(errors), self.null, self.alternative)
+            t_loc, t_scale, p_loc, p_scale = stats.location_scale_test(
+                stats.log_errors(errors), self.null, self.scale_null, self.alternative
+            )
+            score, p_value = t_loc, stats.bonferroni(p_loc, p_scale)
             is_drift = p_value < self.fpr
+            meta.update(t_scale=t_scale, p_location=p_loc, p_scale=p_scale)
         else:
             score, p_value, is_drift = _alibi_verdict(self._alibi.predict(x), self.backend)
         return DriftReport(
@@ -141,7 +151,7 @@ class AutoencoderDriftDetector(DriftDetector):
             drift_rate=len(critical) / len(x),
             critical_indices=tuple(int(i) for i in critical),
             n=len(x),
-            metadata=self.metadata(),
+            metadata=meta,
             errors=errors,
         )
 

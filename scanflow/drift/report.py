@@ -18,12 +18,14 @@ from numpy.typing import NDArray
 class DriftReport:
     """One window's verdict.
 
-    score: the window statistic (Welch t for backend "ae"; the backend's distance otherwise).
+    score: the window statistic (Welch t of the mean log-error for backend "ae"; the backend's
+        distance otherwise).
     p_value: the test's p-value; is_drift is `p_value < threshold` (threshold = the stated fpr).
     drift_rate: fraction of critical points, samples whose reconstruction error is beyond the
         calibration quantile (about 1 - quantile on clean data).
     critical_indices: their positions in the window, for retraining on them (with true labels).
-    metadata: detector name, backend, fpr, threshold, error_threshold, error_quantile.
+    metadata: detector name, backend, fpr, threshold, error_threshold, error_quantile; for backend
+        "ae" also p_location, p_scale and t_scale (the two tests behind p_value).
     errors: per-sample reconstruction errors (kept for plots; left out of `to_dict` by default).
     """
 

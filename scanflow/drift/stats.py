@@ -75,6 +75,34 @@ def welch_test(
     return float(t), p
 
 
+def abs_deviations(log_errs: NDArray[np.float64]) -> NDArray[np.float64]:
+    """|x - median(x)|: the Brown-Forsythe transform; a Welch test on it compares spreads."""
+    return np.abs(log_errs - np.median(log_errs))
+
+
+def location_scale_test(
+    window: NDArray[np.float64],
+    location_null: NullStats,
+    scale_null: NullStats,
+    alternative: Alternative = "two-sided",
+) -> tuple[float, float, float, float]:
+    """Window log-errors against calibration: mean (Welch) and spread (Brown-Forsythe, Welch form).
+
+    Returns (t_location, t_scale, p_location, p_scale); the window's p-value is
+    `bonferroni(p_location, p_scale)`. Why both: noise raises errors (location), while rotations
+    and shifts can push some errors up and others down (bilinear blur reconstructs too well), which
+    leaves the mean near the null but widens the spread.
+    """
+    t_loc, p_loc = welch_test(window, location_null, alternative)
+    t_scale, p_scale = welch_test(abs_deviations(window), scale_null, "two-sided")
+    return t_loc, t_scale, p_loc, p_scale
+
+
+def bonferroni(*p_values: float) -> float:
+    """The smallest p-value times their count, capped at 1: keeps the family's FPR <= the stated one."""
+    return float(min(1.0, min(p_values) * len(p_values)))
+
+
 def error_threshold(calibration_errors: NDArray[np.float64], quantile: float) -> float:
     """The `quantile` of clean calibration errors: samples above it are critical points."""
     if not 0.0 < quantile < 1.0:
