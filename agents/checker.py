@@ -82,7 +82,7 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in payload.items() if k != "critical_ids"} | {"critical": len(critical)}
 
 
-@agent.actuator("forward", max_attempts=12)
+@agent.actuator("forward", max_attempts=6)
 async def forward(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Send the event that fired this strategy to `args.agent`'s inbox (same idempotency key on retry)."""
     if ctx.event is None:
@@ -137,6 +137,9 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
         "healthy_replicas": sum(bool(r.get("healthy")) for r in replicas), "replicas": len(replicas),
         "in_flight": sum(int(r.get("outstanding", 0)) for r in replicas),
     }
+    if not ctx.state.get("seen_healthy"):  # the Executor is still deploying: nothing to judge yet
+        ctx.state["seen_healthy"] = payload["primary_healthy"]
+        return []
     # only what the Planner needs: trouble, and the healthy checks while a failover is in force
     abnormal = not payload["primary_healthy"] or payload["route"] not in (None, "auto")
     if abnormal or ctx.state.get("last_abnormal"):

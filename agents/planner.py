@@ -67,7 +67,7 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return {"retrain": decision.retrain, "reason": decision.reason, "decision_at": rec["at"]}
 
 
-@agent.actuator("submit_plan", max_attempts=12)
+@agent.actuator("submit_plan", max_attempts=6)
 async def submit_plan(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Hand a plan to the Executor's durable inbox as `plan.approved` (deduplicated by key on retry)."""
     plan = {**(ctx.event.payload if ctx.event else {}), **args}
@@ -77,7 +77,7 @@ async def submit_plan(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return {"plan": plan["plan"], **got}
 
 
-@agent.actuator("plan_failover", max_attempts=12)
+@agent.actuator("plan_failover", max_attempts=6)
 async def plan_failover(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p = _payload(ctx, args)
     c = dict(CFG.get("failover", {}))
@@ -99,7 +99,7 @@ async def plan_failover(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return {"route_to": decision.route_to, "changed": decision.changed, "reason": decision.reason}
 
 
-@agent.actuator("plan_scale", max_attempts=12)
+@agent.actuator("plan_scale", max_attempts=6)
 async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p = _payload(ctx, args)
     svc = primary_service()
