@@ -37,7 +37,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
 
     home = tmp_path_factory.mktemp("mlflow")
     previous = os.environ.get("MLFLOW_TRACKING_URI")
-    with MlflowServer(home) as server:
+    with MlflowServer(home, startup_timeout_s=180) as server:  # 2 shared cores can be very busy
         mlflow_tracking.set_tracking_uri(server.url)  # also sets MLFLOW_TRACKING_URI for children
         try:
             yield server.url

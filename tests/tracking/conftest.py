@@ -78,7 +78,7 @@ class PredictionsApp:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, deadline_s: float = 60.0) -> None:
+    def start(self, deadline_s: float = 120.0) -> None:
         args = [sys.executable, str(APP), "--db", self.db_url, "--port", str(self.port), "--token", TOKEN]
         if self.experiment:
             args += ["--experiment", self.experiment]

@@ -73,7 +73,7 @@ def test_cli_up_serves_until_sigterm_and_leaves_no_process(tmp_path: Path) -> No
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
-        while not is_healthy(url):
+        while not ((tmp_path / "server.json").exists() and is_healthy(url)):  # ready = both
             assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
             assert time.monotonic() < deadline, "scanflow mlflow up did not become healthy"
             time.sleep(0.1)
