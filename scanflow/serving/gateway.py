@@ -49,6 +49,7 @@ from scanflow.serving.asgi import (
 )
 from scanflow.serving.replica import LATENCY_BUCKETS, run_server
 from scanflow.serving.routing import RouteMode, Target, Upstream, choose, normalize_url, route_of
+from scanflow.serving.upstream import UpstreamError, UpstreamPool
 
 log = logging.getLogger("scanflow.serving.gateway")
 
@@ -124,6 +125,7 @@ class Gateway:
         self.routed_to: Target | None = None
         self.draining: dict[str, Upstream] = {}  # removed replicas still finishing requests
         self._tick = 0
+        self._pools: dict[str, UpstreamPool] = {}
         self._session: aiohttp.ClientSession | None = None
         self._health_session: aiohttp.ClientSession | None = None
         self._health_task: asyncio.Task[None] | None = None
@@ -150,6 +152,8 @@ class Gateway:
                 await self._health_task
             await self._session.close()
             await self._health_session.close()
+            for pool in self._pools.values():
+                pool.close()
 
     async def _check_one(self, up: Upstream) -> None:
         assert self._health_session is not None
@@ -233,21 +237,12 @@ class Gateway:
         self.metrics.latency.observe(time.perf_counter() - t0)
 
     async def _forward(self, up: Upstream, body: bytes) -> tuple[int, bytes, bytes] | None:
-        """One attempt; None when the upstream could not answer (dead, reset, timed out)."""
-        assert self._session is not None
+        """One attempt; None when the upstream could not answer (dead, reset, refused)."""
         up.outstanding += 1
         up.requests += 1
         try:
-            async with self._session.post(
-                up.url + "/predict", data=body, headers={"Content-Type": "application/json"}
-            ) as resp:
-                payload = await resp.read()
-                ctype = resp.headers.get("Content-Type", "application/json").encode()
-                if resp.status in _RETRY_STATUSES:
-                    up.errors += 1
-                    self.metrics.upstream_errors.labels(f"http_{resp.status}").inc()
-                return resp.status, payload, ctype
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            status, payload, ctype = await self._post(up.url, body)
+        except (UpstreamError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             # Dead or dying replica: take it out now rather than at the next health round.
             up.healthy = False
             up.errors += 1
@@ -261,6 +256,21 @@ class Gateway:
             return 504, b'{"detail": "upstream replica timed out"}', b"application/json"
         finally:
             up.outstanding -= 1
+        if status in _RETRY_STATUSES:
+            up.errors += 1
+            self.metrics.upstream_errors.labels(f"http_{status}").inc()
+        return status, payload, ctype
+
+    async def _post(self, url: str, body: bytes) -> tuple[int, bytes, bytes]:
+        """Plain http goes through the lean pool; https through aiohttp."""
+        if url.startswith("http://"):
+            pool = self._pools.get(url)
+            if pool is None:
+                pool = self._pools[url] = UpstreamPool(url)
+            return await pool.post(b"/predict", body, self.config.upstream_timeout_s)
+        assert self._session is not None
+        async with self._session.post(url + "/predict", data=body, headers={"Content-Type": "application/json"}) as r:
+            return r.status, await r.read(), r.headers.get("Content-Type", "application/json").encode()
 
     # ---- admin ------------------------------------------------------------------------------
     async def set_replicas(self, urls: list[str]) -> dict[str, object]:
@@ -273,11 +283,20 @@ class Gateway:
         for r in removed:
             if r.outstanding:
                 self.draining[r.url] = r
+            pool = self._pools.pop(r.url, None)
+            if pool is not None:
+                pool.close()  # idle connections now; busy ones after their request
         self.draining = {u: r for u, r in self.draining.items() if r.outstanding and u not in urls}
         self._update_route()
         return self.state()
 
     async def set_backup(self, url: str | None) -> dict[str, object]:
+        if self.backup is not None and self.backup.url != url and self.backup.url not in {
+            r.url for r in self.replicas
+        }:
+            pool = self._pools.pop(self.backup.url, None)
+            if pool is not None:
+                pool.close()
         if url is None:
             self.backup = None
             if self.mode == "backup":
