@@ -139,7 +139,7 @@ class Runtime:
         self._lock_users: dict[str, int] = {}
         self._sensor_locks: dict[str, asyncio.Lock] = {}
         self._saved_state = "{}"
-        self._last_id = 0
+        self._max_decided = 0
         self.processed = 0
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -153,6 +153,7 @@ class Runtime:
         self._saved_state = json.dumps(self.state, sort_keys=True, default=str)
         self.strategy_states = await asyncio.to_thread(self.store.strategy_states)
         self.last_success = await asyncio.to_thread(self.store.last_successes)
+        self._max_decided = await asyncio.to_thread(self.store.max_decided_event)
         for spec in await asyncio.to_thread(self.store.get, REST_STRATEGIES_KEY, []):
             try:
                 s = build_strategy(source="rest", **spec)
@@ -251,18 +252,27 @@ class Runtime:
 
     async def process(self, event: Event) -> dict[str, Any]:
         """Decide (once) and act on one event; mark it done. Returns the outcomes by action key."""
-        intents = await asyncio.to_thread(self.store.intents_for, event.id)
+        # Only an event a previous run may have decided needs the lookup (events go in id order).
+        intents = None
+        if event.id <= self._max_decided:
+            intents = await asyncio.to_thread(self.store.intents_for, event.id)
         if intents is None:
             env = EvalEnv(state=self.state, since=self.ctx.since, ctx=self.ctx)
             t0 = time.perf_counter()
             plan = decide(event, self.strategies.values(), self.strategy_states, self.clock(), env)
-            self.metrics.handler_seconds.labels("engine", event.name[:50]).observe(time.perf_counter() - t0)
-            await asyncio.to_thread(self.store.record_plan, event.id, plan.decisions, plan.states)
+            self.metrics.handler_seconds.labels("engine", "decide").observe(time.perf_counter() - t0)
+            finish_at = None if plan.intents else self.clock()  # nothing to do: done in the same commit
+            await asyncio.to_thread(self.store.record_plan, event.id, plan.decisions, plan.states, finish_at)
+            self._max_decided = max(self._max_decided, event.id)
             self.strategy_states = plan.states
             for d in plan.decisions:
                 self.metrics.decisions.labels(d.result).inc()
                 if d.result == "error":
                     self.log.warning("strategy %s on event %s: %s", d.strategy, event.id, d.reason)
+            if finish_at is not None:
+                self.metrics.events_processed.inc()
+                self.processed += 1
+                return {}
             intents = list(plan.intents)
         outcomes: dict[str, Any] = {}
         for intent in intents:

@@ -250,10 +250,22 @@ class Store:
                     conn.execute(decisions.update().where(decisions.c.id == row.id).values(outcomes=mine))
 
     # -- decisions ------------------------------------------------------------------------------
+    def max_decided_event(self) -> int:
+        """Highest event id with decisions: events above it need no resume lookup (intents_for)."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.max(decisions.c.event_id))).scalar() or 0)
+
     def record_plan(
-        self, event_id: int, plan_decisions: Sequence[Decision], states: Mapping[str, StrategyState]
+        self,
+        event_id: int,
+        plan_decisions: Sequence[Decision],
+        states: Mapping[str, StrategyState],
+        finish_at: float | None = None,
     ) -> None:
-        """Decisions of one event and the new strategy states, in one transaction (see module doc)."""
+        """Decisions of one event and the new strategy states, in one transaction (see module doc).
+
+        `finish_at` also marks the event done in the same transaction (for a plan with no actions).
+        """
         rows = [
             {
                 "event_id": event_id,
@@ -288,6 +300,12 @@ class Store:
                     )
                 )
             self._put(conn, STRATEGY_STATES_KEY, {k: v.to_json() for k, v in states.items()})
+            if finish_at is not None:
+                conn.execute(
+                    events.update()
+                    .where(events.c.id == event_id)
+                    .values(status="done", processed_at=finish_at)
+                )
 
     def intents_for(self, event_id: int) -> list[Intent] | None:
         """The intents already decided for this event, or None if it was never decided."""
