@@ -10,7 +10,8 @@ Steps, in order:
    where the backlog term drains the queue already built up within `drain_s`. Without them, the
    queue-depth estimate in_flight / target_in_flight (Ray Serve's target ongoing requests).
 2. factors: latency above the SLO means overload -> at least one replica more than now (unless
-   replicas are still starting, or the last change is younger than `settle_s`); latency in the band between `latency_low` * SLO and the SLO means
+   replicas are still starting, the last change is younger than `settle_s`, or the queue is
+   shrinking since the last tick); latency in the band between `latency_low` * SLO and the SLO means
    "comfortable" -> never scale down; only below the band may the count fall, and below it a
    scale-up for headroom needs the demand to saturate the replicas now (rate noise never adds one).
 3. down-scale stabilisation: a scale-down goes no lower than the largest raw value of the last
@@ -54,11 +55,14 @@ class AutoscaleConfig:
     latency_low: float = 0.5  # below latency_low * SLO, scaling down is allowed
     settle_s: float = 10.0  # after a change, latency above the SLO alone adds no replica for this long
     down_window_s: float = 30.0  # a scale-down goes only to the max of the raw values over this window
+    startup_s: float | None = 10.0  # how long a new replica takes to serve; None: unknown
     guardrails: Guardrails = field(default_factory=default_autoscale_guardrails)
 
     def __post_init__(self) -> None:
         if not 0 < self.target_utilization <= 1:
             raise ValueError(f"target_utilization must be in (0, 1], got {self.target_utilization}")
+        if self.startup_s is not None and self.startup_s < 0:
+            raise ValueError(f"startup_s must be >= 0 or None, got {self.startup_s}")
         if self.target_in_flight <= 0 or self.drain_s <= 0 or self.settle_s < 0 or self.down_window_s < 0:
             raise ValueError("target_in_flight and drain_s must be > 0, settle_s and down_window_s >= 0")
         if not 0 <= self.latency_low < 1:
@@ -80,6 +84,7 @@ def config_for(service: Service, *, time_scale: float = 1.0, **overrides: float)
 class AutoscaleState:
     guard: GuardState = field(default_factory=GuardState)
     recent: tuple[tuple[float, int], ...] = ()  # (time, raw desired) within down_window_s
+    last_in_flight: float | None = None  # the previous tick's in_flight: is a backlog shrinking?
 
 
 @dataclass(frozen=True)
@@ -125,14 +130,20 @@ def needed_replicas(ctx: AutoscaleContext, utilization: float | None = None) -> 
 
     While replicas asked for earlier are still starting, the backlog term is left out: the backlog
     built up during their start-up is theirs to drain, and counting it again each tick would climb
-    to the maximum.
+    to the maximum. Only the backlog the present replicas cannot drain within `startup_s` counts:
+    a replica added for the rest would arrive after it is gone.
     """
     cfg = ctx.config
     if ctx.arrival_rate is not None and ctx.service_time_ms is not None:
         s = ctx.service_time_ms / 1000.0
         drain = cfg.drain_s / cfg.guardrails.time_scale
         starting = ctx.ready_replicas is not None and ctx.ready_replicas < ctx.current_replicas
-        busy = ctx.arrival_rate * s + (0.0 if starting else ctx.in_flight * s / drain)
+        work = 0.0 if starting else ctx.in_flight * s  # core-seconds queued
+        if work and cfg.startup_s is not None:
+            # what the replicas there are drain (at full utilization) before a new one could serve
+            spare = max(0.0, ctx.current_replicas - ctx.arrival_rate * s)
+            work = max(0.0, work - spare * cfg.startup_s / cfg.guardrails.time_scale)
+        busy = ctx.arrival_rate * s + work / drain
         return max(1, math.ceil(busy / (utilization or cfg.target_utilization) - 1e-9)), "rate"
     return max(1, math.ceil(ctx.in_flight / cfg.target_in_flight - 1e-9)), "queue"
 
@@ -148,9 +159,12 @@ def decide(ctx: AutoscaleContext) -> tuple[ScaleDecision, AutoscaleState]:
     settling = last_change is not None and ctx.now - last_change < cfg.settle_s / cfg.guardrails.time_scale
     if ctx.latency_ms is not None and ctx.latency_ms > slo:
         band = "over-slo"
-        # Overload: at least one more than now, unless replicas already asked for are still starting
-        # or the last change has not had time to drain the backlog (else every tick adds one).
-        raw = max(estimate, current if ready < current or settling else current + 1)
+        # Overload: at least one more than now, unless replicas already asked for are still starting,
+        # the last change is too recent to show, or the queue is shrinking (latency is then the tail
+        # of a backlog being drained, and one more replica would arrive after it is gone).
+        prev = ctx.state.last_in_flight
+        draining = prev is not None and ctx.in_flight < prev
+        raw = max(estimate, current if ready < current or settling or draining else current + 1)
     elif ctx.latency_ms is not None and ctx.latency_ms > cfg.latency_low * slo:
         band = "comfortable"
         raw = max(estimate, current)  # may scale up ahead of a breach, never down
@@ -179,5 +193,5 @@ def decide(ctx: AutoscaleContext) -> tuple[ScaleDecision, AutoscaleState]:
     }
     return (
         ScaleDecision(reason=reason, inputs=inputs, replicas=target, current=current, action=action),
-        AutoscaleState(guard=outcome.state, recent=recent),
+        AutoscaleState(guard=outcome.state, recent=recent, last_in_flight=ctx.in_flight),
     )

@@ -147,3 +147,11 @@ def test_config_for_a_declared_service_takes_its_bounds() -> None:
     d, _ = autoscale.decide(AutoscaleContext(now=0.0, current_replicas=2, slo_latency_ms=svc.slo.latency_ms,
                                              latency_ms=500.0, in_flight=100.0, config=cfg))
     assert d.replicas == 5
+
+
+def test_over_slo_while_the_queue_shrinks_adds_nothing() -> None:
+    # latency is still above the SLO but the backlog drains (400 -> 300 -> 200): no extra replica
+    ticks = [Tick(latency_ms=300.0, in_flight=q, arrival_rate=1000.0, service_time_ms=1.0) for q in (400, 300, 200)]
+    cfg = with_guard(CFG, time_scale=1.0)
+    got = replay_autoscale(ticks, AutoscaleConfig(settle_s=0.0, startup_s=None, guardrails=cfg.guardrails), start=4)
+    assert got[0].replicas >= 4 and [d.action for d in got[1:]] == ["hold", "hold"]
