@@ -137,6 +137,8 @@ def run_demo(*, json_output: bool = False, quick: bool = False, home: Path = Pat
     run_home.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=run_home / "demo.log", level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpcore"):  # one line per request would drown the scenario log
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     results: list[ScenarioResult] = []
     extra: dict[str, Any] = {"quick": quick, "home": str(run_home)}
     t_all = time.monotonic()

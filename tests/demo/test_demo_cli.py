@@ -1,0 +1,29 @@
+"""`scanflow demo --quick --json` end to end: real MLflow, agents, replicas. Slow (a few minutes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def test_demo_quick_json_last_line(tmp_path: Path, scanflow_exe: Path) -> None:
+    proc = subprocess.run([str(scanflow_exe), "demo", "--quick", "--json", "--home", str(tmp_path)],
+                          capture_output=True, text=True, timeout=880, check=False)
+    lines = proc.stdout.strip().splitlines()
+    assert lines, proc.stderr[-2000:]
+    doc = json.loads(lines[-1])
+    assert set(doc["scenarios"]) == {"s1", "s2", "s3", "s4"}, doc
+    for key, sc in doc["scenarios"].items():
+        assert sc["bar"], key  # every scenario states its bar
+        assert isinstance(sc["passed"], bool) and isinstance(sc["figures"], dict), key
+    # the exit code is the verdict of the bars
+    assert doc["ok"] == all(sc["passed"] for sc in doc["scenarios"].values())
+    assert proc.returncode == (0 if doc["ok"] else 1), proc.stderr[-2000:]
+    assert "scenario" in proc.stdout and "bar" in proc.stdout  # the table went to stdout
+    if "mlflow_run_id" in doc:  # the run and its plots are on disk for `scanflow mlflow up`
+        assert any(Path(doc["home"]).rglob("s2_planner_vs_hpa.png"))

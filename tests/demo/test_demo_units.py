@@ -1,0 +1,105 @@
+"""The demo's pure parts: results and JSON, the Planner-vs-HPA simulation, load windows, plots, series."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from scanflow import plots
+from scanflow.demo.load import Sample, quantile, window
+from scanflow.demo.report import ScenarioResult, json_line, metric_items, summary
+from scanflow.demo.s1_drift import drift_series
+from scanflow.demo.s2_autoscale import calibrated_slo, reversals
+from scanflow.demo.s4_failover import per_second, served_by_backup
+from scanflow.demo.sim import SimConfig, Trace, compare, simulate
+
+
+def test_json_line_is_one_json_object_with_verdicts() -> None:
+    ok = ScenarioResult("s1", "drift", "bar", passed=True, figures={"acc": 0.9, "nan": float("nan")})
+    bad = ScenarioResult("s2", "autoscale", "bar", passed=False, error="boom")
+    line = json_line([ok, bad], seconds=3.0)
+    assert "\n" not in line
+    doc = json.loads(line)
+    assert doc["ok"] is False and doc["scenarios"]["s1"]["passed"] is True
+    assert doc["scenarios"]["s1"]["figures"]["nan"] is None  # NaN is not JSON
+    assert doc["scenarios"]["s2"]["error"] == "boom"
+    assert summary([ok])["ok"] is True and summary([])["ok"] is False
+
+
+def test_metric_items_keep_numbers_only() -> None:
+    r = ScenarioResult("s3", "tune", "b", passed=True, figures={"gain": 0.1, "chosen": "2x1", "ok": True,
+                                                                 "inf": math.inf})
+    m = metric_items([r])
+    assert m == {"s3.passed": 1.0, "s3.seconds": 0.0, "s3.gain": 0.1, "s3.ok": 1.0}
+
+
+def test_quantile_and_window() -> None:
+    assert quantile([], 0.99) is None
+    assert quantile([5.0, 1.0, 3.0], 0.5) == 3.0
+    s = [Sample(t, 10.0 * t, 200) for t in range(10)] + [Sample(5.5, 1.0, 503)]
+    w = window(s, 2.0, 6.0)
+    assert (w.count, w.errors, w.p99_ms) == (5, 1, 50.0)
+    assert w.rps == pytest.approx(1.0)
+
+
+def test_simulation_planner_beats_hpa_on_the_step_and_comes_back_down() -> None:
+    res = compare(Trace(), SimConfig())
+    p, h = res["planner"], res["hpa"]
+    assert p.violation_s < h.violation_s  # acts on latency at once, HPA waits for syncs and CPU saturates
+    assert p.replicas[-1] == h.replicas[-1] == 1  # both come back down after the load falls
+    assert p.reversals <= 1  # up, then down: no flapping
+    assert len(p.t) == len(h.t) == int(Trace().duration)
+
+
+def test_simulation_refuses_unknown_controller() -> None:
+    with pytest.raises(ValueError, match="planner"):
+        simulate("magic", Trace())
+
+
+def test_reversals_counts_direction_changes() -> None:
+    assert reversals([1, 1, 3, 3, 2, 1]) == 1
+    assert reversals([1, 2, 1, 2, 1]) == 3
+    assert reversals([1, 1, 1]) == 0
+
+
+def test_calibrated_slo_never_below_the_service_slo() -> None:
+    assert calibrated_slo(None) == 50.0
+    assert calibrated_slo(5.0) == 50.0
+    assert calibrated_slo(40.0) == 160.0
+
+
+def test_drift_series_keeps_checked_windows_in_order() -> None:
+    events = [
+        {"name": "drift.checked", "received_at": 12.0, "payload": {"score": 3.0, "drift": True}},
+        {"name": "drift.checked", "received_at": 11.0, "payload": {"score": 0.5, "drift": False}},
+        {"name": "drift.checked", "received_at": 13.0, "payload": {"skipped": "x"}},
+        {"name": "other", "received_at": 10.0, "payload": {"score": 9.0}},
+    ]
+    s = drift_series(events, 10.0)
+    assert s == {"t": [1.0, 2.0], "score": [0.5, 3.0], "drift": [False, True]}
+
+
+def test_failover_per_second_share() -> None:
+    b = "http://127.0.0.1:9001"
+    s = [Sample(100.2, 1, 200, "http://127.0.0.1:9000"), Sample(101.1, 1, 200, b + "/"),
+         Sample(101.5, 1, 200, "http://127.0.0.1:9000"), Sample(101.7, 1, 0)]
+    assert served_by_backup(s[1], b) and not served_by_backup(s[3], b)
+    out = per_second(s, 100.0, b)
+    assert out == {"t": [0.0, 1.0], "backup_share": [0.0, 0.5], "failed": [0.0, 1.0]}
+
+
+def test_plots_render_to_png(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    figs = {
+        "drift": plots.drift_over_time([0, 1, 2], [0.1, 0.2, 3.0], [False, False, True], {"onset": 1.5}),
+        "acc": plots.accuracy_before_after({"old": 0.6, "new": 0.9}),
+        "lat": plots.latency_and_replicas([0, 1, 2], [10.0, None, 80.0], [1, 2, 2], 50.0, load=[2, 8, 8]),
+        "cmp": plots.controllers({"a": ([0, 1], [1, 2], [1.0, 2.0])}, 50.0),
+        "tune": plots.tune_probes({"1x2/none": 100.0, "2x1/pinned": 120.0}, "1x2/none", "2x1/pinned"),
+        "fo": plots.failover_timeline([0, 1], [0.0, 1.0], [0, 1], {"kill": 0.5}),
+    }
+    for name, fig in figs.items():
+        path = tmp_path / f"{name}.png"
+        fig.savefig(path)
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

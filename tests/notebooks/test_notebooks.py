@@ -1,0 +1,30 @@
+"""The three tutorials run top to bottom in a fresh kernel (their own asserts check the outcomes)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def outputs(nb) -> str:  # type: ignore[no-untyped-def]
+    return "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
+                     for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+
+
+def test_01_data_scientist(run_notebook) -> None:  # type: ignore[no-untyped-def]
+    nb = run_notebook("01_data_scientist.ipynb")
+    text = outputs(nb)
+    assert "refused:" in text and "champion version" in text
+
+
+def test_02_data_engineer(run_notebook) -> None:  # type: ignore[no-untyped-def]
+    nb = run_notebook("02_data_engineer.ipynb", timeout_s=400)
+    text = outputs(nb)
+    assert "0 failed" in text and "tracker" in text
+
+
+def test_03_operations(run_notebook) -> None:  # type: ignore[no-untyped-def]
+    nb = run_notebook("03_operations.ipynb")
+    images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) >= 2  # the drift and the controller plots rendered inline
