@@ -15,7 +15,7 @@ Run: `scanflow agent run agents/planner.py --port 8003 --peer executor=http://12
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends
 
@@ -67,7 +67,7 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return {"retrain": decision.retrain, "reason": decision.reason, "decision_at": rec["at"]}
 
 
-@agent.actuator("submit_plan", max_attempts=6)
+@agent.actuator("submit_plan", max_attempts=10)  # the Executor may be redeploying (~30 s)
 async def submit_plan(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Hand a plan to the Executor's durable inbox as `plan.approved` (deduplicated by key on retry)."""
     plan = {**(ctx.event.payload if ctx.event else {}), **args}
@@ -121,6 +121,6 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @agent.router.get("/plans")
-async def plans(ctx: Context = Depends(get_context)) -> list[dict[str, Any]]:
+async def plans(ctx: Annotated[Context, Depends(get_context)]) -> list[dict[str, Any]]:
     """The policy decisions, oldest first (the strategies' decisions are at GET /decisions)."""
     return list(ctx.state.get("decisions", []))

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Self
 
 import httpx
 import numpy as np
@@ -52,7 +53,7 @@ class Traffic:
         self._lock = threading.Lock()
 
     # -- control ---------------------------------------------------------------------------------
-    def start(self) -> Traffic:
+    def start(self) -> Self:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="traffic", daemon=True)
         self._thread.start()
         return self
@@ -62,7 +63,7 @@ class Traffic:
         if self._thread is not None:
             self._thread.join(timeout=self.timeout_s + 5)
 
-    def __enter__(self) -> Traffic:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -1,0 +1,110 @@
+"""S1 benchmark: drift onset -> new champion serving, on the embedded stack (real processes).
+
+    .venv/bin/python benchmarks/s1.py --quick
+
+Figures: s1_seconds (drift onset -> first answer from the new champion; target < 60 s on 2 cores),
+accuracy on drifted traffic after the swap vs the old champion's accuracy on clean traffic
+(accuracy_gap_points, target within 2 points), and failed requests over the whole run. Side by side,
+in the same run, the baseline: the old champion's accuracy on drifted traffic before the swap (what a
+system without the loop would keep serving). With --runs N the medians are quoted. The last line is
+one JSON object of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def pools() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    from workflows.digits.data import corrupt, load_splits
+
+    s = load_splits(0)
+    xs, ys = np.concatenate([s.x_feedback] * 8), np.concatenate([s.y_feedback] * 8)
+    return {"clean": (s.x_feedback, s.y_feedback), "drifted": (corrupt(xs, "noise", 2, rng=7), ys)}
+
+
+def one_run(home: Path, quick: bool, rate: float) -> dict[str, float]:
+    import mlflow
+
+    from scanflow.stack import EmbeddedStack, Traffic
+    from scanflow.tracking.registry import CHAMPION, get_alias_version
+    from workflows.digits.workflow import workflow
+
+    agents = [a.model_copy(update={"strategies": [s for s in a.strategies if s.name != "autoscale"]})
+              if a.role == "planner" else a for a in workflow.agents]
+    wf = workflow.model_copy(update={"agents": agents})
+    p = pools()
+    with EmbeddedStack(home, wf, quick=quick) as stack:
+        mlflow.set_tracking_uri(stack.tracking_uri)
+        old = get_alias_version("digits", CHAMPION)
+        with Traffic(stack.service_url, p["clean"], p["drifted"], rate=rate, clients=3) as t:
+            t0 = time.time()
+            while t.count() < rate * 5 and time.time() - t0 < 60:
+                time.sleep(0.2)
+            onset = time.time()
+            t.drifted = True
+            new, deadline = None, onset + 240
+            while time.time() < deadline:
+                cur = get_alias_version("digits", CHAMPION)
+                if cur != old and any(a.version == cur for a in t.snapshot()[-10:]):
+                    new = cur
+                    break
+                time.sleep(0.5)
+            if new is None:
+                raise SystemExit("no new champion served within 240 s of the drift onset")
+            served = min(a.t for a in t.snapshot() if a.version == new)
+            after = time.time()
+            while t.count(since=after) < rate * 5:
+                time.sleep(0.2)
+        clean_old = t.accuracy(drifted=False, version=old)
+        drifted_old = t.accuracy(since=onset, drifted=True, version=old)
+        drifted_new = t.accuracy(since=after, drifted=True, version=new)
+        return {"s1_seconds": served - onset, "accuracy_clean_old": clean_old,
+                "accuracy_drifted_old": drifted_old, "accuracy_drifted_new": drifted_new,
+                "accuracy_gap_points": 100.0 * (clean_old - drifted_new),
+                "failed_requests": float(len(t.failed())), "requests": float(t.count())}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small windows and sizes (under a minute of S1)")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--rate", type=float, default=60.0, help="requests per second")
+    args = ap.parse_args()
+    runs = []
+    for i in range(args.runs):
+        with tempfile.TemporaryDirectory(prefix="scanflow-s1-") as tmp:
+            r = one_run(Path(tmp), args.quick, args.rate)
+        runs.append(r)
+        print(f"run {i + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()))
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    print(f"\nS1 over {len(runs)} run(s), medians:")
+    print(f"  drift onset -> new champion serving : {med['s1_seconds']:.1f} s (target < 60 s)")
+    print(f"  {'':34s}   old champion (baseline)   new champion (Scanflow loop)")
+    print(f"  accuracy on drifted traffic        : {med['accuracy_drifted_old']:.3f}                     "
+          f"{med['accuracy_drifted_new']:.3f}")
+    print(f"  accuracy on clean traffic (old)    : {med['accuracy_clean_old']:.3f}")
+    print(f"  gap clean(old) - drifted(new)      : {med['accuracy_gap_points']:.1f} points (target <= 2)")
+    print(f"  failed requests                    : {med['failed_requests']:.0f} of {med['requests']:.0f}")
+    print(json.dumps({"s1_seconds": round(med["s1_seconds"], 2),
+                      "accuracy_gap_points": round(med["accuracy_gap_points"], 2),
+                      "failed_requests": int(med["failed_requests"]),
+                      "accuracy_drifted_old": round(med["accuracy_drifted_old"], 4),
+                      "accuracy_drifted_new": round(med["accuracy_drifted_new"], 4),
+                      "accuracy_clean_old": round(med["accuracy_clean_old"], 4), "runs": len(runs)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,76 @@
+"""Reliability: S1 while agents are SIGKILLed at random moments (at least 5 times) and restarted.
+
+The loop must still complete, and the durable stores must show no action done twice: one succeeded
+outcome per idempotency key (a key is a row) and, per logical action, one retrain, one promotion.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+from conftest import digits_workflow
+from scenario import run_s1
+
+from scanflow.agent import Store
+from scanflow.stack import EmbeddedStack, Traffic
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+ROLES = ("tracker", "checker", "planner", "executor")
+
+
+class Chaos:
+    """Kill a random agent every 4-10 s (random), restart it at once; at least `min_kills` times."""
+
+    def __init__(self, stack: EmbeddedStack, seed: int = 1) -> None:
+        self.stack, self.rng, self.kills = stack, random.Random(seed), []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.rng.uniform(4.0, 10.0)):
+            role = self.rng.choice(ROLES)
+            self.stack.kill_agent(role)
+            self.kills.append((time.time(), role))
+            self.stack.restart_agent(role)
+
+
+def _actions(stack: EmbeddedStack, role: str) -> list:
+    store = Store(f"sqlite:///{stack.agent_home(role) / (role + '.db')}")
+    try:
+        return store.list_actions(limit=100000)
+    finally:
+        store.close()
+
+
+def test_s1_survives_random_agent_kills(tmp_path, pools) -> None:  # type: ignore[no-untyped-def]
+    with EmbeddedStack(tmp_path / "stack", digits_workflow(), quick=True) as stack:
+        chaos = Chaos(stack)
+        with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=40, clients=2) as traffic:
+            chaos.thread.start()
+            try:
+                res = run_s1(stack, traffic, timeout_s=300)
+                deadline = time.time() + 60
+                while len(chaos.kills) < 5 and time.time() < deadline:
+                    time.sleep(0.5)
+            finally:
+                chaos.stop.set()
+                chaos.thread.join(timeout=120)
+        acts = {r: _actions(stack, r) for r in ROLES}
+
+    assert len(chaos.kills) >= 5, chaos.kills
+    assert res.new_version != res.old_version
+    for role, rows in acts.items():  # one row per key, so a key can never have two successes
+        assert len({a.key for a in rows}) == len(rows), role
+    done = [a for a in acts["executor"] if a.status == "succeeded"]
+    assert sum(a.actuator == "retrain" for a in done) == 1, [(a.key, a.actuator) for a in done]
+    assert sum(a.actuator == "evaluate_and_promote" for a in done) == 1
+    plans = [a for a in acts["planner"] if a.status == "succeeded" and a.actuator == "submit_plan"
+             and a.args.get("plan") == "retrain"]
+    assert len(plans) == 1
+    moves = [p for p in res.promotions if p["actor"] == "executor"]
+    assert len(moves) == 1 and moves[0]["version"] == res.new_version
+    print(f"reliability: kills {[r for _, r in chaos.kills]}; S1 in {res.served_at - res.onset:.1f}s; "
+          f"{traffic.count()} requests, {len(traffic.failed())} failed (Executor restarts redeploy the services)")
