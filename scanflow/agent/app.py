@@ -34,6 +34,7 @@ from scanflow.agent.agent import Agent, AgentDefinitionError, build_strategy
 from scanflow.agent.context import Context
 from scanflow.agent.runtime import Runtime
 from scanflow.agent.store import Store
+from scanflow.agent.types import Event
 from scanflow.auth import require_token
 from scanflow.settings import Settings
 from scanflow.spec import StrategySpec
@@ -58,12 +59,23 @@ class EventAccepted(BaseModel):
     duplicate: bool
 
 
+class EventRef(BaseModel):
+    """The event that made a peer call this actuator; the handler sees it as `ctx.event`."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=EVENT_NAME_RE)
+    payload: dict[str, Any] = Field(default_factory=dict)
+    id: int | None = None
+    source: str | None = Field(None, max_length=200)
+
+
 class ActuatorCall(BaseModel):
     """Body of POST /actuators/{name}."""
 
     model_config = ConfigDict(extra="forbid")
     args: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(None, min_length=1, max_length=255)
+    event: EventRef | None = None
 
 
 class ActuatorResult(BaseModel):
@@ -231,7 +243,11 @@ def create_app(
                 404, f"agent {agent.name!r} has no actuator {name!r} (has {sorted(agent.actuators)})"
             )
         key = body.idempotency_key or f"rest:{uuid.uuid4().hex}"
-        outcome, dup = await rt.run_actuator(name, body.args, key)
+        event = None
+        if body.event is not None:
+            e = body.event
+            event = Event(e.name, e.payload, id=e.id or 0, source=e.source)
+        outcome, dup = await rt.run_actuator(name, body.args, key, event=event)
         if outcome.status == "ok":
             return JSONResponse(
                 ActuatorResult(status="succeeded", result=outcome.result, key=key, duplicate=dup).model_dump()

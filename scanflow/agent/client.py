@@ -131,10 +131,17 @@ class AgentClient:
         return await self.request("POST", "/events", json=body)  # type: ignore[no-any-return]
 
     async def call_actuator(
-        self, name: str, args: dict[str, Any] | None = None, *, key: str | None = None
+        self,
+        name: str,
+        args: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        event: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Run an actuator -> {"status", "result", "key", "duplicate", ...}."""
-        body = {"args": args or {}, "idempotency_key": key or f"client:{uuid.uuid4().hex}"}
+        """Run an actuator -> {"status", "result", "key", "duplicate"}; `event` becomes its ctx.event."""
+        body: dict[str, Any] = {"args": args or {}, "idempotency_key": key or f"client:{uuid.uuid4().hex}"}
+        if event is not None:
+            body["event"] = event
         return await self.request("POST", f"/actuators/{name}", json=body)  # type: ignore[no-any-return]
 
     async def run_sensor(self, name: str) -> dict[str, Any]:

@@ -109,14 +109,16 @@ class Context:
     async def call(
         self, agent: str, actuator: str, args: Mapping[str, Any] | None = None, key: str | None = None
     ) -> dict[str, Any]:
-        """Run `actuator` on peer `agent` over REST; returns its result.
+        """Run `actuator` on peer `agent` over REST; returns its result. The peer's handler sees
+        this action's triggering event as its `ctx.event`.
 
         Raises TemporaryError (peer down, 5xx, 429, timeouts: retried by the runtime) or
         PermanentError (4xx, or the peer's actuator failed permanently).
         """
         k = self._derive_key("call", key) or f"{self.name}:call:{uuid.uuid4().hex}"
         try:
-            body = await self.client(agent).call_actuator(actuator, dict(args or {}), key=k)
+            event = self.event.to_ref() if self.event is not None else None
+            body = await self.client(agent).call_actuator(actuator, dict(args or {}), key=k, event=event)
         except AgentHTTPError as exc:
             if exc.retryable:
                 raise TemporaryError(f"peer {agent!r}: {exc}", delay_s=1.0) from None

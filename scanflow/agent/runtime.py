@@ -303,7 +303,7 @@ class Runtime:
                     a.actuator, a.args, intent.key, intent.event_id, event=event
                 )
             else:
-                outcome = await self._run_remote(intent)
+                outcome = await self._run_remote(intent, event)
             if outcome.final or attempt >= max_attempts:
                 if not outcome.final:
                     outcome = Outcome.failed(f"gave up after {attempt} attempts: {outcome.error}")
@@ -317,7 +317,7 @@ class Runtime:
             self.log.info("action %s: %s; retry %d in %.2fs", intent.key, outcome.error, attempt, delay)
             await asyncio.sleep(delay)
 
-    async def _run_remote(self, intent: Intent) -> Outcome:
+    async def _run_remote(self, intent: Intent, event: Event | None = None) -> Outcome:
         a = intent.action
         assert a.agent is not None
         name = f"{a.agent}.{a.actuator}"
@@ -329,7 +329,9 @@ class Runtime:
         )
         t0 = time.perf_counter()
         try:
-            result = await self.ctx.for_action(intent.key).call(a.agent, a.actuator, a.args, key=intent.key)
+            result = await self.ctx.for_action(intent.key, event).call(
+                a.agent, a.actuator, a.args, key=intent.key
+            )
             outcome = Outcome.ok(result)
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):

@@ -28,6 +28,10 @@ class Event:
     source: str | None = None
     received_at: float = 0.0
 
+    def to_ref(self) -> dict[str, Any]:
+        """What a peer's actuator receives as its `ctx.event` (no idempotency key: it is ours)."""
+        return {"id": self.id, "name": self.name, "payload": self.payload, "source": self.source}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,

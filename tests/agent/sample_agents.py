@@ -34,7 +34,8 @@ executor = Agent("executor", role="executor")
 
 @executor.actuator("scale")
 def scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    _append("scale.log", f"{ctx.key} {args['replicas']}")
+    p99 = ctx.event.payload["p99_ms"] if ctx.event is not None else None  # the planner's triggering event
+    _append("scale.log", f"{ctx.key} {args['replicas']} {p99}")
     return {"replicas": args["replicas"]}
 
 

@@ -21,6 +21,8 @@ def make_agent(calls: list[tuple[str | None, dict]], fail: dict[str, Any] | None
     @a.actuator("plan")
     def plan(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         calls.append((ctx.key, args))
+        if ctx.event is not None:
+            ctx.state["last_event"] = ctx.event.name
         ctx.state["plans"] = ctx.state.get("plans", 0) + 1
         if fail.get("temporary", 0) > 0:
             fail["temporary"] -= 1
@@ -61,11 +63,15 @@ async def test_event_fires_strategy_and_records_decision(store: Store) -> None:
         assert decisions[1]["outcomes"] == {"retrain:1:0": {"status": "ok", "error": None}}
         assert decisions[1]["inputs"]["event"] == {"rate": 0.5}
         status = (await c.get("/status")).json()
-        assert status["state"] == {"plans": 1} and status["queue_depth"] == 0 and status["role"] == "checker"
+        assert (
+            status["state"] == {"plans": 1, "last_event": "drift.checked"}
+            and status["queue_depth"] == 0
+            and status["role"] == "checker"
+        )
         metrics = (await c.get("/metrics")).text
         assert 'scanflow_agent_decisions_total{result="fired"} 1.0' in metrics
         assert "scanflow_agent_handler_seconds_bucket" in metrics
-    assert store.get("agent_state") == {"plans": 1}  # state persisted after the handler
+    assert store.get("agent_state") == {"plans": 1, "last_event": "drift.checked"}  # saved after the handler
 
 
 async def test_temporary_errors_are_retried_with_the_same_key(store: Store) -> None:
@@ -127,10 +133,14 @@ async def test_actuator_endpoint_is_idempotent_and_maps_outcomes(store: Store) -
     calls: list = []
     fail: dict[str, Any] = {}
     async with running(make_agent(calls, fail), store) as c:
-        ok = await c.post("/actuators/plan", json={"args": {"n": 5}, "idempotency_key": "k"})
+        ev = {"name": "drift.remote", "payload": {"rate": 1}, "id": 9, "source": "peer"}
+        ok = await c.post("/actuators/plan", json={"args": {"n": 5}, "idempotency_key": "k", "event": ev})
         again = await c.post("/actuators/plan", json={"args": {"n": 5}, "idempotency_key": "k"})
         assert ok.json() == {"status": "succeeded", "result": {"planned": 5}, "key": "k", "duplicate": False}
         assert again.json()["duplicate"] is True and len(calls) == 1
+        assert (await c.get("/status")).json()["state"]["last_event"] == "drift.remote"
+        bad_event = {"args": {}, "event": {"name": "x", "payload": 3}}
+        assert (await c.post("/actuators/plan", json=bad_event)).status_code == 422
         fail["temporary"] = 1
         r = await c.post("/actuators/plan", json={"args": {}, "idempotency_key": "t"})
         assert r.status_code == 503 and r.headers["retry-after"] == "1"

@@ -57,10 +57,8 @@ def test_strategy_calls_a_peer_actuator_over_http_with_token(
         return httpx.get(planner.url + "/events", params={"status": "pending"}, timeout=5).json() == []
 
     wait_until(planner_drained, 20, "the planner's inbox to drain")
-    assert scale_log.read_text().split() == [
-        "scale-on-latency:1:0",
-        "3",
-    ]  # called once, with the intent's key
+    # called once, with the intent's key, and the planner's triggering event as the executor's ctx.event
+    assert scale_log.read_text().split() == ["scale-on-latency:1:0", "3", "80.0"]
     decisions = httpx.get(planner.url + "/decisions", timeout=5).json()
     assert [(d["event_id"], d["reason"]) for d in decisions] == [(2, "false"), (1, "fired")]
     assert decisions[1]["outcomes"]["scale-on-latency:1:0"]["status"] == "ok"
