@@ -147,6 +147,7 @@ class Runtime:
         from scanflow.agent.agent import build_strategy
 
         self.agent.check()
+        await asyncio.to_thread(self.store.claim)
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self.state = dict(await asyncio.to_thread(self.store.get, STATE_KEY, {}))
@@ -187,6 +188,7 @@ class Runtime:
         for c in self._clients.values():
             await c.aclose()
         self._clients.clear()
+        await asyncio.to_thread(self.store.release)
 
     async def _call_hook(self, hook: Callable[..., Any]) -> None:
         if inspect.iscoroutinefunction(hook):

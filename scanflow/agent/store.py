@@ -13,6 +13,8 @@ Who calls: scanflow.agent.runtime (the loop), scanflow.agent.app (REST reads), t
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 import time
 import uuid
@@ -139,6 +141,10 @@ def _make_engine(url: str) -> Engine:
     return sa.create_engine(url, pool_pre_ping=True)
 
 
+class StoreBusyError(RuntimeError):
+    """Another running process already owns this store: two loops would act on the same events."""
+
+
 class Store:
     """The durable store of one agent. Thread-safe; writes are serialised by one lock."""
 
@@ -152,10 +158,43 @@ class Store:
         else:
             self.engine = _make_engine(url)
         self._write = threading.Lock()
+        self._owner_fd: int | None = None
         metadata.create_all(self.engine)
 
     def close(self) -> None:
+        self.release()
         self.engine.dispose()
+
+    def _file(self) -> str | None:
+        db = self.engine.url.database if self.engine.url.get_backend_name() == "sqlite" else None
+        return db if db and db != ":memory:" else None
+
+    def claim(self) -> None:
+        """Become the only running agent on this SQLite file (an flock on '<db>.owner').
+
+        A restarted agent whose previous process is still alive would run every pending action a
+        second time; this refuses it with a clear error instead. The OS drops the lock when the
+        owner dies (even by SIGKILL). Other databases: no-op (run one agent replica per store).
+        """
+        path = self._file()
+        if path is None or self._owner_fd is not None:
+            return
+        fd = os.open(path + ".owner", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreBusyError(
+                f"another running agent process owns the store {path}; stop it first "
+                "(or give this one its own SCANFLOW_HOME / SCANFLOW_STORE_URL)"
+            ) from None
+        self._owner_fd = fd
+
+    def release(self) -> None:
+        if self._owner_fd is not None:
+            fcntl.flock(self._owner_fd, fcntl.LOCK_UN)
+            os.close(self._owner_fd)
+            self._owner_fd = None
 
     # -- events inbox ---------------------------------------------------------------------------
     def add_event(

@@ -91,3 +91,22 @@ def test_any_sqlalchemy_url_works_in_memory() -> None:
         assert eid == 1
     finally:
         s.close()
+
+
+def test_only_one_running_agent_may_own_a_store_file(tmp_path: Path) -> None:
+    import pytest
+
+    from scanflow.agent.store import StoreBusyError
+
+    url = f"sqlite:///{tmp_path / 'owned.db'}"
+    first, second = Store(url), Store(url)
+    try:
+        first.claim()
+        first.claim()  # idempotent for its owner
+        with pytest.raises(StoreBusyError, match="another running agent"):
+            second.claim()
+        first.release()
+        second.claim()  # free again once released (a dead owner releases it too)
+    finally:
+        first.close()
+        second.close()
