@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import tempfile
 import threading
 import time
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 
 ARTIFACT_DIR = "predictions"
 RUN_TAG = "scanflow.predictions"  # value: the log's name; identifies the run a log flushes into
+_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,100}")  # the name goes into MLflow search filters
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 
@@ -197,6 +199,8 @@ class PredictionLog:
     """
 
     def __init__(self, url: str, *, name: str = "default") -> None:
+        if not _NAME_RE.fullmatch(name):
+            raise ValueError(f"log name {name!r}: use 1-100 letters, digits, '.', '_' or '-'")
         self.url = url
         self.name = name
         self.engine: Engine = create_engine(url, future=True)
@@ -479,6 +483,8 @@ def prediction_run_id(experiment: str, name: str = "default") -> str | None:
     """The run a prediction log named `name` flushes into, in `experiment` (None if none yet)."""
     from mlflow import MlflowClient
 
+    if not _NAME_RE.fullmatch(name):
+        raise ValueError(f"log name {name!r}: use 1-100 letters, digits, '.', '_' or '-'")
     client = MlflowClient()
     exp = client.get_experiment_by_name(experiment)
     if exp is None:

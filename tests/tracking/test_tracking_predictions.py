@@ -50,6 +50,11 @@ def test_append_is_idempotent_by_request_id(tmp_path: Path, record) -> None:  # 
     assert reopened.stats().stored == 15 and reopened.stats().pending == 15
 
 
+def test_log_name_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="log name"):
+        PredictionLog(f"sqlite:///{tmp_path / 'p.db'}", name="x' or '1'='1")
+
+
 def test_record_validation() -> None:
     with pytest.raises(ValueError, match="same non-zero width"):
         PredictionRecord(
