@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import drained, running, wait_for
+from conftest import TOKEN, drained, running, wait_for
 from fastapi import Depends
 
 from scanflow.agent import Action, Agent, Context, PermanentError, Store, TemporaryError, get_context
@@ -367,3 +367,23 @@ def test_agent_definition_errors_are_clear() -> None:
 
     with pytest.raises(AgentDefinitionError, match="already registered"):
         a.actuator("act")(act)
+
+
+async def test_unhandled_errors_are_json_500_without_the_exception_text(store: Store) -> None:
+    import httpx
+
+    from scanflow.agent import create_app
+
+    a = make_agent([])
+
+    @a.router.get("/explode")
+    async def explode() -> dict:
+        raise RuntimeError("password=hunter2")
+
+    app = create_app(a, Settings(token=TOKEN), store=store)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://agent") as c:
+            r = await c.get("/explode")
+    assert r.status_code == 500
+    assert "hunter2" not in r.text and "error_id" in r.json()
