@@ -83,9 +83,13 @@ def test_cli_up_serves_until_sigterm_and_leaves_no_process(tmp_path: Path) -> No
         assert proc.wait(timeout=30) == 0
         assert not is_healthy(url, timeout_s=1)  # the server (another process group) went with it
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:  # the CLI stops its server on SIGTERM; SIGKILL only if it hangs
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         if is_healthy(url, timeout_s=1):  # only then is the recorded pid still our server
             _kill_recorded_server(tmp_path)
 
