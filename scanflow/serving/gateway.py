@@ -125,6 +125,7 @@ class Gateway:
         self.routed_to: Target | None = None
         self.draining: dict[str, Upstream] = {}  # removed replicas still finishing requests
         self._tick = 0
+        self.counts = {"retries": 0, "failovers": 0, "failbacks": 0, "upstream_errors": 0}
         self._pools: dict[str, UpstreamPool] = {}
         self._session: aiohttp.ClientSession | None = None
         self._health_session: aiohttp.ClientSession | None = None
@@ -189,9 +190,11 @@ class Gateway:
         if route != self.routed_to:
             if self.routed_to == "primary" and route == "backup":
                 self.metrics.failovers.inc()
+                self.counts["failovers"] += 1
                 log.warning("service %s: failover to backup %s", self.config.service, self.backup and self.backup.url)
             elif self.routed_to == "backup" and route == "primary":
                 self.metrics.failbacks.inc()
+                self.counts["failbacks"] += 1
                 log.warning("service %s: failback to primary", self.config.service)
             self.routed_to = route
         self.metrics.healthy.set(sum(r.healthy for r in self.replicas))
@@ -223,6 +226,7 @@ class Gateway:
                     break
             if attempt == 0:
                 self.metrics.retries.inc()
+                self.counts["retries"] += 1
             exclude = exclude | {up.url}
         if up is None and not payload:
             await send_error(send, 503, f"service {self.config.service!r} has no healthy replica and no backup")
@@ -248,17 +252,20 @@ class Gateway:
             up.errors += 1
             up.last_error = f"{type(exc).__name__}: {exc}"
             self.metrics.upstream_errors.labels("connection").inc()
+            self.counts["upstream_errors"] += 1
             return None
         except TimeoutError:
             up.errors += 1
             up.last_error = "timeout"
             self.metrics.upstream_errors.labels("timeout").inc()
+            self.counts["upstream_errors"] += 1
             return 504, b'{"detail": "upstream replica timed out"}', b"application/json"
         finally:
             up.outstanding -= 1
         if status in _RETRY_STATUSES:
             up.errors += 1
             self.metrics.upstream_errors.labels(f"http_{status}").inc()
+            self.counts["upstream_errors"] += 1
         return status, payload, ctype
 
     async def _post(self, url: str, body: bytes) -> tuple[int, bytes, bytes]:
@@ -316,7 +323,6 @@ class Gateway:
         return self.state()
 
     def state(self) -> dict[str, object]:
-        m = self.metrics
         self.draining = {u: r for u, r in self.draining.items() if r.outstanding}
         return {
             "service": self.config.service,
@@ -325,14 +331,7 @@ class Gateway:
             "replicas": [r.snapshot() for r in self.replicas],
             "draining": [r.snapshot() for r in self.draining.values()],
             "backup": self.backup.snapshot() if self.backup else None,
-            "counts": {
-                "requests": sum(r.requests for r in self.replicas),
-                "retries": int(m.retries._value.get()),
-                "failovers": int(m.failovers._value.get()),
-                "failbacks": int(m.failbacks._value.get()),
-                "upstream_errors": sum(s.value for mm in m.upstream_errors.collect() for s in mm.samples
-                                       if s.name.endswith("_total")),
-            },
+            "counts": {"requests": sum(r.requests for r in self.replicas), **self.counts},
         }
 
     def render_metrics(self) -> bytes:
