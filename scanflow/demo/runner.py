@@ -132,7 +132,8 @@ def run_demo(*, json_output: bool = False, quick: bool = False, home: Path = Pat
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    err, out = Console(stderr=True), Console()
+    err = Console(stderr=True)
+    out = Console(width=None if sys.stdout.isatty() else 160)  # a pipe gets a readable table too
     run_home = Path(home).resolve() / time.strftime("%Y%m%d-%H%M%S")
     run_home.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=run_home / "demo.log", level=logging.INFO,

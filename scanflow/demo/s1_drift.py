@@ -65,7 +65,9 @@ def run(ctx: DemoContext) -> ScenarioResult:
     with Traffic(stack.service_url, p["clean"], p["drifted"], rate=60, clients=3) as traffic:
         old = champion()
         ctx.say(f"S1: clean traffic to champion v{old}")
-        wait_for(lambda: traffic.count() > 200, 60)
+        # one clean window checked first (the Tracker asks for a check every 500 predictions): the
+        # drift plot then shows the score before and after the onset
+        wait_for(lambda: any(e.get("name") == "drift.checked" for e in stack.events("checker")), 60, 1.0)
         onset = time.time()
         traffic.drifted = True
         ctx.say("S1: drift onset (noisy images); waiting for detection, retrain, promotion, swap")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import secrets
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from scanflow.demo.common import DemoContext, clean_rows
 from scanflow.demo.load import Load
@@ -84,7 +85,9 @@ def run(ctx: DemoContext) -> ScenarioResult:
             time.sleep(3.0)  # a measurement window, not a synchronisation
             slo = calibrated_slo(load.window(time.monotonic() - t_cal).p99_ms)
             state = autoscale.AutoscaleState()
-            replicas = 1
+            replicas = ready = 1  # desired, and ready (a scale runs in the background; ticks go on)
+            scaler = ThreadPoolExecutor(1, thread_name_prefix="s2-scale")
+            pending: Future[object] | None = None
             start = time.monotonic()
             step_at = plan[0][0]
             end = sum(d for d, _ in plan)
@@ -98,22 +101,30 @@ def run(ctx: DemoContext) -> ScenarioResult:
                         break
                 load.concurrency = c
                 w = load.window(2.0)
-                d, state = autoscale.decide(autoscale.AutoscaleContext(
-                    now=now, current_replicas=replicas, slo_latency_ms=slo, latency_ms=w.p99_ms,
-                    in_flight=float(load.in_flight), config=cfg, state=state))
-                t_series.append(round(now, 2))
-                p99s.append(w.p99_ms)
-                reps.append(replicas)
-                clients.append(c)
-                if d.replicas != replicas:
+                if pending is not None and pending.done():
+                    pending.result()  # a failed scale surfaces here
+                    pending, ready = None, replicas
+                d, new_state = autoscale.decide(autoscale.AutoscaleContext(
+                    now=now, current_replicas=replicas, ready_replicas=ready, slo_latency_ms=slo,
+                    latency_ms=w.p99_ms, in_flight=float(load.in_flight), config=cfg, state=state))
+                if d.replicas != replicas and pending is None:
+                    state = new_state
                     ctx.say(f"S2: {d.action} {replicas} -> {d.replicas} (p99 {w.p99_ms or 0:.0f} ms)")
                     res.decisions.append(f"t={now:.0f}s {d.action} {replicas}->{d.replicas}: {d.reason[:70]}")
                     if d.action == "up" and first_up is None and now >= step_at:
                         first_up = now - step_at
-                    platform.scale(spec.name, d.replicas)
+                    pending = scaler.submit(platform.scale, spec.name, d.replicas)
+                    ready = min(ready, d.replicas)  # removed replicas leave rotation at once
                     replicas = d.replicas
                 else:
-                    ctx.say(f"S2: t={now:.0f}s clients {c}, p99 {w.p99_ms or 0:.0f} ms, replicas {replicas}")
+                    if pending is None:  # while a scale runs, its decision stands: the state stays
+                        state = new_state
+                    ctx.say(f"S2: t={now:.0f}s clients {c}, p99 {w.p99_ms or 0:.0f} ms, "
+                            f"replicas {ready}/{replicas} ready")
+                t_series.append(round(now, 2))
+                p99s.append(w.p99_ms)
+                reps.append(replicas)
+                clients.append(c)
                 next_tick = start + now + 1.0
                 time.sleep(max(0.0, next_tick - time.monotonic()))
             t_series.append(round(time.monotonic() - start, 2))
@@ -121,6 +132,9 @@ def run(ctx: DemoContext) -> ScenarioResult:
             reps.append(replicas)
             clients.append(plan[-1][1])
             samples = load.samples()
+            if pending is not None:
+                pending.result()
+            scaler.shutdown()
         high = [p for t, p, c in zip(t_series, p99s, clients, strict=True) if c == plan[1][1] and p is not None]
     failed = sum(1 for s in samples if s.status != 200)
     sim = compare(Trace(), SimConfig(slo_ms=SLO_MS, max_replicas=8))
