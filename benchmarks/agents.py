@@ -64,6 +64,15 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, round(q / 100 * (len(xs) - 1)))]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), to compare costs on a busy machine."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def roundtrip(n: int, reps: int) -> dict[str, float]:
     import httpx
 
@@ -88,6 +97,7 @@ def roundtrip(n: int, reps: int) -> dict[str, float]:
             results: dict[str, list[float]] = {"events": [], "noop": []}
             p50s: dict[str, list[float]] = {"events": [], "noop": []}
             p99s: dict[str, list[float]] = {"events": [], "noop": []}
+            cpu_ms: dict[str, list[float]] = {"events": [], "noop": []}
             with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5) as c:
                 for path, body in (("/noop", {}), ("/events", {"name": "bench.tick", "payload": {"i": 0}})):
                     for _ in range(50):
@@ -99,6 +109,7 @@ def roundtrip(n: int, reps: int) -> dict[str, float]:
                         ("events", "/events"),
                     ):  # interleaved: same conditions
                         lat = []
+                        c0 = cpu_seconds(proc.pid)
                         for _ in range(n):
                             i += 1
                             body = (
@@ -109,6 +120,10 @@ def roundtrip(n: int, reps: int) -> dict[str, float]:
                             lat.append((time.perf_counter() - t0) * 1000)
                             if r.status_code not in (200, 202):
                                 raise RuntimeError(f"{path}: HTTP {r.status_code} {r.text}")
+                        if kind == "events":  # let the loop finish deciding, so its CPU counts here
+                            while c.get("/status").json()["queue_depth"]:
+                                time.sleep(0.01)
+                        cpu_ms[kind].append((cpu_seconds(proc.pid) - c0) * 1000 / n)
                         results[kind].extend(lat)
                         p50s[kind].append(percentile(lat, 50))
                         p99s[kind].append(percentile(lat, 99))
@@ -124,6 +139,8 @@ def roundtrip(n: int, reps: int) -> dict[str, float]:
         "roundtrip_p99_ms": statistics.median(p99s["events"]),
         "baseline_noop_p50_ms": statistics.median(p50s["noop"]),
         "baseline_noop_p99_ms": statistics.median(p99s["noop"]),
+        "server_cpu_ms_per_event": statistics.median(cpu_ms["events"]),
+        "baseline_server_cpu_ms_per_noop": statistics.median(cpu_ms["noop"]),
     }
 
 
@@ -222,6 +239,10 @@ def main() -> None:
     print(
         f"{'  baseline POST /noop (same server, no store)':45s} "
         f"{rt['baseline_noop_p50_ms']:10.2f} {rt['baseline_noop_p99_ms']:10.2f}"
+    )
+    print(
+        f"{'  server CPU ms per request: events / noop':45s} {rt['server_cpu_ms_per_event']:10.2f} "
+        f"{rt['baseline_server_cpu_ms_per_noop']:10.2f}"
     )
     print(f"{'Engine throughput':45s} {'events/s':>10s}")
     print(f"{'  match + evaluate (5 strategies, 2 match)':45s} {eng['engine_events_per_s']:10.0f}")

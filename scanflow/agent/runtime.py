@@ -264,7 +264,8 @@ class Runtime:
             plan = decide(event, self.strategies.values(), self.strategy_states, self.clock(), env)
             self.metrics.handler_seconds.labels("engine", "decide").observe(time.perf_counter() - t0)
             finish_at = None if plan.intents else self.clock()  # nothing to do: done in the same commit
-            await asyncio.to_thread(self.store.record_plan, event.id, plan.decisions, plan.states, finish_at)
+            changed = plan.states if plan.decisions else None  # nothing matched: states unchanged
+            await asyncio.to_thread(self.store.record_plan, event.id, plan.decisions, changed, finish_at)
             self._max_decided = max(self._max_decided, event.id)
             self.strategy_states = plan.states
             for d in plan.decisions:

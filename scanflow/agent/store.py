@@ -87,6 +87,43 @@ kv = sa.Table(
     sa.Column("value", sa.JSON, nullable=False),
 )
 
+# Hot-path statements built once: building a statement costs more than running it on SQLite.
+_INSERT_EVENT = events.insert()
+_EVENT_ID_BY_KEY = sa.select(events.c.id).where(events.c.idempotency_key == sa.bindparam("k"))
+_FINISH_EVENT = (
+    events.update()
+    .where(events.c.id == sa.bindparam("eid"))
+    .values(status="done", processed_at=sa.bindparam("at"))
+)
+_INSERT_DECISIONS = decisions.insert()
+_KV_UPDATE = kv.update().where(kv.c.key == sa.bindparam("k")).values(value=sa.bindparam("v"))
+_KV_INSERT = kv.insert()
+_PENDING = (
+    sa.select(events)
+    .where(events.c.status == "pending", events.c.id > sa.bindparam("after"))
+    .order_by(events.c.id)
+    .limit(sa.bindparam("lim"))
+)
+
+_ACTION_BY_KEY = sa.select(actions).where(actions.c.key == sa.bindparam("k"))
+_ACTION_ATTEMPTS = sa.select(actions.c.attempts).where(actions.c.key == sa.bindparam("k"))
+_INSERT_ACTION = actions.insert()
+_RESTART_ACTION = (
+    actions.update()
+    .where(actions.c.key == sa.bindparam("k"))
+    .values(status="started", attempts=sa.bindparam("n"), started_at=sa.bindparam("at"), error=None)
+)
+_FINISH_ACTION = (
+    actions.update()
+    .where(actions.c.key == sa.bindparam("k"))
+    .values(
+        status=sa.bindparam("st"),
+        result=sa.bindparam("res"),
+        error=sa.bindparam("err"),
+        finished_at=sa.bindparam("at"),
+    )
+)
+
 STATE_KEY = "agent_state"
 STRATEGY_STATES_KEY = "strategy_states"
 REST_STRATEGIES_KEY = "rest_strategies"
@@ -218,16 +255,14 @@ class Store:
         with self._write:
             try:
                 with self.engine.begin() as conn:
-                    result = conn.execute(events.insert().values(**row))
+                    result = conn.execute(_INSERT_EVENT, row)
                     pk = result.inserted_primary_key
                     assert pk is not None
                     return int(pk[0]), False
             except IntegrityError:
                 pass
         with self.engine.connect() as conn:
-            existing = conn.execute(
-                sa.select(events.c.id).where(events.c.idempotency_key == key)
-            ).scalar_one()
+            existing = conn.execute(_EVENT_ID_BY_KEY, {"k": key}).scalar_one()
         return int(existing), True
 
     @staticmethod
@@ -243,14 +278,8 @@ class Store:
 
     def pending_events(self, after_id: int = 0, limit: int = 100) -> list[Event]:
         """Pending events in arrival order (id ascending), strictly after `after_id`."""
-        q = (
-            sa.select(events)
-            .where(events.c.status == "pending", events.c.id > after_id)
-            .order_by(events.c.id)
-            .limit(limit)
-        )
         with self.engine.connect() as conn:
-            return [self._event(r) for r in conn.execute(q)]
+            return [self._event(r) for r in conn.execute(_PENDING, {"after": after_id, "lim": limit})]
 
     def list_events(self, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Newest first, for GET /events."""
@@ -276,9 +305,7 @@ class Store:
     def finish_event(self, event_id: int, outcomes: Mapping[str, Any], now: float) -> None:
         """Mark an event done (after all its actions finished) and attach the outcomes to its decisions."""
         with self._write, self.engine.begin() as conn:
-            conn.execute(
-                events.update().where(events.c.id == event_id).values(status="done", processed_at=now)
-            )
+            conn.execute(_FINISH_EVENT, {"eid": event_id, "at": now})
             if outcomes:
                 for row in conn.execute(
                     sa.select(decisions.c.id, decisions.c.actions).where(
@@ -298,12 +325,13 @@ class Store:
         self,
         event_id: int,
         plan_decisions: Sequence[Decision],
-        states: Mapping[str, StrategyState],
+        states: Mapping[str, StrategyState] | None,
         finish_at: float | None = None,
     ) -> None:
         """Decisions of one event and the new strategy states, in one transaction (see module doc).
 
-        `finish_at` also marks the event done in the same transaction (for a plan with no actions).
+        `states=None`: unchanged, not rewritten. `finish_at` also marks the event done in the same
+        transaction (a plan with no actions): then an event that matched nothing leaves no row.
         """
         rows = [
             {
@@ -322,9 +350,9 @@ class Store:
         ]
         with self._write, self.engine.begin() as conn:
             if rows:
-                conn.execute(decisions.insert(), rows)
-            # A marker row so an event that matched nothing is still known as "decided".
-            else:
+                conn.execute(_INSERT_DECISIONS, rows)
+            # A marker row so an unfinished event that matched nothing is still known as "decided".
+            elif finish_at is None:
                 conn.execute(
                     decisions.insert().values(
                         event_id=event_id,
@@ -338,13 +366,10 @@ class Store:
                         at=time.time(),
                     )
                 )
-            self._put(conn, STRATEGY_STATES_KEY, {k: v.to_json() for k, v in states.items()})
+            if states is not None:
+                self._put(conn, STRATEGY_STATES_KEY, {k: v.to_json() for k, v in states.items()})
             if finish_at is not None:
-                conn.execute(
-                    events.update()
-                    .where(events.c.id == event_id)
-                    .values(status="done", processed_at=finish_at)
-                )
+                conn.execute(_FINISH_EVENT, {"eid": event_id, "at": finish_at})
 
     def intents_for(self, event_id: int) -> list[Intent] | None:
         """The intents already decided for this event, or None if it was never decided."""
@@ -392,7 +417,7 @@ class Store:
     # -- actions --------------------------------------------------------------------------------
     def get_action(self, key: str) -> ActionRecord | None:
         with self.engine.connect() as conn:
-            r = conn.execute(sa.select(actions).where(actions.c.key == key)).first()
+            r = conn.execute(_ACTION_BY_KEY, {"k": key}).first()
         if r is None:
             return None
         return ActionRecord(
@@ -420,27 +445,22 @@ class Store:
     ) -> int:
         """Record an attempt (status 'started'); returns the attempt number (1 for the first)."""
         with self._write, self.engine.begin() as conn:
-            r = conn.execute(sa.select(actions.c.attempts).where(actions.c.key == key)).first()
+            r = conn.execute(_ACTION_ATTEMPTS, {"k": key}).first()
             if r is None:
-                conn.execute(
-                    actions.insert().values(
-                        key=key,
-                        actuator=actuator,
-                        agent=agent,
-                        args=dict(args),
-                        status="started",
-                        attempts=1,
-                        event_id=event_id,
-                        started_at=now,
-                    )
-                )
+                row = {
+                    "key": key,
+                    "actuator": actuator,
+                    "agent": agent,
+                    "args": dict(args),
+                    "status": "started",
+                    "attempts": 1,
+                    "event_id": event_id,
+                    "started_at": now,
+                }
+                conn.execute(_INSERT_ACTION, row)
                 return 1
             attempts = int(r.attempts) + 1
-            conn.execute(
-                actions.update()
-                .where(actions.c.key == key)
-                .values(status="started", attempts=attempts, started_at=now, error=None)
-            )
+            conn.execute(_RESTART_ACTION, {"k": key, "n": attempts, "at": now})
             return attempts
 
     def finish_action(
@@ -452,16 +472,8 @@ class Store:
         now: float,
     ) -> None:
         with self._write, self.engine.begin() as conn:
-            conn.execute(
-                actions.update()
-                .where(actions.c.key == key)
-                .values(
-                    status=status,
-                    result=dict(result) if result is not None else None,
-                    error=error,
-                    finished_at=now,
-                )
-            )
+            res = dict(result) if result is not None else None
+            conn.execute(_FINISH_ACTION, {"k": key, "st": status, "res": res, "err": error, "at": now})
 
     def list_actions(self, status: str | None = None, limit: int = 1000) -> list[ActionRecord]:
         q = sa.select(actions).order_by(actions.c.started_at).limit(limit)
@@ -505,9 +517,8 @@ class Store:
     # -- key/value: agent state, strategy states, sensor watermarks, REST strategies ------------
     @staticmethod
     def _put(conn: sa.Connection, key: str, value: Any) -> None:
-        updated = conn.execute(kv.update().where(kv.c.key == key).values(value=value)).rowcount
-        if not updated:
-            conn.execute(kv.insert().values(key=key, value=value))
+        if not conn.execute(_KV_UPDATE, {"k": key, "v": value}).rowcount:
+            conn.execute(_KV_INSERT, {"key": key, "value": value})
 
     def put(self, key: str, value: Any) -> None:
         with self._write, self.engine.begin() as conn:
