@@ -152,6 +152,7 @@ def main() -> int:
     t0 = time.perf_counter()
     for split in range(args.splits):
         run_split(split, args, x_all, ours, others, with_alibi and split < args.alibi_splits)
+        print(f"  split {split + 1}/{args.splits} done at {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     elapsed = time.perf_counter() - t0
 
     conds = ["clean"] + [f"{k}/{s}" for k in KINDS for s in SEVERITIES]

@@ -18,6 +18,7 @@ How it decides (docs/drift.md has the why and the numbers):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 from pathlib import Path
@@ -243,7 +244,7 @@ class AutoencoderDriftDetector(DriftDetector):
         with tempfile.TemporaryDirectory() as tmp:
             self.save(tmp)
             active = mlflow.active_run()
-            ctx = mlflow.start_run(run_name=name) if active is None else _nullcontext(active)
+            ctx = mlflow.start_run(run_name=name) if active is None else contextlib.nullcontext(active)
             with ctx as run:
                 mlflow.log_artifacts(tmp, artifact_path=name)
                 mlflow.log_params({f"{name}.{k}": v for k, v in self.config().items()})
@@ -267,19 +268,6 @@ class AutoencoderDriftDetector(DriftDetector):
         with tempfile.TemporaryDirectory() as tmp:
             local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp, tracking_uri=tracking_uri)
             return cls.load(local, preprocess_fn=preprocess_fn)
-
-
-class _nullcontext:
-    """Yield an already active run without ending it on exit."""
-
-    def __init__(self, run: Any) -> None:
-        self.run = run
-
-    def __enter__(self) -> Any:
-        return self.run
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 # -- alibi-detect, imported lazily --------------------------------------------------------------
