@@ -2,8 +2,8 @@
 
 Who calls: the replica's predict handler (`await batcher.submit(x)`), its admin endpoints (`swap`,
 `set_threads`) and its lifespan (`start`/`stop`). A single background coroutine collects queued
-requests until `max_batch_size` rows are waiting or `max_batch_wait_s` has passed since the first,
-stacks them and runs the model once in a one-thread executor (never on the event loop). Model calls
+requests until `max_batch_size` rows are waiting or `max_batch_wait_s` has passed since the first
+(that wait only while batches are being shared, so a lone client pays no added latency), stacks them and runs the model once in a one-thread executor (never on the event loop). Model calls
 are serialised, so a swap takes effect exactly between two batches: every response is computed by
 exactly one model version, and versions change once, monotonically.
 """
@@ -61,6 +61,7 @@ class MicroBatcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scanflow-model")
         self._model_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._busy = False  # the last batch had more than one request
 
     @property
     def queue_depth(self) -> int:
@@ -131,9 +132,14 @@ class MicroBatcher:
         while True:
             if not self._queue:
                 await self._wait(None)
-            if self.max_batch_wait_s > 0 and self._queued_rows < self.max_batch_size:
+            if self._queued_rows < self.max_batch_size:
+                await asyncio.sleep(0)  # one loop turn: requests already read off sockets join this batch
+            if self.max_batch_wait_s > 0 and self._queued_rows < self.max_batch_size and self._busy:
+                # Wait for company only under load (the last batch was shared): a lone client never
+                # pays max_batch_wait for a batch that would stay at one request.
                 await self._wait(self.max_batch_wait_s)
             batch = [p for p in self._take() if not p.future.cancelled()]
+            self._busy = len(batch) > 1
             if not batch:
                 continue
             x = batch[0].x if len(batch) == 1 else np.concatenate([p.x for p in batch])

@@ -128,3 +128,19 @@ async def test_batcher_swap_waits_for_the_running_batch() -> None:
     assert old is not None and old.version == "1"
     assert (await first).version == "1" and (await first).outputs == [1, 1]
     assert second.version == "2" and second.outputs == [2]
+
+
+async def test_a_lone_client_does_not_pay_the_batch_wait() -> None:
+    calls: list[int] = []
+    b = MicroBatcher(max_batch_size=32, max_batch_wait_s=1.0)
+    await b.swap(_model("1", calls))
+    b.start()
+    try:
+        t0 = asyncio.get_running_loop().time()
+        for _ in range(3):
+            await b.submit(np.zeros((1, 4), np.float32))
+        elapsed = asyncio.get_running_loop().time() - t0
+    finally:
+        await b.stop()
+    assert calls == [1, 1, 1]
+    assert elapsed < 1.0  # waiting for company would have cost >= 3 s
