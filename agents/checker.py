@@ -7,7 +7,8 @@
 - sensor `watch`: polls the primary service's gateway (/admin/state, /metrics); emits
   `service.checked` while something is wrong or being repaired (for the Planner's failover
   hysteresis) and `latency.breached` when the SLO percentile latency of the last interval exceeds it.
-- `forward`: the workflow's strategies send these events on to the Planner's inbox.
+- `forward`: the workflow's strategies send these events on to the Planner's inbox, through a durable
+  outbox delivered by the `deliver` sensor (scanflow/embedded/outbox.py).
 Run: `scanflow agent run agents/checker.py --port 8002 --peer planner=http://127.0.0.1:8003`.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
+from scanflow.embedded import outbox
 from scanflow.embedded.env import agent_spec, current_workflow, primary_service, service_url
 
 SPEC = agent_spec("checker")
@@ -82,14 +84,21 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in payload.items() if k != "critical_ids"} | {"critical": len(critical)}
 
 
-@agent.actuator("forward", max_attempts=6)
+@agent.actuator("forward")
 async def forward(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    """Send the event that fired this strategy to `args.agent`'s inbox (same idempotency key on retry)."""
+    """Queue the event that fired this strategy for `args.agent`'s inbox (the outbox delivers it, so a
+    Planner that is down never holds up this agent's inbox loop)."""
     if ctx.event is None:
         raise PermanentError("forward runs from a strategy (it sends the triggering event on)")
     to = str(args.get("agent", "planner"))
-    got = await ctx.send_event(to, ctx.event.name, ctx.event.payload)
-    return {"to": to, "event": ctx.event.name, **got}
+    key = await outbox.enqueue(ctx, to, ctx.event.name, ctx.event.payload)
+    return {"to": to, "event": ctx.event.name, "queued": key}
+
+
+@agent.sensor(every=0.5)
+async def deliver(ctx: Context) -> None:
+    """Post queued events to their peers, on this sensor's own task."""
+    await outbox.deliver(ctx)
 
 
 # -- service watch -------------------------------------------------------------------------------

@@ -236,11 +236,17 @@ def set_resources(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @agent.router.get("/services")
-async def services() -> dict[str, Any]:
-    """What the platform runs: each service's status (replicas, pids, cores, model versions, route)."""
+async def services() -> Any:
+    """What the platform runs: each service's status (replicas, pids, cores, model versions, route).
+    503 with a message while the platform is still starting (deploying the services)."""
     import asyncio
 
-    plat = platform()
+    from fastapi.responses import JSONResponse
+
+    plat = _platform
+    if plat is None:
+        return JSONResponse({"detail": "the platform is still starting (deploying the services); retry shortly"},
+                            status_code=503, headers={"Retry-After": "2"})
     out = {}
     for svc in current_workflow().services:
         try:

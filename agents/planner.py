@@ -9,6 +9,9 @@
 - `plan_scale` (on `latency.breached`): autoscale policy (latency vs SLO, queue depth) -> `scale`.
 Policy states live in the agent's persisted state, so a restarted Planner keeps its hysteresis.
 `GET /plans` lists the policy decisions (reason, inputs) newest last.
+Plans for the Executor go through a durable outbox (scanflow/embedded/outbox.py): the actuator
+queues them and returns, the `outbox` sensor delivers them, so a restarting Executor never holds up
+this agent's inbox (failover decisions keep coming while a retrain plan waits).
 Run: `scanflow agent run agents/planner.py --port 8003 --peer executor=http://127.0.0.1:8004`.
 """
 
@@ -20,8 +23,10 @@ from typing import Annotated, Any
 from fastapi import Depends
 
 from scanflow.agent import Agent, Context, PermanentError, get_context
+from scanflow.embedded import outbox
 from scanflow.embedded.env import agent_spec, primary_service, quick
 from scanflow.policies import autoscale, failover, retrain
+from scanflow.policies.guardrails import GuardState
 from scanflow.policies.types import Streak
 
 SPEC = agent_spec("planner")
@@ -43,6 +48,23 @@ def _payload(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return {**(ctx.event.payload if ctx.event else {}), **args}
 
 
+def min_points() -> int:
+    """Critical points to gather before a retrain: fewer make a challenger that cannot beat the champion
+    (2 quick windows gave ~120 points, 35 held out: a tie, no promotion)."""
+    c = dict(CFG.get("retrain", {}))
+    return int(c.get("quick_min_points" if quick() else "min_points", 400 if quick() else 1000))
+
+
+def gate_on_points(decision: retrain.RetrainDecision, new: retrain.RetrainState, waiting: retrain.RetrainState,
+                   n_points: int, needed: int) -> tuple[retrain.RetrainDecision, retrain.RetrainState]:
+    """Pure: a 'retrain' with fewer than `needed` critical points waits. It keeps `waiting` (the window
+    history with this window added, cooldown not started), so the next drifted window asks again."""
+    if not decision.retrain or n_points >= needed:
+        return decision, new
+    reason = f"wait: {n_points} critical points < {needed} needed ({decision.reason})"
+    return retrain.RetrainDecision(reason, {**decision.inputs, "points": n_points, "min_points": needed}), waiting
+
+
 @agent.actuator("plan_retrain")
 def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p = _payload(ctx, args)
@@ -57,27 +79,38 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         now=ctx.now(), drift=bool(p["drift"]), drift_score=p.get("score"), config=config, state=state))
     # critical points of the windows that count: drifted windows only, cleared after a retrain
     pool = list(ctx.state.get("critical_ids", [])) + (list(p.get("critical_ids", [])) if p["drift"] else [])
-    ctx.state["critical_ids"] = pool[-MAX_CRITICAL:]
+    pool = list(dict.fromkeys(pool))[-MAX_CRITICAL:]
+    waiting = retrain.RetrainState(windows=(state.windows + (bool(p["drift"]),))[-config.m:],
+                                   last_retrain_at=state.last_retrain_at)
+    decision, new = gate_on_points(decision, new, waiting, len(pool), min_points())
+    ctx.state["critical_ids"] = pool
     ctx.state["retrain"] = {"windows": list(new.windows), "last_retrain_at": new.last_retrain_at}
     rec = _record(ctx, "retrain", decision)
     if decision.retrain:
         ctx.state["critical_ids"] = []
-        ctx.emit_sync("drift.detected", {"reason": decision.reason, "critical_ids": pool[-MAX_CRITICAL:],
+        ctx.emit_sync("drift.detected", {"reason": decision.reason, "critical_ids": pool,
                                          "drift_rate": p.get("drift_rate"), "score": p.get("score")})
-    return {"retrain": decision.retrain, "reason": decision.reason, "decision_at": rec["at"]}
+    return {"retrain": decision.retrain, "reason": decision.reason, "decision_at": rec["at"],
+            "critical_points": len(pool)}
 
 
-@agent.actuator("submit_plan", max_attempts=10)  # the Executor may be redeploying (~30 s)
+@agent.actuator("submit_plan")
 async def submit_plan(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    """Hand a plan to the Executor's durable inbox as `plan.approved` (deduplicated by key on retry)."""
+    """Queue a plan for the Executor's durable inbox as `plan.approved` (the outbox delivers it)."""
     plan = {**(ctx.event.payload if ctx.event else {}), **args}
     if "plan" not in plan:
         raise PermanentError("submit_plan needs args.plan ('retrain', 'route', 'scale', 'resources')")
-    got = await ctx.send_event("executor", "plan.approved", plan)
-    return {"plan": plan["plan"], **got}
+    key = await outbox.enqueue(ctx, "executor", "plan.approved", plan)
+    return {"plan": plan["plan"], "queued": key}
 
 
-@agent.actuator("plan_failover", max_attempts=6)
+@agent.sensor(every=0.5)
+async def deliver(ctx: Context) -> None:
+    """Post the queued plans to the Executor (on this sensor's own task, never the inbox loop)."""
+    await outbox.deliver(ctx)
+
+
+@agent.actuator("plan_failover")
 async def plan_failover(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p = _payload(ctx, args)
     c = dict(CFG.get("failover", {}))
@@ -93,28 +126,45 @@ async def plan_failover(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if decision.changed:
         svc = primary_service()
         to = svc.backup if decision.route_to == "backup" else None
-        await ctx.send_event("executor", "plan.approved",
+        await outbox.enqueue(ctx, "executor", "plan.approved",
                              {"plan": "route", "service": svc.name, "to": to, "reason": decision.reason})
     _record(ctx, "failover", decision)
     return {"route_to": decision.route_to, "changed": decision.changed, "reason": decision.reason}
 
 
-@agent.actuator("plan_scale", max_attempts=6)
+def _autoscale_state(d: dict[str, Any]) -> autoscale.AutoscaleState:
+    g = d.get("guard") or {}
+    guard = GuardState(Streak(**(g.get("streak") or {})), g.get("last_change_at"), g.get("started_at"))
+    return autoscale.AutoscaleState(guard, tuple((float(t), int(r)) for t, r in d.get("recent", ())),
+                                    d.get("last_in_flight"))
+
+
+def _autoscale_json(st: autoscale.AutoscaleState) -> dict[str, Any]:
+    return {"guard": {"streak": dataclasses.asdict(st.guard.streak), "last_change_at": st.guard.last_change_at,
+                      "started_at": st.guard.started_at},
+            "recent": [list(x) for x in st.recent], "last_in_flight": st.last_in_flight}
+
+
+@agent.actuator("plan_scale")
 async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """Autoscale policy on a latency event; its state (hysteresis, cooldown, down window) is kept in
+    ctx.state between ticks and across restarts, so scale-downs wait and nothing flaps."""
     p = _payload(ctx, args)
     svc = primary_service()
     c = dict(CFG.get("autoscale", {}))
     known = {f.name for f in dataclasses.fields(autoscale.AutoscaleConfig)} - {"guardrails"}
     config = autoscale.AutoscaleConfig(**{k: v for k, v in c.items() if k in known})
-    st = ctx.state.get("autoscale_replicas", p.get("replicas") or svc.replicas)
-    decision, _new = autoscale.decide(autoscale.AutoscaleContext(
-        now=ctx.now(), current_replicas=int(st), slo_latency_ms=float(p.get("slo_ms", 50.0)),
-        latency_ms=p.get("latency_ms"), in_flight=float(p.get("in_flight", 0.0)), config=config))
-    want = int(getattr(decision, "replicas", st))
-    want = max(svc.min_replicas, min(svc.max_replicas, want))
-    if want != int(st):
+    current = int(ctx.state.get("autoscale_replicas", p.get("replicas") or svc.replicas))
+    state = _autoscale_state(ctx.state.get("autoscale", {}))
+    decision, new = autoscale.decide(autoscale.AutoscaleContext(
+        now=ctx.now(), current_replicas=current, slo_latency_ms=float(p.get("slo_ms", 50.0)),
+        latency_ms=p.get("latency_ms"), in_flight=float(p.get("in_flight", 0.0)),
+        ready_replicas=p.get("healthy_replicas"), config=config, state=state))
+    ctx.state["autoscale"] = _autoscale_json(new)
+    want = max(svc.min_replicas, min(svc.max_replicas, int(decision.replicas or current)))
+    if want != current:
         ctx.state["autoscale_replicas"] = want
-        await ctx.send_event("executor", "plan.approved",
+        await outbox.enqueue(ctx, "executor", "plan.approved",
                              {"plan": "scale", "service": svc.name, "replicas": want, "reason": decision.reason})
     _record(ctx, "autoscale", decision, quick=quick())
     return {"replicas": want, "reason": decision.reason}
