@@ -3,14 +3,16 @@
 - `plan_retrain` (on each `drift.checked` the Checker forwards): retrain policy (drift in k of the
   last m windows, no retrain running, cooldown). When it says retrain, it emits `drift.detected`
   carrying the critical points of the drifted windows; the workflow's `retrain-on-drift` strategy
-  (its own cooldown) then runs `submit_plan`, which hands the plan to the Executor's inbox.
+  (its own cooldown) then runs `submit_plan`, which hands the plan to the Executor's inbox. A retrain
+  waits until the drifted windows gave `min_points` critical points (400 quick): fewer cannot train a
+  challenger that beats the champion.
 - `plan_failover` (on `service.checked`): failover policy with hysteresis (fail over after N failed
   checks, return after M healthy ones) -> a `route` plan for the Executor.
 - `plan_scale` (on `latency.breached`): autoscale policy (latency vs SLO, queue depth) -> `scale`.
 Policy states live in the agent's persisted state, so a restarted Planner keeps its hysteresis.
 `GET /plans` lists the policy decisions (reason, inputs) newest last.
 Plans for the Executor go through a durable outbox (scanflow/embedded/outbox.py): the actuator
-queues them and returns, the `outbox` sensor delivers them, so a restarting Executor never holds up
+queues them and returns, the `deliver` sensor posts them, so a restarting Executor never holds up
 this agent's inbox (failover decisions keep coming while a retrain plan waits).
 Run: `scanflow agent run agents/planner.py --port 8003 --peer executor=http://127.0.0.1:8004`.
 """
