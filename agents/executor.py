@@ -1,4 +1,5 @@
-"""Executor: acts on the platform. Owns a LocalPlatform, deploys the workflow's services at startup.
+"""Executor: acts on the platform. Owns the platform (SCANFLOW_PLATFORM: local processes by default, or
+kubernetes in SCANFLOW_NAMESPACE) and deploys the workflow's services at startup.
 
 Plans arrive in its inbox as `plan.approved` (from the Planner); the workflow's strategies run:
 - plan 'retrain' -> `retrain`, `evaluate_and_promote`, `swap_model`, in order:
@@ -59,21 +60,36 @@ def _model_name() -> str:
 
 @agent.on_startup
 def start_platform(ctx: Context) -> None:
-    """Kill leftovers of a killed predecessor, then deploy every service (backups first)."""
-    global _platform
-    from scanflow.embedded.leftovers import kill_leftovers
-    from scanflow.platform.local import LocalPlatform
+    """Open the platform SCANFLOW_PLATFORM names, then deploy every service (backups first).
 
-    home = Path(ctx.settings.home).resolve()
-    killed = kill_leftovers(home)
-    if killed:
-        ctx.log.warning("killed %d processes left by a previous executor: %s", len(killed), killed)
-    token = ctx.settings.token.get_secret_value() if ctx.settings.token else None
-    plat = LocalPlatform(home / "platform", os.environ["MLFLOW_TRACKING_URI"],
-                         tracker_url=ctx.peers.get("tracker"), token=token,
-                         experiment=f"{current_workflow().name}-jobs")
+    local (default): kill leftovers of a killed predecessor, run services as local processes.
+    kubernetes: in-cluster config (or ~/.kube/config), the namespace SCANFLOW_NAMESPACE (deploy/base
+    sets it from the pod's own namespace); deploying re-applies what is already there.
+    """
+    global _platform
+    wf = current_workflow()
+    tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or ctx.settings.tracking_uri
+    if not tracking_uri:
+        raise PermanentError("MLFLOW_TRACKING_URI (or SCANFLOW_TRACKING_URI) must name the MLflow server")
+    if ctx.settings.platform == "kubernetes":
+        from scanflow.platform.kubernetes import KubernetesPlatform
+
+        plat: Any = KubernetesPlatform.from_config(
+            namespace=ctx.settings.namespace or "scanflow", workflow=wf.name, tracking_uri=tracking_uri,
+        )
+    else:
+        from scanflow.embedded.leftovers import kill_leftovers
+        from scanflow.platform.local import LocalPlatform
+
+        home = Path(ctx.settings.home).resolve()
+        killed = kill_leftovers(home)
+        if killed:
+            ctx.log.warning("killed %d processes left by a previous executor: %s", len(killed), killed)
+        token = ctx.settings.token.get_secret_value() if ctx.settings.token else None
+        plat = LocalPlatform(home / "platform", tracking_uri, tracker_url=ctx.peers.get("tracker"), token=token,
+                             experiment=f"{wf.name}-jobs")
     _platform = plat
-    services = sorted(current_workflow().services, key=lambda s: s.backup is not None)
+    services = sorted(wf.services, key=lambda s: s.backup is not None)
     for svc in services:
         plat.deploy(svc)
 

@@ -8,6 +8,7 @@ shows '**********', never the token.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -24,6 +25,10 @@ class Settings(BaseSettings):
     http_timeout_s: float = Field(10.0, gt=0)
     http_retries: int = Field(3, ge=0, le=20)
     log_level: str = "INFO"
+    platform: Literal["local", "kubernetes"] = Field(
+        "local", description="where the Executor runs services and jobs (SCANFLOW_PLATFORM)"
+    )
+    namespace: str | None = Field(None, description="Kubernetes namespace of the workflow (SCANFLOW_NAMESPACE)")
 
     def store_url_for(self, agent_name: str) -> str:
         if self.store_url:

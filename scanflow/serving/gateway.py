@@ -1,7 +1,8 @@
 """The gateway: one endpoint per service in front of its replicas.
 
 Launched as `python -m scanflow.serving.gateway --port P --service NAME [--replica URL ...]
-[--backup URL] [--health-interval-s 0.5] [--allow-anonymous]` (SCANFLOW_TOKEN guards /admin).
+[--backup URL] [--health-interval-s 0.5] [--allow-anonymous]` (SCANFLOW_TOKEN guards /admin;
+SCANFLOW_HOST, SCANFLOW_UPSTREAM, ... are defaults for the flags, see `parse_args`).
 
 POST /predict goes (raw ASGI, keep-alive aiohttp pool, TCP_NODELAY) to the healthy replica with the
 fewest outstanding requests. A request that fails because its replica died (connection refused or
@@ -20,7 +21,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -47,6 +48,7 @@ from scanflow.serving.asgi import (
     send_error,
     send_raw,
 )
+from scanflow.serving.cliargs import env_value, url_list
 from scanflow.serving.replica import LATENCY_BUCKETS, run_server
 from scanflow.serving.routing import RouteMode, Target, Upstream, choose, normalize_url, route_of
 from scanflow.serving.upstream import UpstreamError, UpstreamPool
@@ -392,19 +394,39 @@ def create_app(config: GatewayConfig) -> GatewayApp:
     return GatewayApp(gw, api)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> argparse.Namespace:
+    """Flags, with env defaults (flags win): SCANFLOW_PORT, SCANFLOW_HOST, SCANFLOW_SERVICE,
+    SCANFLOW_UPSTREAM (replica URLs, comma-separated; used when no --replica is given),
+    SCANFLOW_BACKUP, SCANFLOW_LOG_LEVEL."""
+    env = os.environ if env is None else env
     p = argparse.ArgumentParser(prog="python -m scanflow.serving.gateway", description=__doc__.split("\n")[0])
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--service", default="default")
-    p.add_argument("--replica", action="append", default=[], help="replica base URL (repeatable)")
-    p.add_argument("--backup", default=None, help="base URL taking traffic when no replica is healthy")
+    p.add_argument("--port", type=int, default=None, help="env SCANFLOW_PORT")
+    p.add_argument("--host", default=None, help="env SCANFLOW_HOST, else 127.0.0.1")
+    p.add_argument("--service", default=None, help="env SCANFLOW_SERVICE, else 'default'")
+    p.add_argument("--replica", action="append", default=[],
+                   help="replica base URL (repeatable; env SCANFLOW_UPSTREAM, comma-separated)")
+    p.add_argument("--backup", default=None,
+                   help="base URL taking traffic when no replica is healthy (env SCANFLOW_BACKUP)")
     p.add_argument("--health-interval-s", type=float, default=0.5)
     p.add_argument("--upstream-timeout-s", type=float, default=30.0)
     p.add_argument("--max-body-bytes", type=int, default=4 << 20)
+    p.add_argument("--coalesce-max", type=int, default=64,
+                   help="client requests per upstream call (POST /predict_batch); 0 or 1 forwards each alone")
+    p.add_argument("--batches-per-replica", type=int, default=1, help="coalesced calls in flight per replica")
     p.add_argument("--allow-anonymous", action="store_true")
-    p.add_argument("--log-level", default=os.environ.get("SCANFLOW_LOG_LEVEL", "INFO"))
-    return p.parse_args(argv)
+    p.add_argument("--log-level", default=None, help="env SCANFLOW_LOG_LEVEL, else INFO")
+    args = p.parse_args(argv)
+    if args.port is None:
+        args.port = env_value(p, env, "SCANFLOW_PORT", int)
+    if args.port is None:
+        p.error("--port (or SCANFLOW_PORT) is required")
+    args.host = args.host or env.get("SCANFLOW_HOST", "").strip() or "127.0.0.1"
+    args.service = args.service or env.get("SCANFLOW_SERVICE", "").strip() or "default"
+    if not args.replica:
+        args.replica = url_list(env.get("SCANFLOW_UPSTREAM", ""))
+    args.backup = args.backup or env.get("SCANFLOW_BACKUP", "").strip() or None
+    args.log_level = args.log_level or env.get("SCANFLOW_LOG_LEVEL", "").strip() or "INFO"
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,7 +3,9 @@
 Launched by the platforms as
 `python -m scanflow.serving.replica --model-uri URI --port P [--host H] [--threads N]
 [--max-batch-size 32] [--max-batch-wait-ms 2] [--tracker-url URL] [--service NAME] [--replica-id ID]
-[--allow-anonymous]` (env MLFLOW_TRACKING_URI resolves models:/ URIs, SCANFLOW_TOKEN guards /admin).
+[--allow-anonymous] [--cpu-watch-s 5]` (env MLFLOW_TRACKING_URI resolves models:/ URIs, SCANFLOW_TOKEN
+guards /admin; SCANFLOW_HOST, SCANFLOW_THREADS, ... are defaults for the flags, see `parse_args`).
+Unless `--threads` (or POST /admin/threads) pins it, the thread pool follows the cgroup CPU limit.
 
 Endpoints: POST /predict (raw ASGI hot path, micro-batched), GET /health, /ready, /metrics, /info,
 POST /admin/model (hot swap), /admin/threads, /admin/drain (token). The model loads in a worker
@@ -19,7 +21,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from fastapi import Depends, FastAPI, HTTPException
@@ -46,6 +48,8 @@ from scanflow.serving.asgi import (
     send_json,
 )
 from scanflow.serving.batching import MicroBatcher, ModelNotReady
+from scanflow.serving.cliargs import env_value
+from scanflow.serving.cpuwatch import CpuLimitReader, threads_for_cores
 from scanflow.serving.model import LoadedModel, ModelLoadError, load_model
 from scanflow.serving.payload import PayloadError, parse_predict
 from scanflow.serving.sink import TrackerSink
@@ -64,7 +68,9 @@ class ReplicaConfig:
     model_uri: str
     service: str = "default"
     replica_id: str = field(default_factory=lambda: f"r-{os.getpid()}")
-    threads: int | None = None  # default: the CPUs this process may use
+    threads: int | None = None  # starting size; default: from the cgroup CPU limit, else the CPUs we may use
+    threads_pinned: bool = False  # True: keep `threads`; False: follow the cgroup CPU limit as it changes
+    cpu_watch_s: float = 5.0  # how often the CPU limit is re-read (0: never)
     max_batch_size: int = 32
     max_batch_wait_ms: float = 2.0
     tracker_url: str | None = None
@@ -126,7 +132,14 @@ class Replica:
             on_batch=self._on_batch,
         )
         self.sink = TrackerSink(config.tracker_url, token=config.token) if config.tracker_url else None
-        self.threads = config.threads or len(available_cpus())
+        self.threads_pinned = config.threads_pinned and config.threads is not None
+        self.cpu_reader: CpuLimitReader | None = None
+        self._cpu_limit: float | None = None
+        if not self.threads_pinned and config.cpu_watch_s > 0:
+            self.cpu_reader = CpuLimitReader()
+            self._cpu_limit = self.cpu_reader.read()
+        self.threads = config.threads or threads_for_cores(self._cpu_limit, len(available_cpus()))
+        self._cpu_task: asyncio.Task[None] | None = None
         self.model_uri = config.model_uri
         self.load_error: str | None = None
         self.draining = False
@@ -145,10 +158,14 @@ class Replica:
         if self.sink is not None:
             self.sink.start()
         self._loader = asyncio.create_task(self._initial_load())
+        if self.cpu_reader is not None:
+            self._cpu_task = asyncio.create_task(self._follow_cpu_limit(), name="cpu-limit-watch")
         try:
             yield
         finally:
             self._loader.cancel()
+            if self._cpu_task is not None:
+                self._cpu_task.cancel()
             await self.batcher.stop()
             if self.sink is not None:
                 await self.sink.stop()
@@ -175,6 +192,28 @@ class Replica:
         self.metrics.model_info.labels(model.uri, model.version).set(1)
         log.info("serving %s version %s", model.resolved_uri, model.version)
         return old
+
+    async def _follow_cpu_limit(self) -> None:
+        """Every cpu_watch_s: re-read the cgroup CPU limit; when it changed, resize the thread pool.
+
+        Acts on changes only, so a starting SCANFLOW_THREADS stands until the limit actually moves
+        (an in-place pod resize, a LocalPlatform quota change); stops once threads get pinned.
+        """
+        assert self.cpu_reader is not None
+        while not self.threads_pinned:
+            await asyncio.sleep(self.config.cpu_watch_s)
+            try:
+                limit = await asyncio.to_thread(self.cpu_reader.read)
+            except Exception:  # never let a surprise in /proc take the watch (or the replica) down
+                log.exception("reading the cgroup CPU limit failed")
+                continue
+            if limit == self._cpu_limit or self.threads_pinned:
+                continue
+            self._cpu_limit = limit
+            n = threads_for_cores(limit, len(available_cpus()))
+            if n != self.threads:
+                log.warning("CPU limit now %s cores: thread pool %d -> %d", limit, self.threads, n)
+                await self._apply_threads(n)
 
     async def _apply_threads(self, n: int) -> None:
         import torch
@@ -287,6 +326,8 @@ class Replica:
             "model_version": model.version if model else None,
             "n_features": model.n_features if model else None,
             "threads": self.threads,
+            "threads_pinned": self.threads_pinned,
+            "cpu_limit": self._cpu_limit,
             "cpus": available_cpus(),
             "max_batch_size": self.batcher.max_batch_size,
             "max_batch_wait_ms": self.batcher.max_batch_wait_s * 1000.0,
@@ -355,6 +396,7 @@ def create_app(config: ReplicaConfig) -> ReplicaApp:
 
     @api.post("/admin/threads", dependencies=admin)
     async def threads(body: ThreadsRequest) -> dict[str, object]:
+        replica.threads_pinned = True  # an explicit size wins over the CPU-limit watch
         await replica._apply_threads(body.threads)
         return {"threads": replica.threads, "cpus": available_cpus()}
 
@@ -365,21 +407,58 @@ def create_app(config: ReplicaConfig) -> ReplicaApp:
     return ReplicaApp(replica, api)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> argparse.Namespace:
+    """Flags, with env defaults (flags win): SCANFLOW_MODEL_URI, SCANFLOW_PORT, SCANFLOW_HOST,
+    SCANFLOW_THREADS, SCANFLOW_SERVICE, SCANFLOW_MAX_BATCH_SIZE, SCANFLOW_MAX_BATCH_WAIT_MS,
+    SCANFLOW_TRACKER_URL, SCANFLOW_LOG_LEVEL.
+
+    `--threads N` pins the thread pool; SCANFLOW_THREADS only sets its starting size, and the replica
+    still follows later changes of its cgroup CPU limit (an in-place pod resize changes no env).
+    `args.threads_pinned` says which.
+    """
+    env = os.environ if env is None else env
     p = argparse.ArgumentParser(prog="python -m scanflow.serving.replica", description=__doc__.split("\n")[0])
-    p.add_argument("--model-uri", required=True)
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--max-batch-size", type=int, default=32)
-    p.add_argument("--max-batch-wait-ms", type=float, default=2.0)
-    p.add_argument("--tracker-url", default=None)
-    p.add_argument("--service", default="default")
+    p.add_argument("--model-uri", default=None, help="models:/name@alias, runs:/... (env SCANFLOW_MODEL_URI)")
+    p.add_argument("--port", type=int, default=None, help="env SCANFLOW_PORT")
+    p.add_argument("--host", default=None, help="env SCANFLOW_HOST, else 127.0.0.1")
+    p.add_argument("--threads", type=int, default=None,
+                   help="pin the torch thread pool (env SCANFLOW_THREADS: starting size that follows the CPU limit)")
+    p.add_argument("--max-batch-size", type=int, default=None, help="env SCANFLOW_MAX_BATCH_SIZE, else 32")
+    p.add_argument("--max-batch-wait-ms", type=float, default=None, help="env SCANFLOW_MAX_BATCH_WAIT_MS, else 2")
+    p.add_argument("--tracker-url", default=None, help="env SCANFLOW_TRACKER_URL")
+    p.add_argument("--service", default=None, help="env SCANFLOW_SERVICE, else 'default'")
     p.add_argument("--replica-id", default=None)
     p.add_argument("--allow-anonymous", action="store_true")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20)
-    p.add_argument("--log-level", default=os.environ.get("SCANFLOW_LOG_LEVEL", "INFO"))
-    return p.parse_args(argv)
+    p.add_argument("--cpu-watch-s", type=float, default=5.0,
+                   help="how often to re-read the cgroup CPU limit and resize the thread pool (0: never)")
+    p.add_argument("--log-level", default=None, help="env SCANFLOW_LOG_LEVEL, else INFO")
+    args = p.parse_args(argv)
+    args.threads_pinned = args.threads is not None
+    if args.model_uri is None:
+        args.model_uri = env.get("SCANFLOW_MODEL_URI", "").strip() or None
+    if args.model_uri is None:
+        p.error("--model-uri (or SCANFLOW_MODEL_URI) is required")
+    if args.port is None:
+        args.port = env_value(p, env, "SCANFLOW_PORT", int)
+    if args.port is None:
+        p.error("--port (or SCANFLOW_PORT) is required")
+    args.host = args.host or env.get("SCANFLOW_HOST", "").strip() or "127.0.0.1"
+    if args.threads is None:
+        args.threads = env_value(p, env, "SCANFLOW_THREADS", int)
+    if args.max_batch_size is None:
+        args.max_batch_size = env_value(p, env, "SCANFLOW_MAX_BATCH_SIZE", int) or 32
+    if args.max_batch_wait_ms is None:
+        wait = env_value(p, env, "SCANFLOW_MAX_BATCH_WAIT_MS", float)
+        args.max_batch_wait_ms = 2.0 if wait is None else wait
+    args.tracker_url = args.tracker_url or env.get("SCANFLOW_TRACKER_URL", "").strip() or None
+    args.service = args.service or env.get("SCANFLOW_SERVICE", "").strip() or "default"
+    args.log_level = args.log_level or env.get("SCANFLOW_LOG_LEVEL", "").strip() or "INFO"
+    if args.threads is not None and args.threads < 1:
+        p.error("--threads / SCANFLOW_THREADS must be >= 1")
+    if args.max_batch_size < 1 or args.max_batch_wait_ms < 0 or args.cpu_watch_s < 0:
+        p.error("--max-batch-size must be >= 1, --max-batch-wait-ms and --cpu-watch-s >= 0")
+    return args
 
 
 def run_server(app: object, host: str, port: int, log_level: str) -> None:
@@ -399,13 +478,13 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parse_args(argv)
     settings = Settings()
-    if args.threads is not None and args.threads < 1:
-        raise SystemExit("--threads must be >= 1")
     config = ReplicaConfig(
         model_uri=args.model_uri,
         service=args.service,
         replica_id=args.replica_id or f"{args.service}-{os.getpid()}",
         threads=args.threads,
+        threads_pinned=args.threads_pinned,
+        cpu_watch_s=args.cpu_watch_s,
         max_batch_size=args.max_batch_size,
         max_batch_wait_ms=args.max_batch_wait_ms,
         tracker_url=args.tracker_url,

@@ -1,0 +1,166 @@
+"""Contracts between the container manifests and the processes they start.
+
+deploy/base/*.yaml, docker-compose.yml and `scanflow.platform.manifests` configure replicas, the
+gateway and agents by command line AND env (SCANFLOW_HOST=0.0.0.0, SCANFLOW_THREADS, SCANFLOW_UPSTREAM,
+SCANFLOW_PLATFORM ...). Each container's command is parsed here with the real parser of the process it
+starts, under the env the manifest gives it, and the outcome is checked (listens on 0.0.0.0:8080, finds
+its upstream, picks the platform): a renamed flag or an env var nobody reads fails these tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+
+from scanflow.platform import manifests as mf
+from scanflow.serving import gateway, replica
+from scanflow.settings import Settings
+from scanflow.spec import Job, Resources, load_workflow
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / "tests/kubernetes/workflow.yaml"
+
+
+def _literal_env(container: dict[str, Any]) -> dict[str, str]:
+    """The container's env with literal values (secretKeyRef / fieldRef ones get a placeholder)."""
+    out: dict[str, str] = {}
+    for e in container.get("env") or []:
+        if "value" in e:
+            out[e["name"]] = str(e["value"])
+        elif "fieldRef" in (e.get("valueFrom") or {}):
+            out[e["name"]] = "scanflow"  # metadata.namespace in deploy/base
+        else:
+            out[e["name"]] = "from-secret"
+    return out
+
+
+def _containers(docs: list[dict[str, Any]]) -> Iterator[tuple[str, list[str], dict[str, str]]]:
+    for doc in docs:
+        if doc.get("kind") not in ("Deployment", "Job"):
+            continue
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            yield f"{doc['metadata']['name']}/{c['name']}", list(c["command"]), _literal_env(c)
+
+
+def _base_docs() -> list[dict[str, Any]]:
+    return [d for f in sorted((ROOT / "deploy/base").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+def _compose_containers() -> Iterator[tuple[str, list[str], dict[str, str]]]:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for name, svc in compose["services"].items():
+        if "command" in svc:
+            env = {k: str(v) for k, v in (svc.get("environment") or {}).items()}
+            yield f"compose/{name}", [str(a) for a in svc["command"]], env
+
+
+def _parse_cli(argv: list[str]) -> Any:
+    """Parse `scanflow ...` argv with the real typer command tree, without running the command.
+
+    (typer >= 0.20 vendors its own click, so groups are recognised by their `commands`.)
+    """
+    from scanflow.cli import app
+
+    cmd: Any = typer.main.get_command(app)
+    args = list(argv)
+    while isinstance(getattr(cmd, "commands", None), dict):
+        sub = cmd.commands.get(args[0])
+        assert sub is not None, f"`scanflow` has no command {args[0]!r} (argv {argv})"
+        cmd, args = sub, args[1:]
+    return cmd.make_context(cmd.name or "scanflow", args)
+
+
+def check_container(name: str, command: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """Parse one container command the way its process will; return what kind of process it is."""
+    if command[:3] == ["python", "-m", "scanflow.serving.replica"]:
+        args = replica.parse_args(command[3:], env)
+        assert (args.host, args.port) == ("0.0.0.0", 8080), name
+        assert args.model_uri.startswith("models:/"), name
+        if "SCANFLOW_THREADS" in env:
+            assert args.threads == int(env["SCANFLOW_THREADS"]) and not args.threads_pinned, name
+        if "SCANFLOW_SERVICE" in env:
+            assert args.service == env["SCANFLOW_SERVICE"], name
+        return "replica"
+    if command[:3] == ["python", "-m", "scanflow.serving.gateway"]:
+        args = gateway.parse_args(command[3:], env)
+        assert (args.host, args.port) == ("0.0.0.0", 8080), name
+        assert args.replica, f"{name}: the gateway would start with no replica to send to"
+        return "gateway"
+    if command[:3] == ["python", "-m", "scanflow.platform.jobrun"]:
+        from scanflow.platform.jobrun import resolve
+
+        assert len(command) == 4, f"{name}: jobrun takes one 'package.module:function'"
+        resolve(command[3])
+        return "job"
+    if command[:3] == ["scanflow", "agent", "run"]:
+        ctx = _parse_cli(command[1:])
+        assert (ROOT / str(ctx.params["file"])).is_file(), f"{name}: {ctx.params['file']} is not in the repo"
+        assert ctx.params["port"] == 8080, name
+        for key in list(Settings.model_fields):
+            monkeypatch.delenv(f"SCANFLOW_{key.upper()}", raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        settings = Settings()
+        assert (ctx.params["host"] or settings.host) == "0.0.0.0", name
+        if str(ctx.params["file"]).endswith("executor.py"):
+            assert settings.platform == env.get("SCANFLOW_PLATFORM", "local"), name
+            assert env.get("SCANFLOW_PLATFORM") != "kubernetes" or settings.namespace, name
+        return "agent"
+    if command[0] == "mlflow":
+        return "mlflow"  # MLflow's own CLI, not ours
+    raise AssertionError(f"{name}: unknown container command {command}")
+
+
+def test_deploy_base_commands_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    kinds = [check_container(n, c, e, monkeypatch) for n, c, e in _containers(_base_docs())]
+    assert sorted(set(kinds)) == ["agent", "gateway", "mlflow", "replica"]
+    assert kinds.count("agent") == 4
+
+
+def test_compose_commands_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    kinds = [check_container(n, c, e, monkeypatch) for n, c, e in _compose_containers()]
+    assert sorted(set(kinds)) == ["agent", "gateway", "mlflow", "replica"]
+
+
+def test_generated_manifests_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    wf = load_workflow(WORKFLOW)
+    docs = mf.workflow_manifests(wf)
+    job = Job(name="train", entrypoint="workflows.digits.train:train", resources=Resources(cpu=1, memory="1Gi"))
+    docs.append(mf.batch_job(job, "train-1"))
+    kinds = [check_container(n, c, e, monkeypatch) for n, c, e in _containers(docs)]
+    assert "replica" in kinds and "job" in kinds
+
+
+def test_probes_hit_health_on_http_port() -> None:
+    """Every probe is GET /health on the named port 'http' = 8080, which replicas and gateways serve."""
+    for doc in _base_docs() + mf.workflow_manifests(load_workflow(WORKFLOW)):
+        if doc.get("kind") != "Deployment" or doc["metadata"]["name"] in ("mlflow", "postgres"):
+            continue
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            http = [pt for pt in c["ports"] if pt.get("name") == "http"]
+            assert [pt["containerPort"] for pt in http] == [8080], doc["metadata"]["name"]
+            for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+                assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}, (doc["metadata"]["name"], probe)
+    rep = replica.create_app(replica.ReplicaConfig(model_uri="models:/x@champion", cpu_watch_s=0))
+    gw = gateway.create_app(gateway.GatewayConfig())
+    assert "/health" in {getattr(r, "path", "") for r in rep.api.routes}
+    assert "/health" in {getattr(r, "path", "") for r in gw.api.routes}
+
+
+def test_flags_win_over_env_and_bad_env_names_the_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    env = {"SCANFLOW_HOST": "0.0.0.0", "SCANFLOW_THREADS": "3", "SCANFLOW_UPSTREAM": "http://a:1, http://b:2"}
+    args = replica.parse_args(["--model-uri", "m", "--port", "1", "--host", "127.0.0.1", "--threads", "2"], env)
+    assert (args.host, args.threads, args.threads_pinned) == ("127.0.0.1", 2, True)
+    assert gateway.parse_args(["--port", "1"], env).replica == ["http://a:1", "http://b:2"]
+    assert gateway.parse_args(["--port", "1", "--replica", "http://c:3"], env).replica == ["http://c:3"]
+    with pytest.raises(SystemExit) as exc:
+        replica.parse_args(["--model-uri", "m", "--port", "1"], {"SCANFLOW_THREADS": "four"})
+    assert exc.value.code == 2 and "SCANFLOW_THREADS='four'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        replica.parse_args(["--port", "1"], {})  # no model URI anywhere
+    assert "--model-uri (or SCANFLOW_MODEL_URI) is required" in capsys.readouterr().err
