@@ -65,7 +65,7 @@ def one_run(home: Path, quick: bool, rate: float) -> dict[str, float]:
                 raise SystemExit("no new champion served within 240 s of the drift onset")
             served = min(a.t for a in t.snapshot() if a.version == new)
             after = time.time()
-            while t.count(since=after) < rate * 5:
+            while t.count(since=after) < rate * 5 and time.time() - after < 60:
                 time.sleep(0.2)
         clean_old = t.accuracy(drifted=False, version=old)
         drifted_old = t.accuracy(since=onset, drifted=True, version=old)

@@ -32,12 +32,17 @@ def champion(stack: EmbeddedStack) -> str | None:
 
 
 def run_s1(stack: EmbeddedStack, traffic: Traffic, timeout_s: float = 170.0,
-           during: Callable[[], None] | None = None) -> S1Result:
-    """Clean traffic until the service answers, then drift; returns when the new champion serves."""
+           during: Callable[[], None] | None = None, on_onset: Callable[[], None] | None = None) -> S1Result:
+    """Clean traffic until the service answers, then drift; returns when the new champion serves.
+
+    `on_onset` runs right after the drift starts (the reliability test starts its chaos there).
+    """
     old = wait_for(lambda: champion(stack), 30, what="the bootstrap champion")
     wait_for(lambda: traffic.count() > 50, 60, what="clean traffic answered")
     onset = time.time()
     traffic.drifted = True
+    if on_onset is not None:
+        on_onset()
 
     def new_version_serves() -> str | None:
         if during is not None:

@@ -22,19 +22,34 @@ ROLES = ("tracker", "checker", "planner", "executor")
 
 
 class Chaos:
-    """Kill a random agent every 4-10 s (random), restart it at once; at least `min_kills` times."""
+    """From the drift onset on: `kills` times, wait 2-8 s (random), SIGKILL a random agent, restart it.
 
-    def __init__(self, stack: EmbeddedStack, seed: int = 1) -> None:
-        self.stack, self.rng, self.kills = stack, random.Random(seed), []
+    Bounded on purpose: the loop must complete through the kills, not outrun an endless stream of them
+    (every Executor restart redeploys the services and restarts a running training job).
+    """
+
+    def __init__(self, stack: EmbeddedStack, seed: int = 1, kills: int = 6) -> None:
+        self.stack, self.rng, self.n = stack, random.Random(seed), kills
+        self.kills: list[tuple[float, str]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self.stop.wait(self.rng.uniform(4.0, 10.0)):
+        while len(self.kills) < self.n and not self.stop.wait(self.rng.uniform(2.0, 8.0)):
             role = self.rng.choice(ROLES)
             self.stack.kill_agent(role)
             self.kills.append((time.time(), role))
             self.stack.restart_agent(role)
+
+
+def failures_by_last_kill(kills: list[tuple[float, str]], failed_at: list[float]) -> dict[str, int]:
+    """Pure: each failed request charged to the agent killed last before it ('none' before any kill)."""
+    out: dict[str, int] = {}
+    for t in failed_at:
+        before = [r for k, r in kills if k <= t]
+        role = before[-1] if before else "none"
+        out[role] = out.get(role, 0) + 1
+    return out
 
 
 def _actions(stack: EmbeddedStack, role: str) -> list:
@@ -49,15 +64,15 @@ def test_s1_survives_random_agent_kills(tmp_path, pools) -> None:  # type: ignor
     with EmbeddedStack(tmp_path / "stack", digits_workflow(), quick=True) as stack:
         chaos = Chaos(stack)
         with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=40, clients=2) as traffic:
-            chaos.thread.start()
             try:
-                res = run_s1(stack, traffic, timeout_s=300)
+                res = run_s1(stack, traffic, timeout_s=300, on_onset=chaos.thread.start)
                 deadline = time.time() + 60
                 while len(chaos.kills) < 5 and time.time() < deadline:
                     time.sleep(0.5)
             finally:
                 chaos.stop.set()
-                chaos.thread.join(timeout=120)
+                if chaos.thread.ident is not None:  # started at the drift onset
+                    chaos.thread.join(timeout=120)
         acts = {r: _actions(stack, r) for r in ROLES}
 
     assert len(chaos.kills) >= 5, chaos.kills
@@ -72,5 +87,7 @@ def test_s1_survives_random_agent_kills(tmp_path, pools) -> None:  # type: ignor
     assert len(plans) == 1
     moves = [p for p in res.promotions if p["actor"] == "executor"]
     assert len(moves) == 1 and moves[0]["version"] == res.new_version
+    failed = traffic.failed()
     print(f"reliability: kills {[r for _, r in chaos.kills]}; S1 in {res.served_at - res.onset:.1f}s; "
-          f"{traffic.count()} requests, {len(traffic.failed())} failed (Executor restarts redeploy the services)")
+          f"{traffic.count()} requests, {len(failed)} failed, by the agent killed last before them: "
+          f"{failures_by_last_kill(chaos.kills, [a.t for a in failed])} (an Executor restart redeploys the services)")
