@@ -6,8 +6,9 @@ SCANFLOW_HOST, SCANFLOW_UPSTREAM, ... are defaults for the flags, see `parse_arg
 
 POST /predict goes (raw ASGI, keep-alive aiohttp pool, TCP_NODELAY) to the healthy replica with the
 fewest outstanding requests. A request that fails because its replica died (connection refused or
-reset) or is draining (503) is retried once on another: predict is idempotent, so scale-down and
-crashes do not fail clients. Health checks (`GET /ready`) run every interval; a failing replica leaves
+reset) or is draining (503) is retried on another, and a second failure goes to the backup (if any, see
+routing.choose_attempt): predict is idempotent, so scale-down and crashes do not fail clients.
+Health checks (`GET /ready`) run every interval; a failing replica leaves
 the set and comes back when healthy. With no healthy primary replica, traffic fails over to the backup
 URL (another service's gateway or replica) and fails back when one is healthy again; `PUT /admin/route`
 overrides. Who uses it: the platforms (local processes, Kubernetes), the Executor agent (admin API).
@@ -50,7 +51,15 @@ from scanflow.serving.asgi import (
 )
 from scanflow.serving.cliargs import env_value, url_list
 from scanflow.serving.replica import LATENCY_BUCKETS, run_server
-from scanflow.serving.routing import RouteMode, Target, Upstream, choose, normalize_url, route_of
+from scanflow.serving.routing import (
+    MAX_ATTEMPTS,
+    RouteMode,
+    Target,
+    Upstream,
+    choose_attempt,
+    normalize_url,
+    route_of,
+)
 from scanflow.serving.upstream import UpstreamError, UpstreamPool
 
 log = logging.getLogger("scanflow.serving.gateway")
@@ -214,9 +223,11 @@ class Gateway:
             return
         exclude: frozenset[str] = frozenset()
         status, payload, ctype, route, up = 503, b"", b"application/json", None, None
-        for attempt in range(2):
+        for attempt in range(MAX_ATTEMPTS):
             self._tick += 1
-            route, up = choose(self.mode, self.replicas, self.backup, exclude, self._tick)
+            route, up = choose_attempt(
+                self.mode, self.replicas, self.backup, exclude, self._tick, last=attempt == MAX_ATTEMPTS - 1
+            )
             if up is None:
                 break
             if route is not None and route != self.routed_to:
@@ -226,7 +237,7 @@ class Gateway:
                 status, payload, ctype = result
                 if status not in _RETRY_STATUSES:
                     break
-            if attempt == 0:
+            if attempt < MAX_ATTEMPTS - 1:
                 self.metrics.retries.inc()
                 self.counts["retries"] += 1
             exclude = exclude | {up.url}

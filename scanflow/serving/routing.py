@@ -83,3 +83,28 @@ def choose(
     if route == "backup" and backup is not None:
         return route, backup
     return route, None
+
+
+MAX_ATTEMPTS = 3  # the first try, another replica, then the backup
+
+
+def choose_attempt(
+    mode: RouteMode,
+    replicas: Sequence[Upstream],
+    backup: Upstream | None,
+    exclude: frozenset[str],
+    tick: int,
+    last: bool,
+) -> tuple[Target | None, Upstream | None]:
+    """Like `choose`, but the last attempt of a request that already failed goes to a healthy backup.
+
+    Why: when every primary dies at once (all SIGKILLed, a node lost), a request failing on one dying
+    primary would otherwise be retried on another primary that still looks healthy (its health check
+    has not run yet) and fail again. The backup is the one upstream not dying with them. An explicit
+    `primary` route is respected: then the last attempt stays on the primaries.
+    """
+    if last and exclude and mode != "primary" and backup is not None and backup.healthy and (
+        backup.url not in exclude
+    ):
+        return "backup", backup
+    return choose(mode, replicas, backup, exclude, tick)

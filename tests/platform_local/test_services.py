@@ -83,6 +83,6 @@ def test_failover_to_backup_failback_and_killed_replicas_restored(platform, mode
 
         assert wait_for(restored, 90, 0.5)
         assert wait_for(served(v1), 30)
-    # a request in flight on a primary at the instant it is SIGKILLed may fail once the gateway's
-    # single retry also lands on a dying primary: a few, and only as a clean 503
-    assert len(load.failed) <= 3 and all(f.startswith("503") for f in load.failed), load.failed[:5]
+    # a request in flight on a primary at the instant it is SIGKILLed is retried on the other primary,
+    # and when that one is dying too, on the backup (routing.choose_attempt): nothing fails
+    assert load.failed == [], load.failed[:5]
