@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -39,6 +40,7 @@ from prometheus_client import (
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from scanflow.auth import require_token
+from scanflow.serving import batchwire
 from scanflow.serving.asgi import (
     BodyTooLarge,
     ClientGone,
@@ -56,8 +58,10 @@ from scanflow.serving.routing import (
     RouteMode,
     Target,
     Upstream,
+    can_batch,
     choose_attempt,
     normalize_url,
+    pick_for_batch,
     route_of,
 )
 from scanflow.serving.upstream import UpstreamError, UpstreamPool
@@ -65,6 +69,11 @@ from scanflow.serving.upstream import UpstreamError, UpstreamPool
 log = logging.getLogger("scanflow.serving.gateway")
 
 _RETRY_STATUSES = frozenset({502, 503})  # the replica is draining / not ready: another one can answer
+
+# What one coalesced attempt gives a client request: (status, body, content-type, upstream), status 0
+# when the upstream could not answer at all; None when it was never sent (forward it on its own).
+Outcome = tuple[int, bytes, bytes, Upstream] | None
+_NO_ANSWER = 0
 
 
 @dataclass
@@ -77,6 +86,12 @@ class GatewayConfig:
     allow_anonymous: bool = False
     max_body_bytes: int = 4 << 20
     upstream_timeout_s: float = 30.0
+    # Coalescing (see `Gateway._coalesced`): at most this many client requests per upstream call
+    # (0 or 1: off, every request forwarded on its own), bodies up to coalesce_item_bytes each.
+    coalesce_max: int = 64
+    coalesce_max_bytes: int = 1 << 20
+    coalesce_item_bytes: int = 64 << 10
+    batches_per_replica: int = 1
 
 
 class _Metrics:
@@ -141,6 +156,13 @@ class Gateway:
         self._session: aiohttp.ClientSession | None = None
         self._health_session: aiohttp.ClientSession | None = None
         self._health_task: asyncio.Task[None] | None = None
+        # coalescing state: client requests waiting for an upstream call, batches in flight per replica
+        self._waiting: collections.deque[tuple[bytes, asyncio.Future[Outcome]]] = collections.deque()
+        self._batches_in_flight: dict[str, int] = {}
+        self._no_batch: set[str] = set()  # replicas that answered 404/405 to /predict_batch (older ones)
+        self._dispatch_scheduled = False
+        self._batch_tasks: set[asyncio.Task[None]] = set()
+        self._request_counters: dict[tuple[str, str], Counter] = {}
 
     # ---- life cycle -------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -162,6 +184,8 @@ class Gateway:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
+            for task in list(self._batch_tasks):
+                task.cancel()
             await self._session.close()
             await self._health_session.close()
             for pool in self._pools.values():
@@ -223,7 +247,25 @@ class Gateway:
             return
         exclude: frozenset[str] = frozenset()
         status, payload, ctype, route, up = 503, b"", b"application/json", None, None
-        for attempt in range(MAX_ATTEMPTS):
+        first_attempt = 0
+        if self._coalescable(body):
+            outcome = await self._coalesced(body)
+            if outcome is not None:
+                status, payload, ctype, up = outcome
+                route = "primary"
+                if status != _NO_ANSWER and status not in _RETRY_STATUSES:
+                    headers = [(b"content-type", ctype), (b"x-scanflow-upstream", up.url.encode())]
+                    await send_raw(send, status, payload, headers)
+                    self._count(status, route)
+                    self.metrics.latency.observe(time.perf_counter() - t0)
+                    return
+                if status == _NO_ANSWER:
+                    status, payload = 503, b""
+                self.metrics.retries.inc()
+                self.counts["retries"] += 1
+                exclude = frozenset({up.url})
+                first_attempt = 1
+        for attempt in range(first_attempt, MAX_ATTEMPTS):
             self._tick += 1
             route, up = choose_attempt(
                 self.mode, self.replicas, self.backup, exclude, self._tick, last=attempt == MAX_ATTEMPTS - 1
@@ -250,8 +292,126 @@ class Gateway:
         else:
             headers = [(b"content-type", ctype), (b"x-scanflow-upstream", up.url.encode() if up else b"")]
             await send_raw(send, status, payload, headers)
-        self.metrics.requests.labels(str(status), route or "none").inc()
+        self._count(status, route or "none")
         self.metrics.latency.observe(time.perf_counter() - t0)
+
+    def _count(self, status: int, route: str) -> None:
+        """requests_total{status,route}.inc() with the labelled child cached (labels() costs ~2 us)."""
+        key = (str(status), route)
+        child = self._request_counters.get(key)
+        if child is None:
+            child = self._request_counters[key] = self.metrics.requests.labels(*key)
+        child.inc()
+
+    # ---- coalescing -------------------------------------------------------------------------
+    def _coalescable(self, body: bytes) -> bool:
+        return (
+            self.config.coalesce_max > 1
+            and len(body) <= self.config.coalesce_item_bytes
+            and self.mode != "backup"
+            and can_batch(self.replicas, self._no_batch)
+        )
+
+    async def _coalesced(self, body: bytes) -> Outcome:
+        """Queue one client body to share an upstream call (POST /predict_batch) with its neighbours.
+
+        Why: a replica answering one HTTP request per client request spends most of its CPU on HTTP
+        and JSON, not on the model; one call per batch divides that by the batch size. There is no
+        timer: a request is sent at once when a replica has a free batch slot (a lone client waits for
+        nothing), and requests arriving while every slot is busy leave together when one frees up.
+        """
+        fut: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._waiting.append((body, fut))
+        self._schedule_dispatch()
+        return await fut
+
+    def _schedule_dispatch(self) -> None:
+        # One loop turn later, so requests already read off the sockets in this turn join the batch.
+        if not self._dispatch_scheduled:
+            self._dispatch_scheduled = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
+
+    def _dispatch(self) -> None:
+        self._dispatch_scheduled = False
+        cfg = self.config
+        while self._waiting:
+            self._tick += 1
+            up = pick_for_batch(self.replicas, self._batches_in_flight, cfg.batches_per_replica, self._no_batch, self._tick)
+            if up is None:
+                if self.mode == "backup" or not can_batch(self.replicas, self._no_batch):
+                    while self._waiting:  # nobody can take batches any more: forward them one by one
+                        _, fut = self._waiting.popleft()
+                        if not fut.done():
+                            fut.set_result(None)
+                return  # every slot busy: the next finished batch dispatches again
+            items: list[tuple[bytes, asyncio.Future[Outcome]]] = []
+            size = 0
+            while self._waiting and len(items) < cfg.coalesce_max:
+                body, fut = self._waiting[0]
+                if items and size + len(body) > cfg.coalesce_max_bytes:
+                    break
+                self._waiting.popleft()
+                if not fut.done():
+                    items.append((body, fut))
+                    size += len(body)
+            if items:
+                task = asyncio.get_running_loop().create_task(self._send_batch(up, items))
+                self._batch_tasks.add(task)
+                task.add_done_callback(self._batch_tasks.discard)
+
+    async def _send_batch(self, up: Upstream, items: list[tuple[bytes, asyncio.Future[Outcome]]]) -> None:
+        """One POST /predict_batch; every item's future gets its own answer (never raises)."""
+        n = len(items)
+        self._batches_in_flight[up.url] = self._batches_in_flight.get(up.url, 0) + 1
+        up.outstanding += n
+        up.requests += n
+        results: list[Outcome]
+        try:
+            status, payload, ctype = await self._post(up.url, batchwire.encode_request([b for b, _ in items]),
+                                                      b"/predict_batch")
+            if status == 200 and ctype.startswith(batchwire.CONTENT_TYPE):
+                results = [(s, b, b"application/json", up) for s, b in batchwire.decode_response(payload, n)]
+            elif status in (404, 405):  # a replica without /predict_batch: forward to it one by one
+                self._no_batch.add(up.url)
+                log.warning("%s has no /predict_batch; forwarding requests to it one by one", up.url)
+                results = [None] * n
+            else:
+                if status in _RETRY_STATUSES:
+                    up.errors += 1
+                    self.metrics.upstream_errors.labels(f"http_{status}").inc()
+                    self.counts["upstream_errors"] += 1
+                results = [(status, payload, ctype, up)] * n
+        except (UpstreamError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, batchwire.BatchWireError) as exc:
+            self._mark_dead(up, exc)
+            results = [(_NO_ANSWER, b"", b"application/json", up)] * n
+        except TimeoutError:
+            self._mark_timeout(up)
+            results = [(504, b'{"detail": "upstream replica timed out"}', b"application/json", up)] * n
+        except BaseException:
+            results = [(_NO_ANSWER, b"", b"application/json", up)] * n
+            raise
+        finally:
+            up.outstanding -= n
+            self._batches_in_flight[up.url] -= 1
+            if self._waiting:
+                self._schedule_dispatch()
+        for (_, fut), result in zip(items, results, strict=True):
+            if not fut.done():
+                fut.set_result(result)
+
+    def _mark_dead(self, up: Upstream, exc: BaseException) -> None:
+        """Dead or dying replica: take it out now rather than at the next health round."""
+        up.healthy = False
+        up.errors += 1
+        up.last_error = f"{type(exc).__name__}: {exc}"
+        self.metrics.upstream_errors.labels("connection").inc()
+        self.counts["upstream_errors"] += 1
+
+    def _mark_timeout(self, up: Upstream) -> None:
+        up.errors += 1
+        up.last_error = "timeout"
+        self.metrics.upstream_errors.labels("timeout").inc()
+        self.counts["upstream_errors"] += 1
 
     async def _forward(self, up: Upstream, body: bytes) -> tuple[int, bytes, bytes] | None:
         """One attempt; None when the upstream could not answer (dead, reset, refused)."""
@@ -260,18 +420,10 @@ class Gateway:
         try:
             status, payload, ctype = await self._post(up.url, body)
         except (UpstreamError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            # Dead or dying replica: take it out now rather than at the next health round.
-            up.healthy = False
-            up.errors += 1
-            up.last_error = f"{type(exc).__name__}: {exc}"
-            self.metrics.upstream_errors.labels("connection").inc()
-            self.counts["upstream_errors"] += 1
+            self._mark_dead(up, exc)
             return None
         except TimeoutError:
-            up.errors += 1
-            up.last_error = "timeout"
-            self.metrics.upstream_errors.labels("timeout").inc()
-            self.counts["upstream_errors"] += 1
+            self._mark_timeout(up)
             return 504, b'{"detail": "upstream replica timed out"}', b"application/json"
         finally:
             up.outstanding -= 1
@@ -281,15 +433,16 @@ class Gateway:
             self.counts["upstream_errors"] += 1
         return status, payload, ctype
 
-    async def _post(self, url: str, body: bytes) -> tuple[int, bytes, bytes]:
+    async def _post(self, url: str, body: bytes, path: bytes = b"/predict") -> tuple[int, bytes, bytes]:
         """Plain http goes through the lean pool; https through aiohttp."""
         if url.startswith("http://"):
             pool = self._pools.get(url)
             if pool is None:
                 pool = self._pools[url] = UpstreamPool(url)
-            return await pool.post(b"/predict", body, self.config.upstream_timeout_s)
+            ctype = batchwire.CONTENT_TYPE if path == b"/predict_batch" else b"application/json"
+            return await pool.post(path, body, self.config.upstream_timeout_s, ctype)
         assert self._session is not None
-        async with self._session.post(url + "/predict", data=body, headers={"Content-Type": "application/json"}) as r:
+        async with self._session.post(url + path.decode(), data=body, headers={"Content-Type": "application/json"}) as r:
             return r.status, await r.read(), r.headers.get("Content-Type", "application/json").encode()
 
     # ---- admin ------------------------------------------------------------------------------
@@ -456,6 +609,8 @@ def main(argv: list[str] | None = None) -> None:
             allow_anonymous=args.allow_anonymous,
             max_body_bytes=args.max_body_bytes,
             upstream_timeout_s=args.upstream_timeout_s,
+            coalesce_max=args.coalesce_max,
+            batches_per_replica=max(1, args.batches_per_replica),
         )
     except ValueError as exc:
         raise SystemExit(str(exc)) from None

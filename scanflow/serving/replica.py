@@ -7,7 +7,8 @@ Launched by the platforms as
 guards /admin; SCANFLOW_HOST, SCANFLOW_THREADS, ... are defaults for the flags, see `parse_args`).
 Unless `--threads` (or POST /admin/threads) pins it, the thread pool follows the cgroup CPU limit.
 
-Endpoints: POST /predict (raw ASGI hot path, micro-batched), GET /health, /ready, /metrics, /info,
+Endpoints: POST /predict (raw ASGI hot path, micro-batched), POST /predict_batch (the gateway's
+coalesced requests, scanflow.serving.batchwire), GET /health, /ready, /metrics, /info,
 POST /admin/model (hot swap), /admin/threads, /admin/drain (token). The model loads in a worker
 thread after start-up, so /health answers at once and /ready turns 200 when the model is in.
 """
@@ -24,6 +25,8 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+import orjson
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import (
@@ -37,6 +40,7 @@ from prometheus_client import (
 from pydantic import BaseModel, Field, SecretStr
 
 from scanflow.auth import require_token
+from scanflow.serving import batchwire
 from scanflow.serving.asgi import (
     BodyTooLarge,
     ClientGone,
@@ -46,12 +50,13 @@ from scanflow.serving.asgi import (
     read_body,
     send_error,
     send_json,
+    send_raw,
 )
 from scanflow.serving.batching import MicroBatcher, ModelNotReady
 from scanflow.serving.cliargs import env_value
 from scanflow.serving.cpuwatch import CpuLimitReader, threads_for_cores
 from scanflow.serving.model import LoadedModel, ModelLoadError, load_model
-from scanflow.serving.payload import PayloadError, parse_predict
+from scanflow.serving.payload import PayloadError, PredictRequest, parse_predict
 from scanflow.serving.sink import TrackerSink
 
 log = logging.getLogger("scanflow.serving.replica")
@@ -78,6 +83,7 @@ class ReplicaConfig:
     allow_anonymous: bool = False
     max_body_bytes: int = 1 << 20
     max_rows: int = 4096
+    max_batch_body_bytes: int = 16 << 20  # POST /predict_batch; each item is still held to max_body_bytes
     drain_timeout_s: float = 30.0
 
 
@@ -269,33 +275,126 @@ class Replica:
             log.exception("model call failed")
             await send_error(send, 500, f"model call failed: {type(exc).__name__}: {exc}")
             return 500
-        request_id = req.request_id or uuid.uuid4().hex
-        doc: dict[str, object] = {
-            "outputs": result.outputs,
-            "model_version": result.version,
-            "request_id": request_id,
-        }
-        if req.want_probabilities and result.probabilities is not None:
-            doc["probabilities"] = result.probabilities
+        request_id, doc = self._answer(req, result.outputs, result.probabilities, result.version)
         await send_json(send, 200, doc)
         latency = time.perf_counter() - t0
         self.metrics.latency.observe(latency)
-        if self.sink is not None:
-            rec: dict[str, object] = {
-                "record_id": uuid.uuid4().hex,
-                "request_id": request_id,
-                "service": self.config.service,
-                "replica_id": self.config.replica_id,
-                "inputs": req.inputs.tolist(),
-                "outputs": result.outputs,
-                "model_version": result.version,
-                "latency_ms": round(latency * 1000.0, 3),
-                "ts": time.time(),
-            }
-            if req.labels is not None:
-                rec["labels"] = req.labels
-            self.sink.record(rec)
+        self._record(req, request_id, result.outputs, result.version, latency)
         return 200
+
+    def _answer(
+        self, req: PredictRequest, outputs: list, probabilities: np.ndarray | None, version: str
+    ) -> tuple[str, dict[str, object]]:
+        """(request_id, the /predict answer document) for one request."""
+        request_id = req.request_id or uuid.uuid4().hex
+        doc: dict[str, object] = {"outputs": outputs, "model_version": version, "request_id": request_id}
+        if req.want_probabilities and probabilities is not None:
+            doc["probabilities"] = probabilities
+        return request_id, doc
+
+    def _record(self, req: PredictRequest, request_id: str, outputs: list, version: str, latency: float) -> None:
+        """One Tracker record per client request (after its answer is built; never awaits)."""
+        if self.sink is None:
+            return
+        rec: dict[str, object] = {
+            "record_id": uuid.uuid4().hex,
+            "request_id": request_id,
+            "service": self.config.service,
+            "replica_id": self.config.replica_id,
+            "inputs": req.inputs.tolist(),
+            "outputs": outputs,
+            "model_version": version,
+            "latency_ms": round(latency * 1000.0, 3),
+            "ts": time.time(),
+        }
+        if req.labels is not None:
+            rec["labels"] = req.labels
+        self.sink.record(rec)
+
+    async def predict_batch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """POST /predict_batch: many client requests (framed by scanflow.serving.batchwire) in one call.
+
+        Each item is validated exactly as POST /predict would (same statuses and messages); the valid
+        ones share ONE model call, so every 200 item of a response carries the same model version.
+        One Tracker record per valid item. Who calls: the gateway's coalescing path.
+        """
+        t0 = time.perf_counter()
+        self.in_flight += 1
+        self._idle.clear()
+        try:
+            await self._predict_batch(scope, receive, send, t0)
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.set()
+
+    async def _predict_batch(self, scope: Scope, receive: Receive, send: Send, t0: float) -> None:
+        if self.draining:
+            await send_error(send, 503, "replica is draining; send to another replica")
+            return
+        model = self.batcher.model
+        if model is None:
+            await send_error(send, 503, f"model not loaded yet{': ' + self.load_error if self.load_error else ''}")
+            return
+        try:
+            bodies = batchwire.decode_request(
+                await read_body(scope, receive, self.config.max_batch_body_bytes)
+            )
+        except BodyTooLarge as exc:
+            await send_error(send, 413, str(exc))
+            return
+        except batchwire.BatchWireError as exc:
+            await send_error(send, 400, str(exc))
+            return
+        except ClientGone:
+            return
+        answers: list[tuple[int, bytes] | None] = []
+        valid: list[tuple[int, PredictRequest]] = []
+        limit = self.config.max_body_bytes
+        for i, body in enumerate(bodies):
+            if len(body) > limit:
+                answers.append((413, _error_body(f"request body of {len(body)} bytes is over the limit of {limit} bytes")))
+                continue
+            try:
+                req = parse_predict(body, n_features=model.n_features, max_rows=self.config.max_rows)
+            except PayloadError as exc:
+                answers.append((exc.status, _error_body(exc.message)))
+                continue
+            answers.append(None)
+            valid.append((i, req))
+        version: str | None = None
+        if valid:
+            x = valid[0][1].inputs if len(valid) == 1 else np.concatenate([r.inputs for _, r in valid])
+            try:
+                result = await self.batcher.submit(x)
+            except ModelNotReady as exc:
+                await send_error(send, 503, str(exc))
+                return
+            except Exception as exc:  # the model itself failed on valid input: each valid item says so
+                log.exception("model call failed")
+                err = _error_body(f"model call failed: {type(exc).__name__}: {exc}")
+                for i, _ in valid:
+                    answers[i] = (500, err)
+                valid = []
+            else:
+                version = result.version
+                latency = time.perf_counter() - t0
+                start = 0
+                for i, req in valid:
+                    n = len(req.inputs)
+                    outputs = result.outputs[start : start + n]
+                    probs = None if result.probabilities is None else result.probabilities[start : start + n]
+                    start += n
+                    request_id, doc = self._answer(req, outputs, probs, version)
+                    answers[i] = (200, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
+                    self._record(req, request_id, outputs, version, latency)
+        done = [a for a in answers if a is not None]
+        await send_raw(send, 200, batchwire.encode_response(version, done), [(b"content-type", batchwire.CONTENT_TYPE)])
+        latency = time.perf_counter() - t0
+        for status, _ in done:
+            self.metrics.requests.labels(str(status)).inc()
+            if status == 200:
+                self.metrics.latency.observe(latency)
 
     # ---- admin ------------------------------------------------------------------------------
     async def swap_model(self, uri: str) -> dict[str, object]:
@@ -348,6 +447,11 @@ class Replica:
         return generate_latest(m.registry)
 
 
+def _error_body(message: str) -> bytes:
+    """Same shape as the /predict error answers ({"detail": ...})."""
+    return orjson.dumps({"detail": message})
+
+
 class ReplicaApp:
     """ASGI entry: POST /predict goes straight to the hot path, the rest to FastAPI."""
 
@@ -358,6 +462,8 @@ class ReplicaApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == "/predict" and scope["method"] == "POST":
             await self.replica.predict(scope, receive, send)
+        elif scope["type"] == "http" and scope["path"] == "/predict_batch" and scope["method"] == "POST":
+            await self.replica.predict_batch(scope, receive, send)
         else:
             await self.api(scope, receive, send)
 

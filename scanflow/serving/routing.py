@@ -108,3 +108,29 @@ def choose_attempt(
     ):
         return "backup", backup
     return choose(mode, replicas, backup, exclude, tick)
+
+
+def pick_for_batch(
+    replicas: Sequence[Upstream], inflight: dict[str, int], max_inflight: int, no_batch: set[str], tick: int
+) -> Upstream | None:
+    """The replica that takes the next coalesced batch: healthy, plain http, speaks /predict_batch, has
+    fewer than `max_inflight` batches in flight; fewest outstanding requests first, ties rotate with tick.
+    None: wait for a batch to finish (or, when no replica qualifies at all, forward one by one)."""
+    best: Upstream | None = None
+    n = len(replicas)
+    for i in range(n):
+        r = replicas[(tick + i) % n]
+        if (
+            r.healthy
+            and inflight.get(r.url, 0) < max_inflight
+            and r.url not in no_batch
+            and r.url.startswith("http://")
+            and (best is None or r.outstanding < best.outstanding)
+        ):
+            best = r
+    return best
+
+
+def can_batch(replicas: Sequence[Upstream], no_batch: set[str]) -> bool:
+    """Some healthy replica could take coalesced batches (else requests are forwarded one by one)."""
+    return any(r.healthy and r.url not in no_batch and r.url.startswith("http://") for r in replicas)

@@ -112,16 +112,18 @@ class UpstreamPool:
             raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         return conn
 
-    def _request_bytes(self, path: bytes, body: bytes) -> bytes:
+    def _request_bytes(self, path: bytes, body: bytes, ctype: bytes = b"application/json") -> bytes:
         return b"".join((
             b"POST ", path, b" HTTP/1.1\r\nHost: ", self._host_header,
-            b"\r\nContent-Type: application/json\r\nContent-Length: ", str(len(body)).encode(),
+            b"\r\nContent-Type: ", ctype, b"\r\nContent-Length: ", str(len(body)).encode(),
             b"\r\n\r\n", body,
         ))  # fmt: skip
 
-    async def post(self, path: bytes, body: bytes, timeout_s: float) -> tuple[int, bytes, bytes]:
+    async def post(
+        self, path: bytes, body: bytes, timeout_s: float, ctype: bytes = b"application/json"
+    ) -> tuple[int, bytes, bytes]:
         """(status, body, content-type). UpstreamError when it could not answer; TimeoutError on timeout."""
-        data = self._request_bytes(path, body)
+        data = self._request_bytes(path, body, ctype)
         while self._idle:
             conn = self._idle.pop()
             if conn.closed:

@@ -7,10 +7,13 @@ import threading
 from collections.abc import Iterator
 
 import httpx
+import orjson
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 from serving_helpers import LoadResult, closed_loop, free_port, wait_for
+
+from scanflow.serving import batchwire
 
 pytestmark = pytest.mark.integration
 
@@ -59,10 +62,29 @@ def test_bad_input_auth_info_threads_and_drain(digits_models, launch, digits_row
                           timeout=30)
     assert bad_swap.status_code == 422 and "no-such-model" in bad_swap.json()["detail"]
 
+    # The gateway's coalesced call: each item gets exactly what /predict would answer it, in order.
+    items = [orjson.dumps({"inputs": digits_rows[i : i + 1], "request_id": f"b{i}"}) for i in range(4)]
+    items[1:1] = [body for body, _, _ in cases]
+    resp = httpx.post(r.url + "/predict_batch", content=batchwire.encode_request(items),
+                      headers={"Content-Type": "application/x-scanflow-batch"})
+    assert resp.status_code == 200, resp.text
+    answers = batchwire.decode_response(resp.content, len(items))
+    assert [s for s, _ in answers] == [200, *(status for _, status, _ in cases), 200, 200, 200]
+    for (_, _, fragment), (_, body) in zip(cases, answers[1:-3], strict=True):
+        assert fragment in orjson.loads(body)["detail"]
+    good = [orjson.loads(body) for s, body in answers if s == 200]
+    assert [d["request_id"] for d in good] == ["b0", "b1", "b2", "b3"]
+    assert {d["model_version"] for d in good} == {"1"}
+    single = httpx.post(url, json={"inputs": digits_rows[2:3]}).json()
+    assert good[2]["outputs"] == single["outputs"]
+    framing = httpx.post(r.url + "/predict_batch", content=b'{"sizes": [5]}\nabc')
+    assert framing.status_code == 400 and "add up" in framing.json()["detail"]
+
     drained = httpx.post(r.url + "/admin/drain", headers=AUTH, timeout=40)
     assert drained.json() == {"drained": True, "in_flight": 0}
     assert httpx.get(r.url + "/ready").status_code == 503
     assert httpx.post(url, json={"inputs": digits_rows[:1]}).status_code == 503
+    assert httpx.post(r.url + "/predict_batch", content=batchwire.encode_request(items)).status_code == 503
 
 
 @pytest.mark.slow
@@ -145,11 +167,20 @@ async def test_records_reach_a_tracker_that_was_down_exactly_once(  # type: igno
     )
     async with httpx.AsyncClient(timeout=10) as http:
         sent = []
-        for i in range(30):
+        for i in range(20):
             body = {"inputs": digits_rows[i : i + 2], "request_id": f"req-{i}", "labels": [1, 2]}
             resp = await http.post(r.url + "/predict", json=body)
             assert resp.status_code == 200
             sent.append(resp.json())
+        # Ten more (and one refused) in one coalesced call, as the gateway sends them: one record each.
+        items = [
+            orjson.dumps({"inputs": digits_rows[i : i + 2], "request_id": f"req-{i}", "labels": [1, 2]})
+            for i in range(20, 30)
+        ]
+        resp = await http.post(r.url + "/predict_batch", content=batchwire.encode_request([*items, b"{}"]))
+        answers = batchwire.decode_response(resp.content, 11)
+        assert [s for s, _ in answers] == [200] * 10 + [422]
+        sent += [orjson.loads(b) for _, b in answers[:10]]
 
         async def gauge(name: str) -> float:
             text = (await http.get(r.url + "/metrics")).text

@@ -9,10 +9,19 @@ import threading
 import numpy as np
 import pytest
 
+from scanflow.serving import batchwire
 from scanflow.serving.batching import MicroBatcher
 from scanflow.serving.model import LoadedModel
 from scanflow.serving.payload import PayloadError, parse_predict
-from scanflow.serving.routing import Upstream, choose, normalize_url, pick_least_outstanding, route_of
+from scanflow.serving.routing import (
+    Upstream,
+    can_batch,
+    choose,
+    normalize_url,
+    pick_for_batch,
+    pick_least_outstanding,
+    route_of,
+)
 
 ROW = [0.5] * 4
 
@@ -144,3 +153,37 @@ async def test_a_lone_client_does_not_pay_the_batch_wait() -> None:
         await b.stop()
     assert calls == [1, 1, 1]
     assert elapsed < 1.0  # waiting for company would have cost >= 3 s
+
+
+def test_batch_wire_round_trip_keeps_order_and_bytes() -> None:
+    bodies = [b'{"inputs": [[1]]}', b"", b"not json, {]", b'{"x": "\n"}']
+    assert batchwire.decode_request(batchwire.encode_request(bodies)) == bodies
+    answers = [(200, b'{"outputs": [1]}'), (422, b'{"detail": "x"}'), (413, b"")]
+    assert batchwire.decode_response(batchwire.encode_response("3", answers), 3) == answers
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"no header line", b'{"sizes": [3]}\nab', b'{"sizes": [1]}\nabc', b'{"sizes": []}\n',
+     b'{"sizes": [-1, 2]}\nx', b'{"sizes": "3"}\nabc', b"[1]\nx", b'{"sizes": [true]}\nx'],
+)
+def test_batch_wire_refuses_framing_that_does_not_add_up(payload: bytes) -> None:
+    with pytest.raises(batchwire.BatchWireError):
+        batchwire.decode_request(payload)
+
+
+def test_batch_wire_answer_must_match_the_items_sent() -> None:
+    with pytest.raises(batchwire.BatchWireError):
+        batchwire.decode_response(batchwire.encode_response("1", [(200, b"{}")]), 2)
+
+
+def test_batch_pick_respects_slots_health_and_old_replicas() -> None:
+    a, b = Upstream("http://a", True, 5), Upstream("http://b", True, 1)
+    s, old = Upstream("https://s", True, 0), Upstream("http://old", True, 0)
+    assert pick_for_batch([a, b], {}, 1, set(), 0) is b
+    assert pick_for_batch([a, b], {"http://b": 1}, 1, set(), 0) is a  # b's slot is busy
+    assert pick_for_batch([a, b], {"http://a": 1, "http://b": 1}, 1, set(), 0) is None  # wait for a slot
+    assert pick_for_batch([s, old], {}, 1, {"http://old"}, 0) is None  # https / no /predict_batch: one by one
+    assert not can_batch([s, old], {"http://old"}) and can_batch([a], set())
+    b.healthy = False
+    assert pick_for_batch([a, b], {}, 1, set(), 0) is a
