@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -101,14 +102,15 @@ def stop_platform(ctx: Context) -> None:
 
 
 # -- S1 ------------------------------------------------------------------------------------------
-def _labelled_points(critical_ids: set[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Inputs and TRUE labels of the logged requests in `critical_ids` (records without labels skipped)."""
+def _labelled_points(critical_ids: set[str], from_seq: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and TRUE labels of the logged requests in `critical_ids` (records without labels skipped),
+    read from the prediction log after `from_seq` (the plan's first drifted window: fewer downloads)."""
     from scanflow.tracking.predictions import prediction_run_id, read_since
 
     run_id = prediction_run_id(current_workflow().name, current_workflow().name)
     if run_id is None:
         return np.zeros((0, 0), np.float32), np.zeros(0, np.int64)
-    batch = read_since(run_id, 0)
+    batch = read_since(run_id, max(0, from_seq))
     xs, ys = [], []
     for r in batch.records:
         if r.request_id in critical_ids and r.labels is not None and len(r.labels) == len(r.inputs):
@@ -121,7 +123,7 @@ def _labelled_points(critical_ids: set[str]) -> tuple[np.ndarray, np.ndarray]:
 def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     pid, plan = _plan(ctx, args)
     ids = set(plan.get("critical_ids") or [])
-    x, y = _labelled_points(ids)
+    x, y = _labelled_points(ids, int(plan.get("from_seq") or 0))
     if len(x) < 10:
         raise PermanentError(f"only {len(x)} critical points with true labels (of {len(ids)} ids): not retraining")
     rng = np.random.default_rng(int(pid) if pid.isdigit() else 0)
@@ -171,8 +173,11 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     splits = load_splits(0)
     with np.load(rec["holdout"]) as h:
         x_d, y_d = h["x"], h["y"]
-    ch = _evaluate(challenger, splits.x_test, splits.y_test, x_d, y_d)
-    cur = _evaluate(champion, splits.x_test, splits.y_test, x_d, y_d) if champion else None
+    # both models load at once (MLflow downloads and unpickling: ~10 s one after the other here)
+    with ThreadPoolExecutor(2, thread_name_prefix="evaluate") as pool:
+        ch_f = pool.submit(_evaluate, challenger, splits.x_test, splits.y_test, x_d, y_d)
+        cur_f = pool.submit(_evaluate, champion, splits.x_test, splits.y_test, x_d, y_d) if champion else None
+        ch, cur = ch_f.result(), (cur_f.result() if cur_f else None)
     c = dict(agent_spec("planner").settings.get("promotion", {}))
     decision = decide_promotion(ch, cur, PromotionConfig(float(c.get("min_gain_drifted", 0.0)),
                                                          float(c.get("clean_tolerance", 0.01))))

@@ -85,12 +85,18 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     waiting = retrain.RetrainState(windows=(state.windows + (bool(p["drift"]),))[-config.m:],
                                    last_retrain_at=state.last_retrain_at)
     decision, new = gate_on_points(decision, new, waiting, len(pool), min_points())
+    # the earliest record of those windows: the Executor reads the prediction log from there on
+    from_seq = ctx.state.get("critical_from_seq")
+    if p["drift"] and p.get("from_seq") is not None:
+        from_seq = int(p["from_seq"]) if from_seq is None else min(int(from_seq), int(p["from_seq"]))
     ctx.state["critical_ids"] = pool
+    ctx.state["critical_from_seq"] = from_seq
     ctx.state["retrain"] = {"windows": list(new.windows), "last_retrain_at": new.last_retrain_at}
     rec = _record(ctx, "retrain", decision)
     if decision.retrain:
         ctx.state["critical_ids"] = []
-        ctx.emit_sync("drift.detected", {"reason": decision.reason, "critical_ids": pool,
+        ctx.state["critical_from_seq"] = None
+        ctx.emit_sync("drift.detected", {"reason": decision.reason, "critical_ids": pool, "from_seq": from_seq,
                                          "drift_rate": p.get("drift_rate"), "score": p.get("score")})
     return {"retrain": decision.retrain, "reason": decision.reason, "decision_at": rec["at"],
             "critical_points": len(pool)}
