@@ -1,11 +1,16 @@
-"""Run a job's `module:function` inside an MLflow run: `python -m scanflow.platform.jobrunner M:F --params JSON`.
+"""Run a job's `module:function` inside an MLflow run: `python -m scanflow.platform.jobrunner M:F [--params JSON]`.
 
-The local platform starts this as a child process (so a timeout can kill it and a crash cannot take
-the platform down). It joins the run the platform created (MLFLOW_RUN_ID in the environment), logs the
-non-secret params, calls fn(**params), and records the return value: as the artifact
+The one job entry point of every platform:
+- LocalPlatform starts it as a child process (so a timeout can kill it and a crash cannot take the
+  platform down) with `--params` and MLFLOW_RUN_ID naming the run the platform created;
+- a Kubernetes Job's container runs it (scanflow.platform.manifests.job_command) with the params in
+  SCANFLOW_JOB_PARAMS (JSON) and MLFLOW_EXPERIMENT_NAME; with no MLFLOW_RUN_ID it opens a run of its
+  own, named after SCANFLOW_JOB_NAME.
+It logs the non-secret params, calls fn(**params), and records the return value: as the artifact
 `outputs.json` in the run, and as JSON in the file named by SCANFLOW_JOB_OUTPUT (read by the
-platform without a round trip to MLflow). Exit code 0 on success, 1 when the function raised,
-2 on a bad command line.
+platform without a round trip to MLflow). Exit code 0 on success, 1 when the function raised
+(traceback on stderr: the pod log), 2 on a bad command line, entrypoint or params.
+`python -m scanflow.platform.jobrun M:F` (the former Kubernetes entry) still works: it calls `main`.
 """
 
 from __future__ import annotations
@@ -53,12 +58,15 @@ def load_entrypoint(entrypoint: str) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scanflow.platform.jobrunner")
     parser.add_argument("entrypoint", help="package.module:function")
-    parser.add_argument("--params", default="{}", help="JSON object of keyword arguments")
+    parser.add_argument("--params", default=None,
+                        help="JSON object of keyword arguments (default: env SCANFLOW_JOB_PARAMS, else {})")
     args = parser.parse_args(argv)
+    source = "--params" if args.params is not None else "SCANFLOW_JOB_PARAMS"
+    text = args.params if args.params is not None else os.environ.get("SCANFLOW_JOB_PARAMS", "").strip() or "{}"
     try:
-        params = json.loads(args.params)
+        params = json.loads(text)
         if not isinstance(params, dict):
-            raise TypeError("--params must be a JSON object")
+            raise TypeError(f"{source} must be a JSON object")
         fn = load_entrypoint(args.entrypoint)
     except (ValueError, TypeError, ImportError) as exc:
         print(f"jobrunner: {exc}", file=sys.stderr)
@@ -66,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import mlflow
 
-    with mlflow.start_run(run_id=os.environ.get("MLFLOW_RUN_ID")) as run:
+    run_id = os.environ.get("MLFLOW_RUN_ID") or None
+    run_name = None if run_id else os.environ.get("SCANFLOW_JOB_NAME") or None
+    with mlflow.start_run(run_id=run_id, run_name=run_name) as run:
         mlflow.log_params(public_params(params))
         try:
             result = fn(**params)

@@ -379,10 +379,10 @@ def route_patch(target: str) -> Manifest:
 
 
 def job_command(job: Job) -> list[str]:
-    """A command list runs as given; 'pkg.mod:func' runs through the job runner module."""
+    """A command list runs as given; 'pkg.mod:func' runs through the job runner (params from env)."""
     if isinstance(job.entrypoint, list):
         return list(job.entrypoint)
-    return ["python", "-m", "scanflow.platform.jobrun", job.entrypoint]
+    return ["python", "-m", "scanflow.platform.jobrunner", job.entrypoint]
 
 
 def public_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -417,6 +417,7 @@ def batch_job(
             {"name": "SCANFLOW_JOB_NAME", "value": job.name},
             {"name": "SCANFLOW_JOB_PARAMS", "value": json.dumps(merged, sort_keys=True)},
             {"name": "MLFLOW_TRACKING_URI", "value": tracking_uri or "http://mlflow:5000"},
+            {"name": "MLFLOW_EXPERIMENT_NAME", "value": f"scanflow-jobs/{workflow or namespace}"},
             {"name": "OMP_NUM_THREADS", "value": str(default_threads(job.resources))},
             secret_env("SCANFLOW_TOKEN", "token"),
         ],

@@ -91,11 +91,11 @@ def check_container(name: str, command: list[str], env: dict[str, str], monkeypa
         assert (args.host, args.port) == ("0.0.0.0", 8080), name
         assert args.replica, f"{name}: the gateway would start with no replica to send to"
         return "gateway"
-    if command[:3] == ["python", "-m", "scanflow.platform.jobrun"]:
-        from scanflow.platform.jobrun import resolve
+    if command[:3] == ["python", "-m", "scanflow.platform.jobrunner"]:
+        from scanflow.platform.jobrunner import load_entrypoint
 
-        assert len(command) == 4, f"{name}: jobrun takes one 'package.module:function'"
-        resolve(command[3])
+        assert len(command) == 4 and "SCANFLOW_JOB_PARAMS" in env, f"{name}: params come by env"
+        load_entrypoint(command[3])
         return "job"
     if command[:3] == ["scanflow", "agent", "run"]:
         ctx = _parse_cli(command[1:])

@@ -153,8 +153,8 @@ def test_docker_compose_file_parses() -> None:
     assert any(a.startswith("--allowed-hosts=") for a in cfg["services"]["mlflow"]["command"])
 
 
-def test_job_manifest_runs_module_functions_through_jobrun() -> None:
+def test_job_manifest_runs_module_functions_through_jobrunner() -> None:
     body = mf.batch_job(Job(name="train", entrypoint="pkg.mod:fn", timeout_s=90.5), "train-1")
     assert body["spec"]["template"]["spec"]["containers"][0]["command"] == [
-        "python", "-m", "scanflow.platform.jobrun", "pkg.mod:fn"]
+        "python", "-m", "scanflow.platform.jobrunner", "pkg.mod:fn"]
     assert body["spec"]["activeDeadlineSeconds"] == 91
