@@ -2,23 +2,22 @@
 
 Each of up to `max_clients` workers sends one-row predict requests back to back while its index is
 below `concurrency`; every answer is kept as a `Sample` (when, latency, status, which upstream served
-it, model version). It runs in its own thread with its own event loop, so scenario code stays
-synchronous. Window statistics are pure functions over samples, testable without a server.
+it, model version). It runs on `scanflow.loadgen.LoadGenerator` (its own thread and event loop), so
+scenario code stays synchronous. Window statistics are pure functions over samples, testable without a server.
 Who calls: scanflow.demo.s2_autoscale, s3_tune, s4_failover; notebooks.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Self
 
-import httpx
 import numpy as np
+
+from scanflow.loadgen import LoadGenerator, Outcome, Request
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,11 @@ def window(samples: Sequence[Sample], t0: float, t1: float, q: float = 0.99) -> 
 
 
 class Load:
-    """`with Load(url, rows, concurrency=2) as load: ...; load.concurrency = 16; load.window(...)`"""
+    """`with Load(url, rows, concurrency=2) as load: ...; load.concurrency = 16; load.window(...)`
+
+    A `scanflow.loadgen.LoadGenerator` with `max_clients` workers, of which those below `concurrency`
+    send (closed loop, no rate cap); each answer is kept as a `Sample`.
+    """
 
     def __init__(self, url: str, rows: np.ndarray, *, concurrency: int = 1, max_clients: int = 32,
                  timeout_s: float = 10.0) -> None:
@@ -66,21 +69,21 @@ class Load:
         self.concurrency = concurrency
         self.max_clients = max_clients
         self.timeout_s = timeout_s
-        self._samples: list[Sample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.in_flight = 0
+        self._gen: LoadGenerator[Sample] = LoadGenerator(
+            self.url, self._request, _sample, clients=max_clients, timeout_s=timeout_s,
+            active=lambda i: i < self.concurrency, error_pause_s=0.05, name="demo-load")
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return self._gen.in_flight
 
     def start(self) -> Self:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="demo-load", daemon=True)
-        self._thread.start()
+        self._gen.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.timeout_s + 5)
+        self._gen.stop()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -89,43 +92,25 @@ class Load:
         self.stop()
 
     def samples(self, since: float = 0.0) -> list[Sample]:
-        with self._lock:
-            return [s for s in self._samples if s.t >= since]
+        return [s for s in self._gen.results() if s.t >= since]
 
     def window(self, seconds: float, now: float | None = None) -> Window:
         now = time.monotonic() if now is None else now
         return window(self.samples(now - seconds), now - seconds, now)
 
-    async def _main(self) -> None:
-        limits = httpx.Limits(max_connections=self.max_clients, max_keepalive_connections=self.max_clients)
-        async with httpx.AsyncClient(timeout=self.timeout_s, limits=limits) as http:
-            await asyncio.gather(*(self._worker(i, http) for i in range(self.max_clients)))
+    def _request(self, worker: int, n: int) -> Request:
+        # worker i sends rows i, i + max_clients, i + 2 * max_clients, ...: workers spread over the rows
+        return Request(self.bodies[(worker + n * self.max_clients) % len(self.bodies)])
 
-    async def _worker(self, i: int, http: httpx.AsyncClient) -> None:
-        j = i
-        headers = {"content-type": "application/json"}
-        while not self._stop.is_set():
-            if i >= self.concurrency:
-                await asyncio.sleep(0.05)  # idle worker: cheap poll of the concurrency knob
-                continue
-            body = self.bodies[j % len(self.bodies)]
-            j += self.max_clients
-            t0 = time.monotonic()
-            self.in_flight += 1
-            try:
-                r = await http.post(self.url, content=body, headers=headers)
-                version = None
-                if r.status_code == 200:
-                    version = r.json().get("model_version")
-                s = Sample(time.monotonic(), (time.monotonic() - t0) * 1000, r.status_code,
-                           r.headers.get("x-scanflow-upstream"), None if version is None else str(version))
-            except (httpx.HTTPError, ValueError):
-                s = Sample(time.monotonic(), (time.monotonic() - t0) * 1000, 0)
-                await asyncio.sleep(0.05)  # a refused connection must not spin
-            finally:
-                self.in_flight -= 1
-            with self._lock:
-                self._samples.append(s)
+
+def _sample(req: Request, out: Outcome) -> Sample:
+    """Keep latency, status, the serving upstream and the model version (ValueError: unreadable body)."""
+    if out.response is None:
+        return Sample(out.t_monotonic, out.latency_ms, 0)
+    r = out.response
+    version = r.json().get("model_version") if r.status_code == 200 else None
+    return Sample(out.t_monotonic, out.latency_ms, r.status_code, r.headers.get("x-scanflow-upstream"),
+                  None if version is None else str(version))
 
 
 def orjson_body(row: np.ndarray) -> bytes:

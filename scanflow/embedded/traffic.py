@@ -3,22 +3,21 @@
 Each request carries one row, its TRUE label (`labels`, the workflow's delayed ground truth the Tracker
 stores) and a unique `request_id`. `drifted = True` switches the rows to the drifted pool (the S1 drift
 onset). Every answer is kept (time, HTTP status, model version) so scenarios can count failed requests
-and see which model version served when. Runs in its own thread with its own event loop, so a test or
-a benchmark drives it from plain synchronous code.
+and see which model version served when. Runs on `scanflow.loadgen.LoadGenerator` (its own thread and
+event loop), so a test or a benchmark drives it from plain synchronous code.
 Who calls: tests/e2e, benchmarks/s1.py, the demo.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Self
 
-import httpx
 import numpy as np
+import orjson
+
+from scanflow.loadgen import LoadGenerator, Outcome, Request
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class Answer:
 
 @dataclass
 class Traffic:
-    """`with Traffic(url, clean=(x, y), drifted=(x, y), rate=100) as t: t.drifted = True ...`"""
+    """`with Traffic(url, clean=(x, y), drift_pool=(x, y), rate=100) as t: t.drifted = True ...`"""
 
     url: str
     clean: tuple[np.ndarray, np.ndarray]
@@ -48,20 +47,18 @@ class Traffic:
     def __post_init__(self) -> None:
         if self.rate <= 0 or self.clients < 1:
             raise ValueError("rate must be > 0 and clients >= 1")
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._rngs = [np.random.default_rng(self.seed + i) for i in range(self.clients)]
+        self._gen: LoadGenerator[Answer] = LoadGenerator(
+            f"{self.url}/predict", self._request, _answer, clients=self.clients, timeout_s=self.timeout_s,
+            rate=self.rate, results=self.answers, name="traffic")
 
     # -- control ---------------------------------------------------------------------------------
     def start(self) -> Self:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="traffic", daemon=True)
-        self._thread.start()
+        self._gen.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.timeout_s + 5)
+        self._gen.stop()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -71,8 +68,7 @@ class Traffic:
 
     # -- results ---------------------------------------------------------------------------------
     def snapshot(self) -> list[Answer]:
-        with self._lock:
-            return list(self.answers)
+        return self._gen.results()
 
     def failed(self, since: float = 0.0) -> list[Answer]:
         return [a for a in self.snapshot() if a.t >= since and a.status != 200]
@@ -90,38 +86,29 @@ class Traffic:
         return sum(1 for a in self.snapshot() if a.t >= since)
 
     # -- the load --------------------------------------------------------------------------------
-    async def _main(self) -> None:
-        limits = httpx.Limits(max_connections=self.clients, max_keepalive_connections=self.clients)
-        async with httpx.AsyncClient(timeout=self.timeout_s, limits=limits) as http:
-            await asyncio.gather(*(self._client(i, http) for i in range(self.clients)))
+    def _request(self, worker: int, n: int) -> Request:
+        """A random row of the pool in force now, with its true label and a fresh request id."""
+        drifted = self.drifted
+        x, y = self.drift_pool if drifted else self.clean
+        j = int(self._rngs[worker].integers(len(x)))
+        label = int(y[j])
+        body = {"inputs": [x[j].tolist()], "labels": [label], "request_id": uuid.uuid4().hex}
+        return Request(orjson.dumps(body), (drifted, label))
 
-    async def _client(self, i: int, http: httpx.AsyncClient) -> None:
-        rng = np.random.default_rng(self.seed + i)
-        period = self.clients / self.rate
-        next_at = time.monotonic()
-        while not self._stop.is_set():
-            drifted = self.drifted
-            x, y = self.drift_pool if drifted else self.clean
-            j = int(rng.integers(len(x)))
-            body = {"inputs": [x[j].tolist()], "labels": [int(y[j])], "request_id": uuid.uuid4().hex}
-            try:
-                r = await http.post(f"{self.url}/predict", json=body)
-                doc = r.json() if r.status_code == 200 else {}
-                out = doc.get("outputs")
-                pred = out[0] if isinstance(out, list) and out else None
-                ans = Answer(time.time(), r.status_code, _str(doc.get("model_version")), drifted,
-                             None if pred is None else int(pred) == int(y[j]),
-                             None if r.status_code == 200 else r.text[:200])
-            except (httpx.HTTPError, ValueError) as exc:
-                ans = Answer(time.time(), 0, None, drifted, None, f"{type(exc).__name__}: {exc}")
-            with self._lock:
-                self.answers.append(ans)
-            next_at += period
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            else:
-                next_at = time.monotonic()
+
+def _answer(req: Request, out: Outcome) -> Answer:
+    """Judge one answer against the row's true label (ValueError: unreadable body, no answer)."""
+    drifted, label = req.meta
+    r = out.response
+    if r is None:
+        exc = out.error
+        return Answer(out.t_wall, 0, None, drifted, None, f"{type(exc).__name__}: {exc}")
+    doc = r.json() if r.status_code == 200 else {}
+    out_ = doc.get("outputs")
+    pred = out_[0] if isinstance(out_, list) and out_ else None
+    return Answer(out.t_wall, r.status_code, _str(doc.get("model_version")), drifted,
+                  None if pred is None else int(pred) == label,
+                  None if r.status_code == 200 else r.text[:200])
 
 
 def _str(v: object) -> str | None:

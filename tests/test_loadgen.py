@@ -1,0 +1,132 @@
+"""scanflow.loadgen and its two wrappers (demo Load, embedded Traffic) against a real loopback HTTP server.
+
+The server is the standard library's threading HTTP server answering /predict like a replica would
+(outputs, model_version, x-scanflow-upstream), so the whole send / time / judge / keep path runs for real.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from scanflow.demo.load import Load
+from scanflow.embedded.traffic import Traffic
+from scanflow.loadgen import LoadGenerator, Outcome, Request, pace
+
+
+class _Replica(BaseHTTPRequestHandler):
+    """Answers label 7 for every row (so rows labelled 7 are 'correct'); 422 for a body without inputs."""
+
+    def do_POST(self) -> None:  # http.server calls it by this name
+        doc = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        self.server.bodies.append(doc)  # type: ignore[attr-defined]
+        ok = self.path == "/predict" and isinstance(doc.get("inputs"), list)
+        out = json.dumps({"outputs": [7], "model_version": 3} if ok else {"detail": "no inputs"}).encode()
+        self.send_response(200 if ok else 422)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(out)))
+        self.send_header("x-scanflow-upstream", "r0")
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args: object) -> None:  # keep test output clean
+        pass
+
+
+@pytest.fixture
+def replica(port: int) -> Iterator[tuple[str, list[dict]]]:
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Replica)
+    server.bodies = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", server.bodies  # type: ignore[attr-defined]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def wait_until(cond: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_pace_waits_when_ahead_and_restarts_when_behind() -> None:
+    assert pace(next_at=10.0, period=0.5, now=10.1) == pytest.approx((0.4, 10.5))
+    assert pace(next_at=10.0, period=0.5, now=11.0) == (0.0, 11.0)  # behind: no catch-up burst
+
+
+def test_bad_arguments_are_refused() -> None:
+    def judge(r: Request, o: Outcome) -> int:
+        return o.status
+
+    with pytest.raises(ValueError, match="clients"):
+        LoadGenerator("http://127.0.0.1:1/", lambda i, n: Request(b"{}"), judge, clients=0)
+    with pytest.raises(ValueError, match="rate"):
+        LoadGenerator("http://127.0.0.1:1/", lambda i, n: Request(b"{}"), judge, clients=1, rate=0)
+    with pytest.raises(ValueError, match="concurrency"):
+        Load("http://127.0.0.1:1", np.zeros((2, 64)), concurrency=5, max_clients=2)
+
+
+def test_generator_passes_worker_and_sequence_and_keeps_judged_answers(replica) -> None:  # type: ignore[no-untyped-def]
+    url, bodies = replica
+    sent: list[tuple[int, int]] = []
+
+    def make(worker: int, n: int) -> Request:
+        sent.append((worker, n))
+        return Request(json.dumps({"inputs": [[worker, n]]}).encode(), meta=(worker, n))
+
+    with LoadGenerator(url + "/predict", make, lambda r, o: (r.meta, o.status), clients=2) as gen:
+        wait_until(lambda: len(gen.results()) >= 10)
+    got = gen.results()
+    assert all(status == 200 for _, status in got)
+    for w in (0, 1):  # each worker counts its own requests from 0 without gaps
+        ns = [n for (wk, n), _ in got if wk == w]
+        assert ns == list(range(len(ns)))
+    assert gen.in_flight == 0 and len(bodies) >= len(got)
+
+
+def test_load_follows_the_concurrency_knob(replica) -> None:  # type: ignore[no-untyped-def]
+    url, _ = replica
+    with Load(url, np.arange(3 * 64, dtype=np.float32).reshape(3, 64), concurrency=0, max_clients=2) as load:
+        time.sleep(0.3)  # nothing may be sent while no worker is enabled (absence: no event to await)
+        assert load.samples() == []
+        load.concurrency = 1
+        wait_until(lambda: len(load.samples()) >= 5)
+    s = load.samples()[0]
+    assert (s.status, s.upstream, s.version) == (200, "r0", "3") and s.latency_ms > 0
+    assert load.window(60).count >= 5
+
+
+def test_traffic_judges_answers_against_true_labels(replica) -> None:  # type: ignore[no-untyped-def]
+    url, bodies = replica
+    x = np.zeros((4, 64))
+    clean, drifted = (x, np.array([7, 7, 7, 7])), (x, np.array([1, 1, 1, 1]))
+    with Traffic(url, clean, drifted, rate=200, clients=2) as t:
+        wait_until(lambda: t.count() >= 6)
+        t.drifted = True
+        wait_until(lambda: sum(a.drifted for a in t.snapshot()) >= 6)
+    assert t.failed() == [] and t.versions() == {"3"}
+    assert t.accuracy(drifted=False) == 1.0 and t.accuracy(drifted=True) == 0.0
+    assert t.answers == t.snapshot()  # the public list is the generator's store
+    ids = [b["request_id"] for b in bodies]
+    assert len(set(ids)) == len(ids) and all(b["labels"][0] in (1, 7) for b in bodies)
+
+
+def test_refused_connections_are_kept_as_failures(port: int) -> None:
+    url = f"http://127.0.0.1:{port}"  # nothing listens
+    with Load(url, np.zeros((1, 64)), concurrency=1, max_clients=1) as load:
+        wait_until(lambda: len(load.samples()) >= 2)
+    assert {s.status for s in load.samples()} == {0}
+    with Traffic(url, (np.zeros((1, 64)), np.array([0])), (np.zeros((1, 64)), np.array([0])), clients=1) as t:
+        wait_until(lambda: t.count() >= 2)
+    assert all(a.status == 0 and a.error and "ConnectError" in a.error for a in t.snapshot())
