@@ -61,7 +61,7 @@ def _model_name() -> str:
 
 @agent.on_startup
 def start_platform(ctx: Context) -> None:
-    """Open the platform SCANFLOW_PLATFORM names, then deploy every service (backups first).
+    """Open the platform SCANFLOW_PLATFORM names, then deploy every service (all at once).
 
     local (default): kill leftovers of a killed predecessor, run services as local processes.
     kubernetes: in-cluster config (or ~/.kube/config), the namespace SCANFLOW_NAMESPACE (deploy/base
@@ -90,9 +90,12 @@ def start_platform(ctx: Context) -> None:
         plat = LocalPlatform(home / "platform", tracking_uri, tracker_url=ctx.peers.get("tracker"), token=token,
                              experiment=f"{wf.name}-jobs")
     _platform = plat
-    services = sorted(wf.services, key=lambda s: s.backup is not None)
-    for svc in services:
-        plat.deploy(svc)
+    # all at once: after a restart the services are down from the kill above until they are ready
+    # again, and one after the other doubled that (the platform wires a backup deployed second)
+    services = sorted(wf.services, key=lambda s: s.backup is None)
+    with ThreadPoolExecutor(max(1, len(services)), thread_name_prefix="deploy") as pool:
+        for f in [pool.submit(plat.deploy, svc) for svc in services]:
+            f.result()
 
 
 @agent.on_shutdown
