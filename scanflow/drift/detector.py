@@ -42,7 +42,7 @@ from scanflow.drift.report import DriftReport
 
 Backend = Literal["ae", "mmd", "ks", "lsdd"]
 BACKENDS: tuple[str, ...] = ("ae", "mmd", "ks", "lsdd")
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: strided-conv encoder + dense decoder (state dicts of 1 do not fit)
 
 
 class AutoencoderDriftDetector(DriftDetector):
