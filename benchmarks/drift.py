@@ -119,7 +119,9 @@ def run_split(
     perm = rng.permutation(len(x_all))
     train, held = perm[:N_TRAIN], perm[N_TRAIN:]
     cal0, pool0 = held[:N_CAL], held[N_CAL:]
-    det = AutoencoderDriftDetector(epochs=args.epochs, seed=split, num_threads=1).fit(x_all[train], x_all[cal0])
+    det = AutoencoderDriftDetector(epochs=args.epochs, seed=split, num_threads=1).fit(
+        x_all[train], x_all[cal0]
+    )
     ours, boot = tallies["ae"], tallies["ae-bootstrap"]
     for w in WINDOWS:
         # clean, fresh partitions of the held-out rows (re-calibrated per window)
@@ -211,13 +213,21 @@ def main() -> int:
     t0 = time.perf_counter()
     for split in range(args.splits):
         run_split(split, args, x_all, tallies, with_alibi and split < args.alibi_splits)
-        print(f"  split {split + 1}/{args.splits} done at {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        print(
+            f"  split {split + 1}/{args.splits} done at {time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     elapsed = time.perf_counter() - t0
     names = ["ae"] + (["mmd", "ks"] if with_alibi else [])
     print_tables(tallies, names)
     ours, mmd = tallies["ae"], tallies["mmd"]
-    figures: dict[str, float | int | bool | None] = {"quick": bool(args.quick), "splits": args.splits,
-                                                    "epochs": args.epochs, "seconds": round(elapsed, 1)}
+    figures: dict[str, float | int | bool | None] = {
+        "quick": bool(args.quick),
+        "splits": args.splits,
+        "epochs": args.epochs,
+        "seconds": round(elapsed, 1),
+    }
     for w in WINDOWS:
         figures[f"latency_ms_w{w}"] = round(ours.latency_ms(w), 3)
         figures[f"cpu_ms_w{w}"] = round(ours.cpu_ms(w), 3)
@@ -230,7 +240,9 @@ def main() -> int:
             figures[f"{n}_power_w{w}"] = round(tallies[n].power(w), 4) if with_alibi else None
             figures[f"{n}_fpr_w{w}"] = round(tallies[n].rate(w, "clean"), 4) if with_alibi else None
             figures[f"{n}_latency_ms_w{w}"] = round(tallies[n].latency_ms(w), 3) if with_alibi else None
-        figures[f"speedup_vs_mmd_w{w}"] = round(mmd.latency_ms(w) / ours.latency_ms(w), 1) if with_alibi else None
+        figures[f"speedup_vs_mmd_w{w}"] = (
+            round(mmd.latency_ms(w) / ours.latency_ms(w), 1) if with_alibi else None
+        )
     print(f"\ntotal {elapsed:.1f} s")
     print(json.dumps(figures))
     return 0

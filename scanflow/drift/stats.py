@@ -67,7 +67,11 @@ def welch_test(
         df = float(n + null.n - 2)
     else:
         t = (mean - null.mean) / math.sqrt(se2)
-        df = se2**2 / (se2_w**2 / (n - 1) + se2_c**2 / (null.n - 1)) if se2_w > 0 and se2_c > 0 else n + null.n - 2
+        df = (
+            se2**2 / (se2_w**2 / (n - 1) + se2_c**2 / (null.n - 1))
+            if se2_w > 0 and se2_c > 0
+            else n + null.n - 2
+        )
     if alternative == "greater":
         p = float(stdtr(df, -t))  # survival function of Student's t
     else:

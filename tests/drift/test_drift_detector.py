@@ -34,7 +34,9 @@ def test_corrupted_windows_are_drift(
     assert rep.p_value < base.p_value * 1e-3
 
 
-def test_mild_noise_is_caught_in_a_500_window(detector: AutoencoderDriftDetector, clean_pool: np.ndarray) -> None:
+def test_mild_noise_is_caught_in_a_500_window(
+    detector: AutoencoderDriftDetector, clean_pool: np.ndarray
+) -> None:
     x = corrupt(_window(clean_pool, 500, 3), "noise", 1, np.random.default_rng(3))
     assert detector.predict(x).p_value < 1e-3
 
@@ -77,7 +79,9 @@ def test_bad_input_gets_a_clear_value_error(detector: AutoencoderDriftDetector) 
     with pytest.raises(ValueError, match="backend"):
         AutoencoderDriftDetector(backend="nope")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not achievable"):
-        AutoencoderDriftDetector(epochs=1, error_quantile=0.999).fit(np.random.rand(60, 64), np.random.rand(50, 64))
+        AutoencoderDriftDetector(epochs=1, error_quantile=0.999).fit(
+            np.random.rand(60, 64), np.random.rand(50, 64)
+        )
 
 
 def test_fit_holds_out_calibration_when_none_is_given(splits: Splits) -> None:
@@ -107,7 +111,9 @@ def test_false_positive_rate_on_fresh_clean_windows_is_near_the_stated_one(
     from scanflow.drift.autoencoder import reconstruction_errors
 
     assert detector.model is not None
-    held = stats.log_errors(reconstruction_errors(detector.model, np.concatenate([splits.x_calibration, clean_pool])))
+    held = stats.log_errors(
+        reconstruction_errors(detector.model, np.concatenate([splits.x_calibration, clean_pool]))
+    )
     rng = np.random.default_rng(0)
     flags = []
     for _ in range(400):

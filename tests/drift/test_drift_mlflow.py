@@ -9,7 +9,9 @@ from scanflow.drift import AutoencoderDriftDetector
 
 
 @pytest.mark.integration
-def test_log_and_load_round_trip(detector: AutoencoderDriftDetector, clean_pool: np.ndarray, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_log_and_load_round_trip(
+    detector: AutoencoderDriftDetector, clean_pool: np.ndarray, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     import mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
