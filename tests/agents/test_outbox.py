@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import httpx
-from conftest import TOKEN, served
+from agents_support import TOKEN, served
 
 from scanflow.agent import Agent, Context, Store, create_app
 from scanflow.embedded import outbox

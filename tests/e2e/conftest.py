@@ -1,4 +1,4 @@
-"""Fixtures of the end-to-end scenarios: labelled traffic pools and a poll-until helper.
+"""Fixtures of the end-to-end scenarios: the labelled traffic pools (helpers are in e2e_support.py).
 
 The stack itself is started inside each test (EmbeddedStack in tmp_path): a scenario is one whole
 life of the system, from bootstrap to shutdown.
@@ -6,23 +6,8 @@ life of the system, from bootstrap to shutdown.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 import pytest
-
-
-def wait_for(cond: Callable[[], Any], timeout_s: float, interval_s: float = 0.5, what: str = "condition") -> Any:
-    """Poll `cond` until it returns something truthy; fail the test with `what` after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(interval_s)
-    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 @pytest.fixture(scope="session")
@@ -38,23 +23,3 @@ def pools() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     xs = np.concatenate([s.x_feedback] * 8)
     ys = np.concatenate([s.y_feedback] * 8)
     return {"clean": (s.x_feedback, s.y_feedback), "drifted": (corrupt(xs, "noise", 2, rng=7), ys)}
-
-
-def count_ok(decisions_or_actions: list[dict[str, Any]], **match: Any) -> int:
-    return sum(all(d.get(k) == v for k, v in match.items()) for d in decisions_or_actions)
-
-
-def digits_workflow(without: tuple[str, ...] = ("autoscale",)):  # type: ignore[no-untyped-def]
-    """The digits workflow with some Planner strategies left out.
-
-    S1 and S4 run with autoscaling off: on 2 shared cores the SLO of 50 ms p99 is breached by every
-    training job or model load, and the scenarios are about drift and failover, not replica counts.
-    """
-    from workflows.digits.workflow import workflow
-
-    agents = []
-    for a in workflow.agents:
-        if a.role == "planner":
-            a = a.model_copy(update={"strategies": [s for s in a.strategies if s.name not in without]})
-        agents.append(a)
-    return workflow.model_copy(update={"agents": agents})

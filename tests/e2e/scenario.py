@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conftest import wait_for
+from e2e_support import wait_for
 
 from scanflow.stack import EmbeddedStack, Traffic
 

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import digits_workflow
+from e2e_support import digits_workflow
 from scenario import run_s1
 
 from scanflow.agent import Store

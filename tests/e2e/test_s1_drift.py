@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import count_ok, digits_workflow
+from e2e_support import count_ok, digits_workflow
 from scenario import run_s1
 
 from scanflow.stack import EmbeddedStack, Traffic

@@ -9,7 +9,7 @@ import time
 
 import httpx
 import pytest
-from conftest import digits_workflow, wait_for
+from e2e_support import digits_workflow, wait_for
 
 from scanflow.stack import EmbeddedStack, Traffic
 

@@ -1,4 +1,5 @@
-"""Fixtures of the reference-agent tests: a receiving agent served by uvicorn on a loopback port."""
+"""Helpers of the reference-agent tests (a module of its own name: `from conftest import` is ambiguous
+when several test folders are collected in one run): a receiving agent served by uvicorn on loopback."""
 
 from __future__ import annotations
 

@@ -1,0 +1,43 @@
+"""Helpers of the end-to-end scenarios: a poll-until helper, decision counting, the digits workflow as
+S1/S4 run it. A module of its own name: `from conftest import` is ambiguous when several test folders
+are collected in one run (another folder's conftest can win).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+
+def wait_for(cond: Callable[[], Any], timeout_s: float, interval_s: float = 0.5, what: str = "condition") -> Any:
+    """Poll `cond` until it returns something truthy; fail the test with `what` after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(interval_s)
+    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def count_ok(decisions_or_actions: list[dict[str, Any]], **match: Any) -> int:
+    return sum(all(d.get(k) == v for k, v in match.items()) for d in decisions_or_actions)
+
+
+def digits_workflow(without: tuple[str, ...] = ("autoscale",)):  # type: ignore[no-untyped-def]
+    """The digits workflow with some Planner strategies left out.
+
+    S1 and S4 run with autoscaling off: on 2 shared cores the SLO of 50 ms p99 is breached by every
+    training job or model load, and the scenarios are about drift and failover, not replica counts.
+    """
+    from workflows.digits.workflow import workflow
+
+    agents = []
+    for a in workflow.agents:
+        if a.role == "planner":
+            a = a.model_copy(update={"strategies": [s for s in a.strategies if s.name not in without]})
+        agents.append(a)
+    return workflow.model_copy(update={"agents": agents})
