@@ -47,3 +47,67 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
                 os.environ.pop("MLFLOW_TRACKING_URI", None)
             else:
                 os.environ["MLFLOW_TRACKING_URI"] = previous
+
+
+# --- one digits MLP for the whole session: the model the serving / platform / tracking tests share ----
+
+DIGITS_MLP_NAME = "serving-digits"  # tests/serving asserts "models:/serving-digits/1" in replica metrics
+
+
+@pytest.fixture(scope="session")
+def digits():  # type: ignore[no-untyped-def]
+    """sklearn's bundled digits as (x float32 scaled to [0, 1], y int64): what every test model eats."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return (d.data / 16.0).astype(np.float32), d.target.astype(np.int64)
+
+
+def make_digits_mlp(seed: int = 0):  # type: ignore[no-untyped-def]
+    """The test suite's one model shape: 64 -> 32 -> ReLU -> 10, weights seeded."""
+    import torch
+
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+
+
+@pytest.fixture(name="make_mlp", scope="session")
+def make_mlp_fixture():  # type: ignore[no-untyped-def]
+    """The factory `make_mlp(seed)`, for tests that need their own (distinct) models."""
+    return make_digits_mlp
+
+
+@pytest.fixture(scope="session")
+def digits_mlp(mlflow_server: str, digits) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """A digits MLP registered twice in the session's MLflow server, trained once per version.
+
+    {"name": DIGITS_MLP_NAME, "v1": "models:/<name>/1", "v2": "models:/<name>/2", "tracking": url}.
+    v1 (30 epochs) and v2 (another seed, 5 epochs) give different outputs, so a hot swap or a failover
+    shows in the answers, not only in the version number. Logged in pickle format (DESIGN.md §8) with
+    pinned pip requirements (skips MLflow's slow requirement inference). Tests may serve, load and
+    alias-read these versions but must not register more versions under this name (the numbers are
+    part of what tests assert): register your own unique name for that.
+    """
+    import mlflow
+    import mlflow.pytorch
+    import torch
+
+    x, y = digits
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    mlflow.set_experiment("shared-test-models")
+    uris: dict[str, str] = {"name": DIGITS_MLP_NAME, "tracking": mlflow_server}
+    for key, seed, epochs in (("v1", 0, 30), ("v2", 1, 5)):
+        model = make_digits_mlp(seed)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        for _ in range(epochs):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(xt), yt).backward()
+            opt.step()
+        with mlflow.start_run(run_name=f"digits-mlp-{key}"):
+            info = mlflow.pytorch.log_model(
+                model, name="model", serialization_format="pickle", input_example=x[:2],
+                registered_model_name=DIGITS_MLP_NAME, pip_requirements=["torch==2.13.0"],
+            )
+        uris[key] = f"models:/{DIGITS_MLP_NAME}/{info.registered_model_version}"
+    return uris

@@ -1,4 +1,4 @@
-"""Fixtures of the tracking area: a small trained-enough torch model on digits and unique names."""
+"""Fixtures of the tracking area: unique names, an untrained digits MLP, a prediction-log process."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import uuid
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 
 
@@ -24,31 +23,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def digits() -> tuple[np.ndarray, np.ndarray]:
-    """sklearn's bundled digits, float32 scaled to [0, 1]."""
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    return (d.data / 16.0).astype(np.float32), d.target.astype(np.int64)
-
-
-def make_mlp(seed: int = 0):  # type: ignore[no-untyped-def]
-    import torch
-
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+# `digits` (the data) and `make_mlp` (the model factory) are the session's shared ones in tests/conftest.py.
 
 
 @pytest.fixture
-def mlp():  # type: ignore[no-untyped-def]
+def mlp(make_mlp):  # type: ignore[no-untyped-def]
     return make_mlp()
-
-
-@pytest.fixture(name="make_mlp")
-def make_mlp_fixture():  # type: ignore[no-untyped-def]
-    """The factory itself, for tests that need several distinct models."""
-    return make_mlp
 
 
 @pytest.fixture
