@@ -158,3 +158,24 @@ class LoadGenerator(Generic[R]):
             return self.judge(req, Outcome(0, (now - t0) * 1000, now, time.time(), None, exc)), True
         finally:
             self.in_flight -= 1
+
+
+class GeneratorOwner:
+    """Mixin for wrappers that own a `LoadGenerator` as `_gen`: start / stop / `with` delegate to it,
+    so each wrapper keeps only what it sends and what it keeps (scanflow.demo.load.Load,
+    scanflow.embedded.traffic.Traffic)."""
+
+    _gen: LoadGenerator[Any]
+
+    def start(self) -> Self:
+        self._gen.start()
+        return self
+
+    def stop(self) -> None:
+        self._gen.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

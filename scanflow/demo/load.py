@@ -13,11 +13,10 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Self
 
 import numpy as np
 
-from scanflow.loadgen import LoadGenerator, Outcome, Request
+from scanflow.loadgen import GeneratorOwner, LoadGenerator, Outcome, Request
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ def window(samples: Sequence[Sample], t0: float, t1: float, q: float = 0.99) -> 
     return Window(len(got), len(ok) / span, quantile(ok, q), sum(1 for s in got if s.status != 200))
 
 
-class Load:
+class Load(GeneratorOwner):
     """`with Load(url, rows, concurrency=2) as load: ...; load.concurrency = 16; load.window(...)`
 
     A `scanflow.loadgen.LoadGenerator` with `max_clients` workers, of which those below `concurrency`
@@ -77,19 +76,6 @@ class Load:
     def in_flight(self) -> int:
         """Requests sent and not yet answered."""
         return self._gen.in_flight
-
-    def start(self) -> Self:
-        self._gen.start()
-        return self
-
-    def stop(self) -> None:
-        self._gen.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def samples(self, since: float = 0.0) -> list[Sample]:
         return [s for s in self._gen.results() if s.t >= since]

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Self
 
 import numpy as np
 import orjson
 
-from scanflow.loadgen import LoadGenerator, Outcome, Request
+from scanflow.loadgen import GeneratorOwner, LoadGenerator, Outcome, Request
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,7 @@ class Answer:
 
 
 @dataclass
-class Traffic:
+class Traffic(GeneratorOwner):
     """`with Traffic(url, clean=(x, y), drift_pool=(x, y), rate=100) as t: t.drifted = True ...`"""
 
     url: str
@@ -51,20 +50,6 @@ class Traffic:
         self._gen: LoadGenerator[Answer] = LoadGenerator(
             f"{self.url}/predict", self._request, _answer, clients=self.clients, timeout_s=self.timeout_s,
             rate=self.rate, results=self.answers, name="traffic")
-
-    # -- control ---------------------------------------------------------------------------------
-    def start(self) -> Self:
-        self._gen.start()
-        return self
-
-    def stop(self) -> None:
-        self._gen.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- results ---------------------------------------------------------------------------------
     def snapshot(self) -> list[Answer]:
