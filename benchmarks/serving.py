@@ -5,7 +5,10 @@
 The same registered digits MLP (torch, pickle format) is served by
 - mlflow: `mlflow models serve --env-manager local --workers 1` (the baseline), POST /invocations;
 - scanflow: `python -m scanflow.serving.gateway` in front of N `scanflow.serving.replica` processes;
+- scanflow_one_by_one: a second gateway on the same replicas with `--coalesce-max 0` (each client
+  request forwarded on its own, the behaviour before coalescing): what coalescing gains;
 - scanflow direct: one replica, no gateway (what the gateway hop costs).
+All servers start together and idle while another one is measured.
 Each is driven by the same closed-loop load generator at several concurrencies: Debian's `wrk` with a
 Lua script for the POST body (`apt-get install -y wrk`), or, when wrk is missing, a lean asyncio
 generator in its own process. One row (64 floats) per request. Medians over `--repeats` runs.
@@ -29,8 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -72,13 +75,15 @@ def wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None =
 
 
 @contextmanager
-def process(cmd: list[str], ready_url: str, log: Path, env: dict[str, str] | None = None) -> Iterator[None]:
+def spawned(
+    cmd: list[str], ready_url: str, log: Path, env: dict[str, str] | None = None
+) -> Iterator[Callable[[], None]]:
+    """Start a server now; the yielded function waits until it answers. Stopped (group) on exit."""
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
                                 start_new_session=True)
     try:
-        wait_http(ready_url, 120, proc)
-        yield
+        yield lambda: wait_http(ready_url, 120, proc)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -238,7 +243,7 @@ def main() -> None:
         return
 
     concurrencies = [8, 64] if args.quick else [1, 8, 32, 64]
-    seconds = 2.0 if args.quick else 8.0
+    seconds = 2.0 if args.quick else 8.0  # wrk takes whole seconds
     repeats = args.repeats or (1 if args.quick else 3)
     py = sys.executable
     env_path = {"PATH": f"{Path(py).parent}:{os.environ.get('PATH', '')}"}
@@ -263,37 +268,43 @@ def main() -> None:
             uri = register_model("bench-digits")
             print(f"model {uri}; load generator {figures['loadgen']}; {figures['cpus']} cpus", flush=True)
 
-            port = free_port()
-            with process([py, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local",
-                          "-h", "127.0.0.1", "-p", str(port), "--workers", "1"],
-                         f"http://127.0.0.1:{port}/ping", work / "mlflow-serve.log", env):
-                table["mlflow"] = {c: measure(f"http://127.0.0.1:{port}/invocations", body, c, seconds, repeats, work)
-                                   for c in concurrencies}
-
+            # Start every server at once (they idle while another is measured), then measure one at a time.
+            port, eport, gport, gport1 = free_port(), free_port(), free_port(), free_port()
             ports = [free_port() for _ in range(args.replicas)]
             threads = str(max(1, len(os.sched_getaffinity(0)) // args.replicas))
-            with contextlib_exit_stack() as stack:
+            quiet = {"SCANFLOW_LOG_LEVEL": "WARNING"}
+            with ExitStack() as stack:
+                ready = [stack.enter_context(spawned(
+                    [py, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local",
+                     "-h", "127.0.0.1", "-p", str(port), "--workers", "1"],
+                    f"http://127.0.0.1:{port}/ping", work / "mlflow-serve.log", env))]
                 for i, rp in enumerate(ports):
-                    stack.enter_context(process(
+                    ready.append(stack.enter_context(spawned(
                         [py, "-m", "scanflow.serving.replica", "--model-uri", uri, "--port", str(rp),
                          "--threads", threads, "--service", "bench", "--replica-id", f"r{i}"],
-                        f"http://127.0.0.1:{rp}/ready", work / f"replica-{i}.log", {**env, "SCANFLOW_LOG_LEVEL": "WARNING"}))
-                gport = free_port()
-                gw_cmd = [py, "-m", "scanflow.serving.gateway", "--port", str(gport), "--service", "bench"]
-                for rp in ports:
-                    gw_cmd += ["--replica", f"http://127.0.0.1:{rp}"]
-                stack.enter_context(process(gw_cmd, f"http://127.0.0.1:{gport}/ready", work / "gateway.log",
-                                            {"SCANFLOW_LOG_LEVEL": "WARNING"}))
+                        f"http://127.0.0.1:{rp}/ready", work / f"replica-{i}.log", {**env, **quiet})))
+                replica_args = [a for rp in ports for a in ("--replica", f"http://127.0.0.1:{rp}")]
+                for gp, extra in ((gport, []), (gport1, ["--coalesce-max", "0"])):
+                    ready.append(stack.enter_context(spawned(
+                        [py, "-m", "scanflow.serving.gateway", "--port", str(gp), "--service", "bench",
+                         *replica_args, *extra],
+                        f"http://127.0.0.1:{gp}/ready", work / f"gateway-{gp}.log", quiet)))
+                ready.append(stack.enter_context(spawned(
+                    [py, __file__, "--empty-server", str(eport)], f"http://127.0.0.1:{eport}/", work / "empty.log")))
+                for wait in ready:
+                    wait()
+                table["mlflow"] = {c: measure(f"http://127.0.0.1:{port}/invocations", body, c, seconds, repeats, work)
+                                   for c in concurrencies}
                 table["scanflow"] = {c: measure(f"http://127.0.0.1:{gport}/predict", body, c, seconds, repeats, work)
                                      for c in concurrencies}
+                table["scanflow_one_by_one"] = {
+                    c: measure(f"http://127.0.0.1:{gport1}/predict", body, c, seconds, repeats, work)
+                    for c in concurrencies
+                }
                 table["scanflow_direct"] = {
                     c: measure(f"http://127.0.0.1:{ports[0]}/predict", body, c, seconds, repeats, work)
                     for c in concurrencies
                 }
-
-            eport = free_port()
-            with process([py, __file__, "--empty-server", str(eport)], f"http://127.0.0.1:{eport}/",
-                         work / "empty.log"):
                 empty = measure(f"http://127.0.0.1:{eport}/", body, max(concurrencies), seconds, repeats, work)
             model_rows = model_limit(uri, 1.0)
 
@@ -312,6 +323,8 @@ def main() -> None:
         "throughput_ratio_vs_mlflow": round(table["scanflow"][top]["rps"] / table["mlflow"][top]["rps"], 2),
         "p99_ratio_vs_mlflow": round(table["scanflow"][top]["p99_ms"] / table["mlflow"][top]["p99_ms"], 2),
         "fraction_of_limit": round(best["scanflow"] / limit, 2),
+        "one_by_one_fraction_of_limit": round(best["scanflow_one_by_one"] / limit, 2),
+        "coalescing_gain": round(table["scanflow"][top]["rps"] / table["scanflow_one_by_one"][top]["rps"], 2),
         "direct_throughput_ratio_vs_mlflow": round(table["scanflow_direct"][top]["rps"] / table["mlflow"][top]["rps"], 2),
         "direct_fraction_of_limit": round(best["scanflow_direct"] / limit, 2),
         "at_concurrency": top,
@@ -322,14 +335,6 @@ def main() -> None:
         "results": {k: {str(c): {m: round(x, 2) for m, x in r.items()} for c, r in v.items()} for k, v in table.items()},
     })
     print(json.dumps(figures))
-
-
-@contextmanager
-def contextlib_exit_stack() -> Iterator[object]:
-    from contextlib import ExitStack
-
-    with ExitStack() as stack:
-        yield stack
 
 
 if __name__ == "__main__":

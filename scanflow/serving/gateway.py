@@ -151,7 +151,8 @@ class Gateway:
         self.routed_to: Target | None = None
         self.draining: dict[str, Upstream] = {}  # removed replicas still finishing requests
         self._tick = 0
-        self.counts = {"retries": 0, "failovers": 0, "failbacks": 0, "upstream_errors": 0}
+        self.counts = {"retries": 0, "failovers": 0, "failbacks": 0, "upstream_errors": 0,
+                       "coalesced_calls": 0, "coalesced_requests": 0}
         self._pools: dict[str, UpstreamPool] = {}
         self._session: aiohttp.ClientSession | None = None
         self._health_session: aiohttp.ClientSession | None = None
@@ -363,6 +364,8 @@ class Gateway:
         """One POST /predict_batch; every item's future gets its own answer (never raises)."""
         n = len(items)
         self._batches_in_flight[up.url] = self._batches_in_flight.get(up.url, 0) + 1
+        self.counts["coalesced_calls"] += 1
+        self.counts["coalesced_requests"] += n
         up.outstanding += n
         up.requests += n
         results: list[Outcome]

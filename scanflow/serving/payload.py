@@ -46,8 +46,63 @@ def decode_json(body: bytes) -> Any:
         raise PayloadError(422, f"body is not valid JSON: {exc}") from None
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
 def parse_predict(body: bytes, *, n_features: int | None, max_rows: int) -> PredictRequest:
     """Validate a predict body -> PredictRequest, or raise PayloadError (422/413)."""
+    req = _parse_unchecked(body, n_features=n_features, max_rows=max_rows)
+    return PredictRequest(_to_float32(req.inputs), req.request_id, req.labels, req.want_probabilities)
+
+
+def parse_many(
+    bodies: list[bytes], *, n_features: int | None, max_rows: int, max_body_bytes: int
+) -> list[PredictRequest | PayloadError]:
+    """`parse_predict` for each body of a coalesced call, answer for answer (same rules, statuses and
+    messages), with one range check and one float32 cast for all the valid rows together.
+    (Measured: one np.asarray over all the rows is slower than one per item, so that stays per item.)
+    Who calls: the replica's POST /predict_batch."""
+    out: list[PredictRequest | PayloadError] = []
+    for body in bodies:
+        if len(body) > max_body_bytes:
+            out.append(PayloadError(413, f"request body of {len(body)} bytes is over the limit of {max_body_bytes} bytes"))
+            continue
+        try:
+            out.append(_parse_unchecked(body, n_features=n_features, max_rows=max_rows))
+        except PayloadError as exc:
+            out.append(exc)
+    valid = [i for i, r in enumerate(out) if type(r) is PredictRequest]
+    if not valid:
+        return out
+    arrays = [out[i].inputs for i in valid]  # type: ignore[union-attr]
+    x = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+    ok = not x.size or np.abs(x).max() <= _F32_MAX  # False: NaN, inf or a float32 overflow somewhere
+    x32 = x.astype(np.float32) if ok else None
+    start = 0
+    for i in valid:
+        req = out[i]
+        assert isinstance(req, PredictRequest)
+        n = len(req.inputs)
+        try:
+            inputs = x32[start : start + n] if x32 is not None else _to_float32(req.inputs)
+        except PayloadError as exc:
+            out[i] = exc
+        else:
+            out[i] = PredictRequest(inputs, req.request_id, req.labels, req.want_probabilities)
+        start += n
+    return out
+
+
+def _to_float32(arr: np.ndarray) -> np.ndarray:
+    """float32 copy of a numeric matrix; PayloadError naming the first row with NaN/inf/overflow."""
+    if arr.size and not np.abs(arr).max() <= _F32_MAX:
+        bad = int((~(np.abs(arr) <= _F32_MAX)).any(axis=1).argmax())
+        raise PayloadError(422, f"'inputs' row {bad} contains NaN or infinite values (or a float32 overflow)")
+    return arr.astype(np.float32, copy=False)
+
+
+def _parse_unchecked(body: bytes, *, n_features: int | None, max_rows: int) -> PredictRequest:
+    """Everything but the value range: `inputs` is a numeric (n, n_features) array of any dtype."""
     doc = decode_json(body)
     if not isinstance(doc, dict):
         raise PayloadError(422, 'body must be a JSON object: {"inputs": [[...], ...]}')
@@ -70,11 +125,6 @@ def parse_predict(body: bytes, *, n_features: int | None, max_rows: int) -> Pred
         raise PayloadError(
             422, f"each row of 'inputs' must have {n_features} features; got {arr.shape[1]}"
         )
-    with np.errstate(over="ignore"):  # overflow becomes inf, refused just below with its row
-        arr = arr.astype(np.float32, copy=False)
-    if not np.isfinite(arr).all():
-        bad = int((~np.isfinite(arr)).any(axis=1).argmax())
-        raise PayloadError(422, f"'inputs' row {bad} contains NaN or infinite values (or a float32 overflow)")
     request_id = doc.get("request_id")
     if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= 200):
         raise PayloadError(422, "'request_id' must be a string of 1 to 200 characters")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import time
@@ -56,7 +57,7 @@ from scanflow.serving.batching import MicroBatcher, ModelNotReady
 from scanflow.serving.cliargs import env_value
 from scanflow.serving.cpuwatch import CpuLimitReader, threads_for_cores
 from scanflow.serving.model import LoadedModel, ModelLoadError, load_model
-from scanflow.serving.payload import PayloadError, PredictRequest, parse_predict
+from scanflow.serving.payload import PayloadError, PredictRequest, parse_many, parse_predict
 from scanflow.serving.sink import TrackerSink
 
 log = logging.getLogger("scanflow.serving.replica")
@@ -153,6 +154,9 @@ class Replica:
         self._idle = asyncio.Event()
         self._swap_lock: asyncio.Lock | None = None
         self._loader: asyncio.Task[None] | None = None
+        self._status_counters: dict[int, Counter] = {}
+        self._id_prefix = uuid.uuid4().hex[:20]
+        self._ids = itertools.count()
 
     # ---- life cycle -------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -245,7 +249,7 @@ class Replica:
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
-            self.metrics.requests.labels(str(status)).inc()
+            self._count(status)
 
     async def _predict(self, scope: Scope, receive: Receive, send: Send, t0: float) -> int:
         if self.draining:
@@ -286,7 +290,7 @@ class Replica:
         self, req: PredictRequest, outputs: list, probabilities: np.ndarray | None, version: str
     ) -> tuple[str, dict[str, object]]:
         """(request_id, the /predict answer document) for one request."""
-        request_id = req.request_id or uuid.uuid4().hex
+        request_id = req.request_id or self._new_id()
         doc: dict[str, object] = {"outputs": outputs, "model_version": version, "request_id": request_id}
         if req.want_probabilities and probabilities is not None:
             doc["probabilities"] = probabilities
@@ -297,7 +301,7 @@ class Replica:
         if self.sink is None:
             return
         rec: dict[str, object] = {
-            "record_id": uuid.uuid4().hex,
+            "record_id": self._new_id(),
             "request_id": request_id,
             "service": self.config.service,
             "replica_id": self.config.replica_id,
@@ -350,18 +354,16 @@ class Replica:
             return
         answers: list[tuple[int, bytes] | None] = []
         valid: list[tuple[int, PredictRequest]] = []
-        limit = self.config.max_body_bytes
-        for i, body in enumerate(bodies):
-            if len(body) > limit:
-                answers.append((413, _error_body(f"request body of {len(body)} bytes is over the limit of {limit} bytes")))
-                continue
-            try:
-                req = parse_predict(body, n_features=model.n_features, max_rows=self.config.max_rows)
-            except PayloadError as exc:
-                answers.append((exc.status, _error_body(exc.message)))
-                continue
-            answers.append(None)
-            valid.append((i, req))
+        parsed = parse_many(
+            bodies, n_features=model.n_features, max_rows=self.config.max_rows,
+            max_body_bytes=self.config.max_body_bytes,
+        )
+        for i, req in enumerate(parsed):
+            if isinstance(req, PayloadError):
+                answers.append((req.status, _error_body(req.message)))
+            else:
+                answers.append(None)
+                valid.append((i, req))
         version: str | None = None
         if valid:
             x = valid[0][1].inputs if len(valid) == 1 else np.concatenate([r.inputs for _, r in valid])
@@ -390,11 +392,21 @@ class Replica:
                     self._record(req, request_id, outputs, version, latency)
         done = [a for a in answers if a is not None]
         await send_raw(send, 200, batchwire.encode_response(version, done), [(b"content-type", batchwire.CONTENT_TYPE)])
-        latency = time.perf_counter() - t0
         for status, _ in done:
-            self.metrics.requests.labels(str(status)).inc()
-            if status == 200:
-                self.metrics.latency.observe(latency)
+            self._count(status)
+        if version is not None:  # one observation per coalesced call: its items share that latency
+            self.metrics.latency.observe(time.perf_counter() - t0)
+
+    def _count(self, status: int) -> None:
+        """requests_total{status}.inc() with the labelled child cached (labels() costs ~2 us)."""
+        child = self._status_counters.get(status)
+        if child is None:
+            child = self._status_counters[status] = self.metrics.requests.labels(str(status))
+        child.inc()
+
+    def _new_id(self) -> str:
+        """A process-unique id (random per process + counter): ~10x cheaper than uuid4 per request."""
+        return f"{self._id_prefix}{next(self._ids):x}"
 
     # ---- admin ------------------------------------------------------------------------------
     async def swap_model(self, uri: str) -> dict[str, object]:

@@ -42,6 +42,18 @@ async def test_admin_api_then_sigkill_a_replica_under_load_fails_no_request(digi
         bad = await http.post(gw.url + "/predict", json={"inputs": [[1.0, 2.0]]})  # the replica's 422 passes
         assert bad.status_code == 422 and "64 features" in bad.json()["detail"]
         assert (await http.post(gw.url + "/predict", content=b"x" * 200_000)).status_code == 413
+        # Concurrent clients share coalesced upstream calls; each still gets exactly its own answer.
+        expected = (await http.post(r1.url + "/predict", json={"inputs": digits_rows})).json()["outputs"]
+        before = _state(gw.url)["counts"]
+        answers = await asyncio.gather(*(
+            http.post(gw.url + "/predict", json={"inputs": [row], "request_id": f"c{i}"})
+            for i, row in enumerate(digits_rows)
+        ))
+        assert [a.status_code for a in answers] == [200] * len(digits_rows)
+        assert [a.json()["request_id"] for a in answers] == [f"c{i}" for i in range(len(digits_rows))]
+        assert [a.json()["outputs"][0] for a in answers] == expected
+        after = _state(gw.url)["counts"]
+        assert after["coalesced_requests"] - before["coalesced_requests"] == len(digits_rows)
 
     stop, progress = asyncio.Event(), LoadResult()
     load = asyncio.create_task(closed_loop(gw.url, {"inputs": digits_rows[:1]}, 6, stop, progress))

@@ -12,7 +12,7 @@ import pytest
 from scanflow.serving import batchwire
 from scanflow.serving.batching import MicroBatcher
 from scanflow.serving.model import LoadedModel
-from scanflow.serving.payload import PayloadError, parse_predict
+from scanflow.serving.payload import PayloadError, parse_many, parse_predict
 from scanflow.serving.routing import (
     Upstream,
     can_batch,
@@ -187,3 +187,37 @@ def test_batch_pick_respects_slots_health_and_old_replicas() -> None:
     assert not can_batch([s, old], {"http://old"}) and can_batch([a], set())
     b.healthy = False
     assert pick_for_batch([a, b], {}, 1, set(), 0) is a
+
+
+MANY_CASES = [
+    b'{"inputs": [[true, false, true, true]]}', b'{"inputs": [[1, 2, 3]]}', b'{"inputs": [[1, 2, 3, "4"]]}',
+    b'{"inputs": [[1, 2, 3, null]]}', b'{"inputs": [[1, 2, 3, 4], [1, 2]]}', b'{"inputs": [[[1, 2, 3, 4]]]}',
+    b'{"inputs": [[1, 2, 3, 4]], "request_id": 5}', b'{"inputs": [[1, 2, 3, 4]], "labels": [true]}',
+    b'{"inputs": [[1, 2, 3, 4]], "probabilities": 1}', b'{"inputs": [[NaN, 2, 3, 4]]}',
+    b'{"inputs": [[1e39, 2, 3, 4]]}', b'{"inputs": [[1, 2, 3, 99999999999999999999999]]}', b'{"inputs": [1, 2]}',
+    b"[]", b"nope", b'{"inputs": [[true, 0.5, 1, 2]]}', b'{"inputs": [[1, 2, 3, 4]], "request_id": "r", "labels": [3]}',
+    b'{"inputs": [[0.5, 0.5, 0.5, 0.5]], "probabilities": true}', b'{"inputs": [[1, 2, 3, 4]]}' + b" " * 300,
+]
+
+
+def _outcome(r: object) -> tuple:
+    if isinstance(r, PayloadError):
+        return (r.status, r.message)
+    return ("ok", r.inputs.tolist(), r.inputs.dtype, r.request_id, r.labels, r.want_probabilities)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("body", MANY_CASES)
+def test_parse_many_answers_each_item_exactly_as_parse_predict(body: bytes) -> None:
+    """A coalesced item gets the answer it would get alone, whatever its neighbours (incl. NaN ones)."""
+    good = json.dumps({"inputs": [ROW, ROW]}).encode()
+
+    def alone(b: bytes) -> tuple:
+        if len(b) > 300:
+            return (413, f"request body of {len(b)} bytes is over the limit of 300 bytes")
+        try:
+            return _outcome(parse_predict(b, n_features=4, max_rows=10))
+        except PayloadError as exc:
+            return _outcome(exc)
+
+    got = parse_many([good, body, good], n_features=4, max_rows=10, max_body_bytes=300)
+    assert [_outcome(r) for r in got] == [alone(good), alone(body), alone(good)]
