@@ -11,11 +11,13 @@ The same registered digits MLP (torch, pickle format) is served by
 All servers start together and idle while another one is measured.
 Each is driven by the same closed-loop load generator at several concurrencies: Debian's `wrk` with a
 Lua script for the POST body (`apt-get install -y wrk`), or, when wrk is missing, a lean asyncio
-generator in its own process. One row (64 floats) per request. Medians over `--repeats` runs.
+generator in its own process. One row (64 floats) per request. `--repeats` (3) interleaved rounds in
+which every system is measured once; medians over rounds (`--quick`: 1 s points, 2 concurrencies).
 
 The limit on these cores is the lower of (a) the model's in-process batched throughput (rows/s at
 batch 32) and (b) an empty endpoint on the same HTTP stack (uvicorn + uvloop + httptools, raw ASGI, one
-process) under the same generator. The LAST line printed is one JSON object of figures.
+process) under the same generator, measured in every round; `fraction_of_limit` is the median over
+rounds of the best rps / that round's limit. The LAST line printed is one JSON object of figures.
 """
 
 from __future__ import annotations
@@ -165,11 +167,6 @@ def run_load(url: str, body: str, concurrency: int, seconds: float, workdir: Pat
     return json.loads(out.strip().splitlines()[-1])
 
 
-def measure(url: str, body: str, concurrency: int, seconds: float, repeats: int, workdir: Path) -> dict[str, float]:
-    runs = [run_load(url, body, concurrency, seconds, workdir) for _ in range(repeats)]
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-
-
 # ---- the pieces ----------------------------------------------------------------------------------
 def register_model(name: str) -> str:
     import mlflow
@@ -243,8 +240,8 @@ def main() -> None:
         return
 
     concurrencies = [8, 64] if args.quick else [1, 8, 32, 64]
-    seconds = 2.0 if args.quick else 8.0  # wrk takes whole seconds
-    repeats = args.repeats or (1 if args.quick else 3)
+    seconds = 1.0 if args.quick else 5.0  # wrk takes whole seconds
+    repeats = args.repeats or 3
     py = sys.executable
     env_path = {"PATH": f"{Path(py).parent}:{os.environ.get('PATH', '')}"}
     import numpy as np
@@ -293,43 +290,56 @@ def main() -> None:
                     [py, __file__, "--empty-server", str(eport)], f"http://127.0.0.1:{eport}/", work / "empty.log")))
                 for wait in ready:
                     wait()
-                table["mlflow"] = {c: measure(f"http://127.0.0.1:{port}/invocations", body, c, seconds, repeats, work)
-                                   for c in concurrencies}
-                table["scanflow"] = {c: measure(f"http://127.0.0.1:{gport}/predict", body, c, seconds, repeats, work)
-                                     for c in concurrencies}
-                table["scanflow_one_by_one"] = {
-                    c: measure(f"http://127.0.0.1:{gport1}/predict", body, c, seconds, repeats, work)
-                    for c in concurrencies
+                urls = {
+                    "mlflow": f"http://127.0.0.1:{port}/invocations",
+                    "scanflow": f"http://127.0.0.1:{gport}/predict",
+                    "scanflow_one_by_one": f"http://127.0.0.1:{gport1}/predict",
+                    "scanflow_direct": f"http://127.0.0.1:{ports[0]}/predict",
+                    "empty": f"http://127.0.0.1:{eport}/",
                 }
-                table["scanflow_direct"] = {
-                    c: measure(f"http://127.0.0.1:{ports[0]}/predict", body, c, seconds, repeats, work)
-                    for c in concurrencies
-                }
-                empty = measure(f"http://127.0.0.1:{eport}/", body, max(concurrencies), seconds, repeats, work)
+                # Interleaved rounds: every system (and the empty endpoint that sets the limit) is measured
+                # once per round, so load from other processes hits all of them alike; medians over rounds.
+                runs: dict[str, dict[int, list[dict[str, float]]]] = {k: {c: [] for c in concurrencies} for k in urls}
+                for _ in range(repeats):
+                    for c in concurrencies:
+                        for name, url in urls.items():
+                            runs[name][c].append(run_load(url, body, c, seconds, work))
             model_rows = model_limit(uri, 1.0)
 
+    table = {k: {c: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for c, rs in v.items()}
+             for k, v in runs.items()}
     print(f"\n{'concurrency':>11} | " + " | ".join(f"{k:^28}" for k in table))
     print(f"{'':>11} | " + " | ".join(f"{'rps':>9} {'p50 ms':>8} {'p99 ms':>8} " for _ in table))
     for c in concurrencies:
         cells = [f"{table[k][c]['rps']:9.0f} {table[k][c]['p50_ms']:8.2f} {table[k][c]['p99_ms']:8.2f} " for k in table]
         print(f"{c:>11} | " + " | ".join(cells))
-    limit = min(empty["rps"], model_rows)
-    print(f"\nlimit: empty endpoint {empty['rps']:.0f} rps (p99 {empty['p99_ms']:.2f} ms), "
+
+    def fraction(name: str) -> float:
+        """Median over rounds of (best rps of `name` / the limit measured in the same round)."""
+        per_round = [
+            max(runs[name][c][i]["rps"] for c in concurrencies)
+            / min(max(runs["empty"][c][i]["rps"] for c in concurrencies), model_rows)
+            for i in range(repeats)
+        ]
+        return round(statistics.median(per_round), 2)
+
+    empty_rps = statistics.median(max(runs["empty"][c][i]["rps"] for c in concurrencies) for i in range(repeats))
+    limit = min(empty_rps, model_rows)
+    print(f"\nlimit: empty endpoint {empty_rps:.0f} rps (median over rounds of the best concurrency), "
           f"model batched {model_rows:.0f} rows/s -> {limit:.0f} rps")
     top = max(concurrencies)
-    best = {k: max(v[c]["rps"] for c in concurrencies) for k, v in table.items()}
     errors = {k: sum(v[c]["errors"] for c in concurrencies) for k, v in table.items()}
     figures.update({
         "throughput_ratio_vs_mlflow": round(table["scanflow"][top]["rps"] / table["mlflow"][top]["rps"], 2),
         "p99_ratio_vs_mlflow": round(table["scanflow"][top]["p99_ms"] / table["mlflow"][top]["p99_ms"], 2),
-        "fraction_of_limit": round(best["scanflow"] / limit, 2),
-        "one_by_one_fraction_of_limit": round(best["scanflow_one_by_one"] / limit, 2),
+        "fraction_of_limit": fraction("scanflow"),
+        "one_by_one_fraction_of_limit": fraction("scanflow_one_by_one"),
         "coalescing_gain": round(table["scanflow"][top]["rps"] / table["scanflow_one_by_one"][top]["rps"], 2),
         "direct_throughput_ratio_vs_mlflow": round(table["scanflow_direct"][top]["rps"] / table["mlflow"][top]["rps"], 2),
-        "direct_fraction_of_limit": round(best["scanflow_direct"] / limit, 2),
+        "direct_fraction_of_limit": fraction("scanflow_direct"),
         "at_concurrency": top,
         "limit_rps": round(limit),
-        "empty_endpoint_rps": round(empty["rps"]),
+        "empty_endpoint_rps": round(empty_rps),
         "model_batched_rows_per_s": round(model_rows),
         "errors": errors,
         "results": {k: {str(c): {m: round(x, 2) for m, x in r.items()} for c, r in v.items()} for k, v in table.items()},
