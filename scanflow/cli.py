@@ -8,6 +8,7 @@ those modules import heavy libraries (torch, mlflow, kubernetes) inside the comm
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -24,7 +25,9 @@ app.command("deploy")(deploy_command)
 
 
 @app.command()
-def validate(file: Path = typer.Argument(..., help="workflow file: .py (defines `workflow`) or .yaml")) -> None:
+def validate(
+    file: Annotated[Path, typer.Argument(help="workflow file: .py (defines `workflow`) or .yaml")],
+) -> None:
     """Check a workflow declaration; print it as YAML when valid."""
     from scanflow.spec import SpecError, load_workflow
 
@@ -43,9 +46,9 @@ def validate(file: Path = typer.Argument(..., help="workflow file: .py (defines 
 
 @app.command()
 def demo(
-    json_output: bool = typer.Option(False, "--json", help="print the figures as JSON, last line"),
-    quick: bool = typer.Option(False, "--quick", help="small sizes (as in the tests)"),
-    home: Path = typer.Option(Path(".scanflow/demo"), help="state directory for this run"),
+    json_output: Annotated[bool, typer.Option("--json", help="print the figures as JSON, last line")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="small sizes (as in the tests)")] = False,
+    home: Annotated[Path, typer.Option(help="state directory for this run")] = Path(".scanflow/demo"),
 ) -> None:
     """Run the autonomic scenarios S1-S4 on the embedded default; exit 0 only if each met its bar."""
     from scanflow.demo import run_demo

@@ -144,7 +144,7 @@ class Service(_Spec):
         return v
 
     @model_validator(mode="after")
-    def _check_bounds(self) -> "Service":
+    def _check_bounds(self) -> Service:
         if self.min_replicas > self.max_replicas:
             raise ValueError(
                 f"min_replicas={self.min_replicas} is above max_replicas={self.max_replicas}"
@@ -200,7 +200,7 @@ class Workflow(_Spec):
     labels: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _check_references(self) -> "Workflow":
+    def _check_references(self) -> Workflow:
         for kind, items in (("jobs", self.jobs), ("services", self.services), ("agents", self.agents)):
             names = [i.name for i in items]
             dup = {n for n in names if names.count(n) > 1}
@@ -235,14 +235,14 @@ class Workflow(_Spec):
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     @classmethod
-    def from_dict(cls, data: Any) -> "Workflow":
+    def from_dict(cls, data: Any) -> Workflow:
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
             raise SpecError(format_validation_error(exc)) from None
 
     @classmethod
-    def from_yaml(cls, text: str) -> "Workflow":
+    def from_yaml(cls, text: str) -> Workflow:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:

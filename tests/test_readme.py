@@ -16,7 +16,7 @@ def test_readme_names_the_two_commands() -> None:
 
 
 def test_readme_example_registers_a_valid_agent(tmp_path: Path) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
     assert blocks, "README has no python example"
     example = tmp_path / "readme_example.py"
     example.write_text(blocks[0])

@@ -167,10 +167,10 @@ class Runtime:
         for hook in self.agent.startup_hooks:
             await self._call_hook(hook)
         self._tasks.append(asyncio.create_task(self._run_loop(), name=f"{self.agent.name}-loop"))
-        for s in self.agent.sensors.values():
-            if s.every > 0:
+        for sensor in self.agent.sensors.values():
+            if sensor.every > 0:
                 self._tasks.append(
-                    asyncio.create_task(self._run_sensor_loop(s.name), name=f"sensor-{s.name}")
+                    asyncio.create_task(self._run_sensor_loop(sensor.name), name=f"sensor-{sensor.name}")
                 )
 
     async def stop(self) -> None:

@@ -150,7 +150,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
         "sim_planner_reversals": pf["reversals"], "sim_hpa_reversals": hf["reversals"],
     }
     res.passed = (first_up is not None and first_up <= 10.0 and reps[-1] == 1 and reversals(reps) <= 1
-                  and failed == 0 and pf["slo_violation_s"] <= hf["slo_violation_s"])
+                  and failed == 0 and sim["planner"].violation_s <= sim["hpa"].violation_s)
     res.series = {"t": t_series, "p99": p99s, "replicas": reps, "clients": clients,
                   "sim": {k: (v.t, v.replicas, v.latency_ms) for k, v in sim.items()}, "slo_ms": slo,
                   "sim_slo_ms": SLO_MS}

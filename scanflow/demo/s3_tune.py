@@ -13,6 +13,7 @@ Who calls: scanflow.demo.runner.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import statistics
 import threading
@@ -71,7 +72,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
                             max_replicas=r, threads=cores // r,
                             resources=Resources(cpu=cores / r, memory="512Mi")) for r in counts}
         ctx.say(f"S3: {cores} cores, {sockets} socket(s): starting services with {counts} replicas")
-        _parallel([lambda s=s: platform.deploy(s) for s in specs.values()])
+        _parallel([functools.partial(platform.deploy, s) for s in specs.values()])
         load = {r: loads.enter_context(Load(platform.status(s.name).endpoint or "", clean_rows(),
                                             concurrency=0, max_clients=CLIENTS))
                 for r, s in specs.items()}

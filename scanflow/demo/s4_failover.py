@@ -41,7 +41,7 @@ def primary_replica_pids(executor_home: Path, service: str) -> list[int]:
 
 
 def served_by_backup(s: Sample, backup_url: str) -> bool:
-    return bool(s.upstream) and s.upstream.rstrip("/").startswith(backup_url.rstrip("/"))
+    return s.upstream is not None and bool(s.upstream) and s.upstream.rstrip("/").startswith(backup_url.rstrip("/"))
 
 
 def per_second(samples: list[Sample], t0: float, backup_url: str) -> dict[str, list[float]]:

@@ -100,6 +100,7 @@ def simulate(controller: str, trace: Trace, cfg: SimConfig = SimConfig()) -> Sim
         service_ms = 1000.0 / cfg.mu
         latency = (backlog / cap * 1000.0 if cap else 1e4) + service_ms
         util = min(1.0, rate / cap) if cap else 1.0
+        d: autoscale.ScaleDecision | hpa.HpaDecision
         if controller == "planner":
             d, pstate = autoscale.decide(autoscale.AutoscaleContext(
                 now=t, current_replicas=replicas, ready_replicas=ready, slo_latency_ms=cfg.slo_ms,

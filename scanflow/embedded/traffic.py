@@ -62,7 +62,7 @@ class Traffic(GeneratorOwner):
         """Share of correct answers (optionally: only drifted rows, only one model version)."""
         got = [a for a in self.snapshot() if a.t >= since and a.correct is not None
                and (drifted is None or a.drifted == drifted) and (version is None or a.version == version)]
-        return sum(a.correct for a in got) / len(got) if got else float("nan")
+        return sum(bool(a.correct) for a in got) / len(got) if got else float("nan")
 
     def versions(self, since: float = 0.0) -> set[str | None]:
         return {a.version for a in self.snapshot() if a.t >= since and a.status == 200}

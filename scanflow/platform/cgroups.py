@@ -180,7 +180,7 @@ class CgroupManager:
         base = self.support.bases["unified"]
         top = base / self.prefix
         top.mkdir(exist_ok=True)
-        notes = []
+        notes: list[str] = []
         for parent in (base, top):
             try:
                 (parent / "cgroup.subtree_control").write_text("+cpu +memory")

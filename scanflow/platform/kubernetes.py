@@ -475,7 +475,7 @@ class KubernetesPlatform:
     def _replica_status(pod: dict[str, Any]) -> ReplicaStatus:
         spec, st = pod.get("spec") or {}, pod.get("status") or {}
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
-        container = next((c for c in spec.get("containers") or [] if c.get("name") == mf.REPLICA_CONTAINER), {})
+        container: dict[str, Any] = next((c for c in spec.get("containers") or [] if c.get("name") == mf.REPLICA_CONTAINER), {})
         actual = next((c.get("resources") for c in st.get("containerStatuses") or []
                        if c.get("name") == mf.REPLICA_CONTAINER and c.get("resources")), None)
         limits = (actual or container.get("resources") or {}).get("limits") or {}

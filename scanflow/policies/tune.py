@@ -143,6 +143,7 @@ def decide(ctx: TuneContext) -> TuneDecision:
                               "measured": {f"{c.replicas}x{c.threads}/{c.affinity}": v
                                            for c, v in sorted(ctx.measured.items())},
                               "model_favourite": f"{favourite.replicas}x{favourite.threads}/{favourite.affinity}"}
+    source: Literal["measured", "model"]
     if ctx.measured:
         best = max(ctx.measured, key=lambda c: (ctx.measured[c], model_score(c, machine)))
         choice, source = best, "measured"

@@ -10,9 +10,9 @@ import pytest
 
 from scanflow.spec import (
     SLO,
+    ActionSpec,
     Affinity,
     AgentSpec,
-    ActionSpec,
     Job,
     Resources,
     Service,
@@ -118,7 +118,7 @@ def test_validate_cli(tmp_path: Path) -> None:
     good = tmp_path / "wf.yaml"
     good.write_text(sample().to_yaml())
     out = subprocess.run(
-        [sys.executable, "-m", "scanflow.cli", "validate", str(good)], capture_output=True, text=True
+        [sys.executable, "-m", "scanflow.cli", "validate", str(good)], capture_output=True, text=True, check=False
     )
     assert out.returncode == 0, out.stderr
     assert Workflow.from_yaml(out.stdout) == sample()
@@ -130,7 +130,7 @@ def test_validate_cli(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nservices:\n  - name: s\n    model_uri: m\n    replicas: -1\n")
     out = subprocess.run(
-        [sys.executable, "-m", "scanflow.cli", "validate", str(bad)], capture_output=True, text=True
+        [sys.executable, "-m", "scanflow.cli", "validate", str(bad)], capture_output=True, text=True, check=False
     )
     assert out.returncode == 2
     assert "services.0.replicas = -1" in out.stderr
