@@ -12,8 +12,9 @@ Plans arrive in its inbox as `plan.approved` (from the Planner); the workflow's 
   swap_model: every service serving this model hot-swaps to the new champion (no failed request).
 - plan 'route' -> `route`, 'scale' -> `scale`, 'resources' -> `set_resources`.
 Every actuator is idempotent under its key (the runtime never re-runs a finished one; a step cut by a
-crash re-runs and finds its own earlier effects). At startup it kills what a previous, SIGKILLed
-incarnation left running (services, jobs) and deploys afresh on the same ports.
+crash re-runs and finds its own earlier effects). At startup (local platform) it adopts the services a
+previous, SIGKILLed incarnation left running (they never stop serving), kills the rest of what it left
+(a cut training job re-runs), and deploys only what is missing.
 `GET /services` shows what the platform runs.
 Run: `scanflow agent run agents/executor.py --port 8004 --peer tracker=http://127.0.0.1:8001`.
 """
@@ -63,7 +64,10 @@ def _model_name() -> str:
 def start_platform(ctx: Context) -> None:
     """Open the platform SCANFLOW_PLATFORM names, then deploy every service (all at once).
 
-    local (default): kill leftovers of a killed predecessor, run services as local processes.
+    local (default): adopt the services a killed predecessor left running (LocalPlatform.adopt), kill
+    its other leftovers, run services as local processes. An adopted service is deployed with the
+    settings it runs with now (replicas, model, resources: what earlier actuations set), so
+    deploying it is a no-op unless the workflow changed something else.
     kubernetes: in-cluster config (or ~/.kube/config), the namespace SCANFLOW_NAMESPACE (deploy/base
     sets it from the pod's own namespace); deploying re-applies what is already there.
     """
@@ -79,20 +83,23 @@ def start_platform(ctx: Context) -> None:
             namespace=ctx.settings.namespace or "scanflow", workflow=wf.name, tracking_uri=tracking_uri,
         )
     else:
-        from scanflow.embedded.leftovers import kill_leftovers
         from scanflow.platform.local import LocalPlatform
 
         home = Path(ctx.settings.home).resolve()
-        killed = kill_leftovers(home)
-        if killed:
-            ctx.log.warning("killed %d processes left by a previous executor: %s", len(killed), killed)
         token = ctx.settings.token.get_secret_value() if ctx.settings.token else None
         plat = LocalPlatform(home / "platform", tracking_uri, tracker_url=ctx.peers.get("tracker"), token=token,
                              experiment=f"{wf.name}-jobs")
+        # also kills what the predecessor's platform left and no one adopts (stray replicas, cut jobs)
+        adopted = plat.adopt()
+        if adopted:
+            ctx.log.info("adopted running services: %s", adopted)
     _platform = plat
     # all at once: after a restart the services are down from the kill above until they are ready
     # again, and one after the other doubled that (the platform wires a backup deployed second)
-    services = sorted(wf.services, key=lambda s: s.backup is None)
+    running = plat.services() if hasattr(plat, "services") else {}
+    runtime = ("replicas", "model_uri", "resources", "affinity", "threads")
+    services = [s.model_copy(update={k: getattr(running[s.name], k) for k in runtime}) if s.name in running else s
+                for s in sorted(wf.services, key=lambda s: s.backup is None)]
     with ThreadPoolExecutor(max(1, len(services)), thread_name_prefix="deploy") as pool:
         for f in [pool.submit(plat.deploy, svc) for svc in services]:
             f.result()

@@ -1,20 +1,20 @@
-"""Find and stop processes a killed Executor left behind (its services and jobs run in own sessions).
+"""Find and stop processes a killed Executor left behind that its new platform did not adopt.
 
 The local platform starts gateways, replicas and jobs with `start_new_session`, so a SIGKILLed
-Executor leaves them running, still holding the services' fixed ports. A restarted Executor (and the
-stack when it stops) calls `kill_leftovers(home)`: every process of ours whose environment carries
-SCANFLOW_HOME=<home> and whose command line runs a scanflow serving or job module is killed with its
-process group. Linux /proc only; elsewhere it does nothing and says so.
-Who calls: agents/executor.py at startup, scanflow.embedded.stack on exit.
+Executor leaves them running. A restarted Executor does not come here: its LocalPlatform adopts the
+services (they keep serving) and kills the rest itself (LocalPlatform.adopt). What remains for this
+module is the stack's stop: every process of ours whose environment carries SCANFLOW_HOME=<home>
+and whose command line runs a scanflow serving or job module is killed with its process group,
+so a stack whose Executor was SIGKILLed leaves nothing behind. Linux /proc only; elsewhere it does
+nothing and says so. Who calls: scanflow.embedded.stack on exit, scanflow.demo.s4_failover.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import time
 from pathlib import Path
+
+from scanflow.platform import processes as procs
 
 log = logging.getLogger(__name__)
 
@@ -25,51 +25,22 @@ def matches(cmdline: bytes, environ: bytes, home: str) -> bool:
     """Pure: is this process (its /proc cmdline and environ, NUL-separated) one of ours for `home`?"""
     args = cmdline.split(b"\0")
     runs_ours = any(m.encode() in args for m in MODULES)
-    return runs_ours and f"SCANFLOW_HOME={home}".encode() in environ.split(b"\0")
+    return runs_ours and procs.environ_has(environ, "SCANFLOW_HOME", home)
 
 
 def find_leftovers(home: str | Path, exclude: set[int] | None = None) -> list[int]:
-    """Pids of our serving/job processes started with SCANFLOW_HOME=home."""
-    proc = Path("/proc")
-    if not proc.is_dir():
+    """Pids of our serving/job processes started with SCANFLOW_HOME=home (less `exclude`)."""
+    if not Path("/proc").is_dir():
         log.warning("no /proc here: leftover processes of a killed Executor cannot be found")
         return []
-    home_s = str(Path(home).resolve())
-    skip = (exclude or set()) | {os.getpid()}
-    out = []
-    for d in proc.iterdir():
-        if not d.name.isdigit() or int(d.name) in skip:
-            continue
-        try:
-            if matches((d / "cmdline").read_bytes(), (d / "environ").read_bytes(), home_s):
-                out.append(int(d.name))
-        except OSError:  # gone, or not ours
-            continue
-    return out
+    return procs.find_processes("SCANFLOW_HOME", str(Path(home).resolve()), MODULES, exclude)
 
 
-def kill_leftovers(home: str | Path, timeout_s: float = 5.0) -> list[int]:
-    """SIGKILL the process groups of our leftovers for `home`, wait until gone; returns their pids."""
-    pids = killed = find_leftovers(home)
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    deadline = time.monotonic() + timeout_s
-    while pids and time.monotonic() < deadline:
-        pids = [p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)]
-        time.sleep(0.05)
-    if pids:
-        log.warning("leftover processes still alive after %.0fs: %s", timeout_s, pids)
+def kill_leftovers(home: str | Path, timeout_s: float = 5.0, exclude: set[int] | None = None) -> list[int]:
+    """SIGKILL the process groups of our leftovers for `home` (not `exclude`), wait until gone;
+    returns their pids."""
+    killed = find_leftovers(home, exclude)
+    left = procs.kill_groups(killed, timeout_s)
+    if left:
+        log.warning("leftover processes still alive after %.0fs: %s", timeout_s, left)
     return killed
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return " Z " in Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1][:4]
-    except OSError:
-        return True

@@ -8,6 +8,13 @@ machine's topology (topology.place_replicas: ANY or the paper's CPUMEM), applied
 sched_setaffinity on every thread; CPU quota and memory limit go through cgroups (cgroups.py) where
 the OS allows, else a note says why. Jobs run as child processes inside an MLflow run (jobrunner.py).
 
+Restart: the platform writes its state (per service: spec, gateway and replicas' pids, start
+times, ports, slots, cores, backup, route) to <home>/state.json after every change (temp file +
+os.replace). A new LocalPlatform on the same home calls `adopt()`: each recorded process that is
+still the same process (pid + start time + command line) is taken over and watched by pid, dead
+ones are restarted, and anything else this home's platform left running is killed. So a SIGKILLed
+owner (the Executor) costs no downtime: the services never stopped.
+
 Concurrency: one lock serialises every change (public calls and supervisor ticks); HTTP calls made
 under it are short and bounded. Methods block: async callers use asyncio.to_thread.
 Who calls: the Executor agent's actuators, `scanflow deploy`, the demo, tests and benchmarks.
@@ -24,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -44,6 +52,10 @@ from scanflow.spec import Affinity, Job, Resources, Service
 
 log = logging.getLogger(__name__)
 
+STATE_FILE = "state.json"
+STATE_VERSION = 1
+MODULES = ("scanflow.serving.gateway", "scanflow.serving.replica", "scanflow.platform.jobrunner")
+HOME_ENV = "SCANFLOW_PLATFORM_HOME"  # marks every process a platform starts, for the sweep in adopt()
 READY_DEADLINE_S = 120.0  # a replica imports torch + mlflow and loads a model: slow on a busy 2-core box
 STOP_GRACE_S = 10.0
 MAX_BACKOFF_S = 10.0
@@ -53,7 +65,7 @@ MAX_BACKOFF_S = 10.0
 class _Replica:
     rid: int  # 1-based slot: decides its cores under CPUMEM
     port: int
-    proc: subprocess.Popen[bytes]
+    proc: procs.Proc
     state: Literal["starting", "ready", "dead"] = "starting"
     started_at: float = field(default_factory=time.monotonic)
     restarts: int = 0
@@ -67,7 +79,7 @@ class _Replica:
 @dataclass
 class _Service:
     spec: Service
-    gateway: subprocess.Popen[bytes]
+    gateway: procs.Proc
     gateway_port: int
     replicas: dict[int, _Replica] = field(default_factory=dict)
     registered: tuple[str, ...] | None = None  # replica URLs the gateway holds (None = unknown)
@@ -91,7 +103,8 @@ def default_threads(spec: Service, placement: Placement, total_cores: int) -> in
 
 
 class LocalPlatform:
-    """Platform on this machine. `close()` (also at exit) stops every process it started."""
+    """Platform on this machine. `close()` (also at exit) stops every process it started or adopted;
+    a SIGKILLed owner leaves them running (own sessions) for the next one's `adopt()`."""
 
     def __init__(
         self,
@@ -117,6 +130,8 @@ class LocalPlatform:
         self.topology = topology or read_topology()
         self.cgroup_support = cgroups or detect()
         self._cg = CgroupManager(self.cgroup_support, prefix=f"scanflow-{os.getpid()}")
+        self._written = ""  # the state last written (a write happens only when it changed)
+        self._starts: weakref.WeakKeyDictionary[Any, int | None] = weakref.WeakKeyDictionary()
         self.experiment = experiment
         self._services: dict[str, _Service] = {}
         self._lock = threading.RLock()
@@ -134,6 +149,7 @@ class LocalPlatform:
         env = dict(os.environ)
         env["MLFLOW_TRACKING_URI"] = self.tracking_uri
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env[HOME_ENV] = str(self.home.resolve())
         if self._token:
             env["SCANFLOW_TOKEN"] = self._token
         return env
@@ -167,7 +183,7 @@ class LocalPlatform:
         log.info("service %s: replica %d starting (pid %d, port %d)", spec.name, rid, proc.pid, port)
         return _Replica(rid=rid, port=port, proc=proc, restarts=restarts)
 
-    def _spawn_gateway(self, spec: Service, port: int, backup_url: str | None) -> subprocess.Popen[bytes]:
+    def _spawn_gateway(self, spec: Service, port: int, backup_url: str | None) -> procs.Proc:
         argv = [
             self.python, "-m", "scanflow.serving.gateway", "--port", str(port),
             "--service", spec.name, "--health-interval-s", "0.5",
@@ -209,6 +225,153 @@ class LocalPlatform:
             svc.registered = None
             svc.notes["gateway"] = f"gateway not updated: {exc}"
 
+    # -- state on disk, and adoption ------------------------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.home / STATE_FILE
+
+    def _start_of(self, proc: procs.Proc) -> int | None:
+        """The process's start time (pid-reuse guard), read once per process object."""
+        if isinstance(proc, procs.Adopted):
+            return proc.start_time
+        if proc not in self._starts:
+            self._starts[proc] = procs.start_time(proc.pid)
+        return self._starts[proc]
+
+    def _snapshot(self) -> dict[str, Any]:
+        """Everything a successor needs to take the services over (caller holds the lock)."""
+        services = {}
+        for name, svc in self._services.items():
+            services[name] = {
+                "spec": svc.spec.model_dump(mode="json"),
+                "gateway": {"pid": svc.gateway.pid, "start": self._start_of(svc.gateway), "port": svc.gateway_port},
+                "backup_url": svc.backup_url,
+                "routed_to": svc.routed_to,
+                "replicas": [
+                    {"rid": r.rid, "pid": r.proc.pid, "start": self._start_of(r.proc), "port": r.port,
+                     "restarts": r.restarts, "cpus": list(self._placement(svc.spec, r.rid).cpus)}
+                    for r in sorted(svc.replicas.values(), key=lambda r: r.rid)
+                ],
+            }
+        return {"version": STATE_VERSION, "cgroup_prefix": self._cg.prefix, "services": services}
+
+    def _persist(self) -> None:
+        """Write the state atomically (temp file + os.replace) when it changed. Never raises: a
+        failed write costs adoption after a crash, not the running services."""
+        with self._lock:
+            if self._closed.is_set():
+                return
+            text = json.dumps(self._snapshot(), indent=1, sort_keys=True)
+            if text == self._written:
+                return
+            tmp = self.state_path.with_suffix(".tmp")
+            try:
+                tmp.write_text(text)
+                os.replace(tmp, self.state_path)
+                self._written = text
+            except OSError as exc:
+                log.warning("platform state not written to %s: %s", self.state_path, exc)
+
+    def _take_over(self, rec: dict[str, Any], module: str, probe: str) -> tuple[procs.Adopted | None, bool]:
+        """(process, answers probe) for a recorded process that is still the one recorded: same pid
+        and start time, running `module` on the recorded port. (None, False) otherwise."""
+        pid, start, port = rec.get("pid"), rec.get("start"), rec.get("port")
+        if not isinstance(pid, int) or not isinstance(start, int) or not isinstance(port, int):
+            return None, False
+        if not procs.same_process(pid, start):
+            return None, False
+        argv = procs.cmdline(pid)
+        if module not in argv or f"--port {port}" not in " ".join(argv):
+            return None, False  # a pid reused within the same clock tick, or not ours
+        return procs.Adopted(pid, start), procs.is_ready(f"http://127.0.0.1:{port}{probe}", 2.0)
+
+    def adopt(self) -> dict[str, dict[str, Any]]:
+        """Take over the services a previous platform on this home left running (it was killed).
+
+        Per recorded service: a live gateway answering /health and live replicas (ready, or still
+        starting) are kept, watched by pid; everything else this home's platforms started (dead
+        entries' stragglers, processes spawned after the last state write, cut jobs) is killed;
+        a missing gateway restarts on its port, missing replicas restart through the supervisor,
+        and the gateway's replica list is re-sent. Call once, before any deploy.
+        Returns {service: {"adopted": [pids], "restarted": [what]}}. Who calls: the Executor at startup.
+        """
+        with self._lock:
+            if self._services:
+                raise PlatformError("adopt() must come before any deploy on this platform")
+            try:
+                data = json.loads(self.state_path.read_text())
+            except FileNotFoundError:
+                data = {}
+            except ValueError as exc:
+                log.warning("platform state %s unreadable (%s): adopting nothing", self.state_path, exc)
+                data = {}
+            if data.get("version") not in (None, STATE_VERSION):
+                log.warning("platform state version %s unknown: adopting nothing", data.get("version"))
+                data = {}
+            if data.get("cgroup_prefix"):  # the adopted replicas' cgroups: ours to remove at close()
+                self._cg = CgroupManager(self.cgroup_support, prefix=str(data["cgroup_prefix"]))
+            found: dict[str, tuple[Service, dict[str, Any], procs.Adopted | None, dict[int, tuple[dict[str, Any], procs.Adopted | None, bool]]]] = {}
+            keep: set[int] = set()
+            for name, rec in (data.get("services") or {}).items():
+                try:
+                    spec = Service.model_validate(rec["spec"])
+                except (KeyError, ValueError) as exc:
+                    log.warning("service %s: recorded spec unusable (%s); not adopted", name, exc)
+                    continue
+                gw, gw_ok = self._take_over(rec.get("gateway") or {}, "scanflow.serving.gateway", "/health")
+                gw = gw if gw_ok else None
+                reps = {}
+                for r in rec.get("replicas") or []:
+                    proc, ready = self._take_over(r, "scanflow.serving.replica", "/ready")
+                    reps[int(r["rid"])] = (r, proc, ready)
+                found[name] = (spec, rec, gw, reps)
+                keep |= {p.pid for p in [gw, *(x[1] for x in reps.values())] if p is not None}
+            stray = procs.find_processes(HOME_ENV, str(self.home.resolve()), MODULES, exclude=keep)
+            if stray:
+                log.warning("killing %d processes a previous platform left and no one adopts: %s", len(stray), stray)
+                procs.kill_groups(stray)
+            report: dict[str, dict[str, Any]] = {}
+            now = time.monotonic()
+            for name, (spec, rec, gw, reps) in found.items():
+                port = int((rec.get("gateway") or {}).get("port") or spec.port or procs.free_port())
+                restarted = []
+                if gw is None:
+                    gw_proc: procs.Proc = self._spawn_gateway(spec, port, rec.get("backup_url"))
+                    restarted.append("gateway")
+                else:
+                    gw_proc = gw
+                svc = _Service(spec=spec, gateway=gw_proc, gateway_port=port,
+                               backup_url=rec.get("backup_url"), routed_to=rec.get("routed_to"))
+                for rid, (r, proc, ready) in sorted(reps.items()):
+                    restarts = int(r.get("restarts") or 0)
+                    if proc is None:
+                        dead = procs.Adopted(int(r.get("pid") or 0), -1)
+                        dead.returncode = -1
+                        svc.replicas[rid] = _Replica(rid=rid, port=int(r.get("port") or 0), proc=dead, state="dead",
+                                                     restarts=restarts, restart_at=now)
+                        restarted.append(f"replica {rid}")
+                    else:
+                        svc.replicas[rid] = _Replica(rid=rid, port=int(r["port"]), proc=proc,
+                                                     state="ready" if ready else "starting", restarts=restarts)
+                self._services[name] = svc  # registered=None: the next tick re-sends the replica list
+                report[name] = {"adopted": sorted(p.pid for p in [gw, *(x[1] for x in reps.values())] if p),
+                                "restarted": restarted}
+                log.info("service %s adopted: %s", name, report[name])
+            self._persist()
+            return report
+
+    def services(self) -> dict[str, Service]:
+        """The spec each service runs with now (after scale, swap, set_resources): what a restarted
+        owner merges into its workflow's specs so deploying them again changes nothing."""
+        with self._lock:
+            return {name: svc.spec for name, svc in self._services.items()}
+
+    def pids(self) -> set[int]:
+        """Pids of every gateway and replica process this platform watches now."""
+        with self._lock:
+            return {p.pid for svc in self._services.values() for p in [svc.gateway, *(r.proc for r in svc.replicas.values())]
+                    if p.poll() is None}
+
     # -- supervision -----------------------------------------------------------------------------
     def _tick(self, svc: _Service) -> None:
         """One reconciliation step (caller holds the lock): promote ready replicas, replace dead ones."""
@@ -239,6 +402,11 @@ class LocalPlatform:
             self._sync_gateway(svc, force=True)
             if svc.backup_url:
                 self._put_backup(svc, svc.backup_url)
+            if svc.routed_to and svc.registered is not None:  # a restarted gateway forgot a forced route
+                try:
+                    procs.call("PUT", f"{svc.endpoint}/admin/route", json={"to": "backup"}, headers=self._headers())
+                except procs.HttpError as exc:
+                    svc.notes["route"] = f"route to backup not restored: {exc}"
         for rid, rep in list(svc.replicas.items()):
             if rep.state == "dead" and now >= rep.restart_at:
                 self._cg.remove(f"{svc.spec.name}-{rid}")
@@ -252,6 +420,7 @@ class LocalPlatform:
                         self._tick(svc)
                     except Exception:  # never let the supervisor die
                         log.exception("supervisor tick failed for %s", svc.spec.name)
+                self._persist()
 
     def _wait_ready(self, name: str, deadline_s: float = READY_DEADLINE_S) -> None:
         def done() -> bool:
@@ -293,11 +462,13 @@ class LocalPlatform:
                     raise PlatformError(f"service {service.name!r}: gateway not healthy within 60s", retryable=True)
                 if svc.backup_url:
                     self._put_backup(svc, svc.backup_url)
+                self._persist()
                 new = True
             else:
                 new = False
         if new:
             self._wait_ready(service.name)
+            self._persist()
             return self.status(service.name)
         return self._update(svc, service)
 
@@ -322,6 +493,7 @@ class LocalPlatform:
             svc.spec = new
             if changed:
                 svc.notes["restart"] = f"{changed} apply to replicas started from now on (scale or restart)"
+        self._persist()
         return self.status(new.name)
 
     def _put_backup(self, svc: _Service, url: str | None) -> None:
@@ -347,9 +519,11 @@ class LocalPlatform:
             svc.spec = svc.spec.model_copy(update={"replicas": replicas})
             if victims:
                 self._sync_gateway(svc, force=True)  # out of rotation first
+            self._persist()
         for rep in victims:
             self._retire(svc, rep)
         self._wait_ready(service)
+        self._persist()
         return self.status(service)
 
     def _retire(self, svc: _Service, rep: _Replica) -> None:
@@ -388,6 +562,7 @@ class LocalPlatform:
                 applied[f"{service}-{rep.rid}"] = {"cpus": list(place.cpus), "threads": n}
             svc.notes = {k: v for k, v in svc.notes.items() if not k.startswith("replica-")}
             svc.notes.update({f"replica-set-{i}": n for i, n in enumerate(notes)})
+            self._persist()
         applied.update({"cpu": resources.cpu, "memory": resources.memory,
                         "affinity": svc.spec.affinity.policy})
         method = "affinity+cgroup" if self.cgroup_support.usable else "affinity"
@@ -410,6 +585,7 @@ class LocalPlatform:
                                headers=self._headers())
                 procs.call("PUT", f"{svc.endpoint}/admin/route", json={"to": "backup"}, headers=self._headers())
                 svc.routed_to = to
+            self._persist()
         return self.status(service)
 
     def swap_model(self, service: str, model_uri: str) -> ServiceStatus:
@@ -417,6 +593,7 @@ class LocalPlatform:
         with self._lock:
             svc = self._get(service)
             svc.spec = svc.spec.model_copy(update={"model_uri": model_uri})  # restarts use it too
+            self._persist()
             targets = [r for r in svc.replicas.values() if r.state == "ready"]
         failed = []
         for rep in targets:
@@ -472,8 +649,10 @@ class LocalPlatform:
         )
 
     def delete(self, service: str) -> None:
+        """Stop the service's gateway and replicas (adopted ones too) and forget it."""
         with self._lock:
             svc = self._services.pop(service, None)
+            self._persist()
         if svc is None:
             return
         procs.stop(svc.gateway, STOP_GRACE_S)
@@ -490,6 +669,7 @@ class LocalPlatform:
         for name in list(self._services):
             self.delete(name)
         self._cg.remove_all()
+        self.state_path.unlink(missing_ok=True)  # nothing left to adopt
         atexit.unregister(self.close)
 
     def __enter__(self) -> Self:

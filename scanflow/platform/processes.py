@@ -38,7 +38,110 @@ def spawn(argv: list[str], log_path: Path, env: dict[str, str] | None = None) ->
         )
 
 
-def stop(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> int | None:
+class Adopted:
+    """A process another (now dead) platform started: watched and signalled by pid, not a child of ours.
+
+    Mirrors the part of Popen the platform uses (pid, poll, wait, send_signal, returncode), so a
+    replica or gateway reads the same whether we spawned or adopted it. `start_time` (clock ticks
+    since boot, /proc/PID/stat) is what tells it from a later process that got the same pid.
+    Exit codes of non-children are unknowable: a gone process reads -1.
+    """
+
+    def __init__(self, pid: int, start_time: int) -> None:
+        self.pid = pid
+        self.start_time = start_time
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not same_process(self.pid, self.start_time):
+            self.returncode = -1
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not wait_until(lambda: self.poll() is not None, timeout if timeout is not None else 1e9, 0.05):
+            raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+        return -1
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+
+Proc = subprocess.Popen[bytes] | Adopted
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks); None when gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def same_process(pid: int, started: int) -> bool:
+    """The process `pid` is alive and is the one that started at `started` (not a reused pid)."""
+    return start_time(pid) == started
+
+
+def cmdline(pid: int) -> list[str]:
+    """argv of `pid` from /proc ([] when gone or unreadable)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def environ_has(environ: bytes, key: str, value: str) -> bool:
+    """Pure: the NUL-separated /proc environ block holds KEY=value."""
+    return f"{key}={value}".encode() in environ.split(b"\0")
+
+
+def find_processes(key: str, value: str, modules: tuple[str, ...], exclude: set[int] | None = None) -> list[int]:
+    """Pids (other than ours and `exclude`) running `python -m <one of modules>` with KEY=value in
+    their environment: how processes a killed platform left behind are found. [] without /proc."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    skip = (exclude or set()) | {os.getpid()}
+    out = []
+    for d in proc.iterdir():
+        if not d.name.isdigit() or int(d.name) in skip:
+            continue
+        try:
+            args = (d / "cmdline").read_bytes().split(b"\0")
+            if any(m.encode() in args for m in modules) and environ_has((d / "environ").read_bytes(), key, value):
+                out.append(int(d.name))
+        except OSError:  # gone, or not ours
+            continue
+    return out
+
+
+def kill_groups(pids: list[int], timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL each pid's process group (the pid alone if it leads none); wait until they are gone.
+    Returns the pids still alive at the deadline."""
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    left = list(pids)
+    deadline = time.monotonic() + timeout_s
+    while left and time.monotonic() < deadline:
+        left = [p for p in left if start_time(p) is not None]
+        if left:
+            time.sleep(0.05)
+    return left
+
+
+def stop(proc: Proc, grace_s: float = 10.0) -> int | None:
     """SIGTERM the process group, SIGKILL it after `grace_s`; returns the exit code."""
     if proc.poll() is not None:
         return proc.returncode
@@ -47,10 +150,13 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> int | None:
         return proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         _signal_group(proc, signal.SIGKILL)
-        return proc.wait(timeout=10)
+        try:
+            return proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            return None
 
 
-def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+def _signal_group(proc: Proc, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
