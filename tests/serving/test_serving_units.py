@@ -93,8 +93,15 @@ def test_normalize_url_refuses_non_http(bad: str) -> None:
     assert normalize_url("http://h:1/") == "http://h:1"
 
 
-def _model(version: str, calls: list[int], gate: threading.Event | None = None) -> LoadedModel:
+def _model(
+    version: str,
+    calls: list[int],
+    gate: threading.Event | None = None,
+    entered: threading.Event | None = None,
+) -> LoadedModel:
     def predict(x: np.ndarray):  # type: ignore[no-untyped-def]
+        if entered is not None:
+            entered.set()
         if gate is not None:
             gate.wait(5)
         calls.append(len(x))
@@ -119,15 +126,16 @@ async def test_batcher_groups_concurrent_requests_into_one_call() -> None:
 async def test_batcher_swap_waits_for_the_running_batch() -> None:
     """A swap issued while a batch runs lands after it: that batch is answered by the old version."""
     calls: list[int] = []
-    gate = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
     b = MicroBatcher(max_batch_size=4, max_batch_wait_s=0)
-    await b.swap(_model("1", calls, gate))
+    await b.swap(_model("1", calls, gate, entered))
     b.start()
     try:
         first = asyncio.ensure_future(b.submit(np.zeros((2, 4), np.float32)))
-        await asyncio.sleep(0.05)  # let the batcher take it into the (blocked) model call
+        # the batch is inside the (blocked) old model once the model says so: no guessing with sleep
+        assert await asyncio.to_thread(entered.wait, 5), "the batcher never called the model"
         swap = asyncio.ensure_future(b.swap(_model("2", calls)))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # a negative check: give a wrong swap the chance to finish early
         assert not swap.done()  # still waiting for the batch in the old model
         gate.set()
         old = await swap
