@@ -94,8 +94,9 @@ def start_platform(ctx: Context) -> None:
         if adopted:
             ctx.log.info("adopted running services: %s", adopted)
     _platform = plat
-    # all at once: after a restart the services are down from the kill above until they are ready
-    # again, and one after the other doubled that (the platform wires a backup deployed second)
+    # all at once: a first start (or a service that could not be adopted) waits for its replicas, and
+    # one after the other doubled that (the platform wires a backup deployed second); an adopted
+    # service gets the settings it runs with, so its deploy changes nothing
     running = plat.services() if hasattr(plat, "services") else {}
     runtime = ("replicas", "model_uri", "resources", "affinity", "threads")
     services = [s.model_copy(update={k: getattr(running[s.name], k) for k in runtime}) if s.name in running else s

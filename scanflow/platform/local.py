@@ -92,6 +92,9 @@ class _Service:
         return f"http://127.0.0.1:{self.gateway_port}"
 
 
+_Taken = tuple[dict[str, Any], "procs.Adopted | None", bool]  # adopt(): (record, process if it is still it, ready)
+
+
 def default_threads(spec: Service, placement: Placement, total_cores: int) -> int:
     """Thread pool = the cores a replica got (explicit `threads` wins): pinned -> its cores,
     unpinned -> ceil(cpu quota) capped by the machine."""
@@ -310,7 +313,7 @@ class LocalPlatform:
                 data = {}
             if data.get("cgroup_prefix"):  # the adopted replicas' cgroups: ours to remove at close()
                 self._cg = CgroupManager(self.cgroup_support, prefix=str(data["cgroup_prefix"]))
-            found: dict[str, tuple[Service, dict[str, Any], procs.Adopted | None, dict[int, tuple[dict[str, Any], procs.Adopted | None, bool]]]] = {}
+            found: dict[str, tuple[Service, dict[str, Any], procs.Adopted | None, dict[int, _Taken]]] = {}
             keep: set[int] = set()
             for name, rec in (data.get("services") or {}).items():
                 try:
@@ -713,6 +716,7 @@ class LocalPlatform:
             client.set_terminated(run_id, "FAILED")
             return JobResult(name=job.name, succeeded=False, run_id=run_id, message=f"cannot start: {exc}")
         timed_out = False
+        code: int | None
         try:
             code = proc.wait(timeout=job.timeout_s)
         except subprocess.TimeoutExpired:
