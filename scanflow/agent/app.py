@@ -20,18 +20,21 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scanflow.agent.agent import Agent, AgentDefinitionError, build_strategy
 from scanflow.agent.context import Context
+from scanflow.agent.jsonsafe import check_finite, non_finite_path
 from scanflow.agent.runtime import Runtime
 from scanflow.agent.store import Store
 from scanflow.agent.types import Event
@@ -53,6 +56,13 @@ class EventIn(BaseModel):
     idempotency_key: str | None = Field(None, min_length=1, max_length=255)
     source: str | None = Field(None, max_length=200)
 
+    @field_validator("payload")
+    @classmethod
+    def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # Python's json reads NaN/Infinity; stored, they would make GET /events a 500 later
+        check_finite(v, "payload")
+        return v
+
 
 class EventAccepted(BaseModel):
     id: int
@@ -68,6 +78,12 @@ class EventRef(BaseModel):
     id: int | None = None
     source: str | None = Field(None, max_length=200)
 
+    @field_validator("payload")
+    @classmethod
+    def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_finite(v, "event.payload")
+        return v
+
 
 class ActuatorCall(BaseModel):
     """Body of POST /actuators/{name}."""
@@ -76,6 +92,12 @@ class ActuatorCall(BaseModel):
     args: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(None, min_length=1, max_length=255)
     event: EventRef | None = None
+
+    @field_validator("args")
+    @classmethod
+    def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_finite(v, "args")
+        return v
 
 
 class ActuatorResult(BaseModel):
@@ -204,6 +226,11 @@ def create_app(
             status_code=500,
         )
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own 422 echoes the input; one holding NaN/infinity cannot be encoded (a 500)
+        return JSONResponse({"detail": jsonable_encoder(_json_safe_errors(exc.errors()))}, status_code=422)
+
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "agent": agent.name}
@@ -331,6 +358,18 @@ def create_app(
 
     app.include_router(agent.router, dependencies=[Depends(_unsafe_methods_only(auth))])
     return app
+
+
+def _json_safe_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    """Pure: validation errors without the echoed input where it holds NaN/infinity (or `ctx`, which
+    may hold the exception object)."""
+    out = []
+    for e in errors:
+        e = {k: v for k, v in dict(e).items() if k != "ctx"}
+        if non_finite_path(e.get("input")) is not None:
+            e.pop("input")
+        out.append(e)
+    return out
 
 
 def _unsafe_methods_only(check: Callable[..., None]) -> Callable[..., Awaitable[None]]:

@@ -30,6 +30,7 @@ from scanflow.agent.agent import Agent
 from scanflow.agent.client import AgentClient
 from scanflow.agent.context import Context
 from scanflow.agent.engine import EvalEnv, Intent, StrategyState, decide
+from scanflow.agent.jsonsafe import NotJSONError, to_json_value
 from scanflow.agent.store import REST_STRATEGIES_KEY, STATE_KEY, WATERMARK_PREFIX, Store
 from scanflow.agent.types import Event, Outcome, PermanentError, Strategy, TemporaryError
 from scanflow.settings import Settings
@@ -75,6 +76,17 @@ def _outcome_from_exception(exc: BaseException) -> Outcome:
         return Outcome.failed(str(exc))
     # An unexpected exception is treated as temporary (bounded retries), as kopf does.
     return Outcome.retry(f"{type(exc).__name__}: {exc}", 0.0)
+
+
+def _json_outcome(actuator: str, outcome: Outcome) -> Outcome:
+    """Pure: the outcome with its result as strict JSON (non-JSON objects such as datetimes or numpy
+    scalars become strings), or a failed outcome saying why when the result holds NaN/infinity,
+    which no JSON response or store can carry (it used to surface as a 500 from the REST call)."""
+    try:
+        result = to_json_value(outcome.result, f"actuator {actuator!r} result")
+    except NotJSONError as exc:
+        return Outcome.failed(f"{exc}; return None or a finite number instead")
+    return Outcome(outcome.status, result, outcome.error, outcome.retry_after_s)
 
 
 def normalise_events(raw: Any, sensor: str) -> list[tuple[str, dict[str, Any]]]:
@@ -394,10 +406,9 @@ class Runtime:
                     if raw is None:
                         raw = {}
                     if isinstance(raw, Outcome):
-                        outcome = raw
+                        outcome = _json_outcome(name, raw)
                     elif isinstance(raw, Mapping):
-                        # stored as JSON: non-JSON values (datetimes, numpy) become strings here
-                        outcome = Outcome.ok(json.loads(json.dumps(dict(raw), default=str)))
+                        outcome = _json_outcome(name, Outcome.ok(dict(raw)))
                     else:
                         outcome = Outcome.failed(
                             f"actuator {name!r} returned {type(raw).__name__}; it must return a dict"

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from scanflow.agent.engine import Decision, Intent, StrategyState
+from scanflow.agent.jsonsafe import check_finite
 from scanflow.agent.types import Event
 
 ActionStatus = Literal["started", "succeeded", "failed"]
@@ -242,7 +243,12 @@ class Store:
         source: str | None = None,
         now: float | None = None,
     ) -> tuple[int, bool]:
-        """Insert into the inbox; returns (id, duplicate). A known idempotency key returns its first id."""
+        """Insert into the inbox; returns (id, duplicate). A known idempotency key returns its first id.
+
+        A payload holding NaN/infinity raises NotJSONError (a ValueError): JSON has no such values, and
+        once stored they would break every later read (GET /events) and every forward to a peer.
+        """
+        check_finite(payload, f"event {name!r} payload")
         key = key or f"auto:{uuid.uuid4().hex}"
         row = {
             "name": name,
