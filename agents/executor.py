@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,7 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     np.savez(extra, x=x[fit], y=y[fit])
     np.savez(holdout, x=x[hold], y=y[hold])
     job = current_workflow().jobs[0]
+    _prefetch_champion()  # while the job runs: evaluate_and_promote needs the champion next
     result = platform().run_job(job, {"extra_points_path": str(extra), "alias": "challenger"})
     if not result.succeeded:
         raise PermanentError(f"training job failed: {result.message} (MLflow run {result.run_id})")
@@ -158,11 +160,63 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
             "train_accuracy_drifted": result.outputs.get("accuracy_drifted")}
 
 
-def _evaluate(version: str, x_clean: np.ndarray, y_clean: np.ndarray, x_d: np.ndarray, y_d: np.ndarray) -> Any:
-    from scanflow.policies.retrain import Evaluation
+# Models and clean data for evaluate_and_promote, loaded ahead: `retrain` starts loading the champion
+# (and importing torch/MLflow's pytorch flavour, and the clean splits) on a background thread while
+# the training job runs in its own process, so evaluation after the job only loads the challenger
+# (evaluate took ~9 s here, most of it imports and the two model loads).
+_prefetch = ThreadPoolExecutor(2, thread_name_prefix="prefetch")
+_lock = threading.Lock()
+_models: dict[str, Future[Any]] = {}  # model version -> its loading (TorchPredictor)
+_splits: dict[str, Future[Any]] = {}  # "digits" -> the loading of the clean splits
+
+
+def _load_version(version: str) -> Any:
     from scanflow.tracking.registry import load_model
 
-    m = load_model(f"models:/{_model_name()}/{version}")
+    return load_model(f"models:/{_model_name()}/{version}")
+
+
+def _load_splits() -> Any:
+    from workflows.digits.data import load_splits
+
+    return load_splits(0)
+
+
+def _once(cache: dict[str, Future[Any]], key: str, fn: Any, *args: Any) -> Future[Any]:
+    """fn(*args) on the prefetch pool, once per key; a failed one is tried again on the next call."""
+    with _lock:
+        fut = cache.get(key)
+        if fut is None or (fut.done() and fut.exception() is not None):
+            fut = cache[key] = _prefetch.submit(fn, *args)
+        return fut
+
+
+def _model(version: str) -> Future[Any]:
+    return _once(_models, version, _load_version, version)
+
+
+def _clean_splits() -> Future[Any]:
+    return _once(_splits, "digits", _load_splits)
+
+
+def _prefetch_champion() -> None:
+    """Background: start loading the current champion and the clean splits. Best effort: evaluation
+    loads whatever this did not (an error here only costs the time it would have saved)."""
+    def run() -> None:
+        from scanflow.tracking.registry import CHAMPION, get_alias_version
+
+        _clean_splits()
+        champion = get_alias_version(_model_name(), CHAMPION)
+        if champion:
+            _model(champion)
+
+    _prefetch.submit(run)
+
+
+def _evaluate(version: str, x_clean: np.ndarray, y_clean: np.ndarray, x_d: np.ndarray, y_d: np.ndarray) -> Any:
+    from scanflow.policies.retrain import Evaluation
+
+    m = _model(version).result()
     return Evaluation(float((m.predict(x_clean) == y_clean).mean()), float((m.predict(x_d) == y_d).mean()), version)
 
 
@@ -170,7 +224,6 @@ def _evaluate(version: str, x_clean: np.ndarray, y_clean: np.ndarray, x_d: np.nd
 def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     from scanflow.policies.retrain import PromotionConfig, decide_promotion
     from scanflow.tracking.registry import CHAMPION, get_alias_version, set_alias
-    from workflows.digits.data import load_splits
 
     pid, _plan_payload = _plan(ctx, args)
     rec = ctx.state.get("plans", {}).get(pid)
@@ -181,14 +234,15 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if champion == challenger:  # promoted by an earlier attempt of this very step
         rec["promoted"] = True
         return {"plan": pid, "promoted": True, "version": challenger, "reason": "already champion"}
-    splits = load_splits(0)
     with np.load(rec["holdout"]) as h:
         x_d, y_d = h["x"], h["y"]
-    # both models load at once (MLflow downloads and unpickling: ~10 s one after the other here)
-    with ThreadPoolExecutor(2, thread_name_prefix="evaluate") as pool:
-        ch_f = pool.submit(_evaluate, challenger, splits.x_test, splits.y_test, x_d, y_d)
-        cur_f = pool.submit(_evaluate, champion, splits.x_test, splits.y_test, x_d, y_d) if champion else None
-        ch, cur = ch_f.result(), (cur_f.result() if cur_f else None)
+    # both models load at once (the champion most likely already loaded while the job ran)
+    for v in (challenger, champion):
+        if v:
+            _model(v)
+    splits = _clean_splits().result()
+    ch = _evaluate(challenger, splits.x_test, splits.y_test, x_d, y_d)
+    cur = _evaluate(champion, splits.x_test, splits.y_test, x_d, y_d) if champion else None
     c = dict(agent_spec("planner").settings.get("promotion", {}))
     decision = decide_promotion(ch, cur, PromotionConfig(float(c.get("min_gain_drifted", 0.0)),
                                                          float(c.get("clean_tolerance", 0.01))))
@@ -199,6 +253,9 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         set_alias(name, CHAMPION, challenger, actor="executor", reason=decision.reason, metrics=metrics)
     rec["promoted"] = decision.promote
     rec["evaluation"] = metrics
+    with _lock:
+        for v in [v for v in _models if v != (challenger if decision.promote else champion)]:
+            _models.pop(v, None)  # keep only the champion's model: the next retrain's evaluation needs it
     return {"plan": pid, "promoted": decision.promote, "version": challenger, "previous": champion,
             "reason": decision.reason, **metrics}
 
