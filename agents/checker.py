@@ -22,6 +22,7 @@ import httpx
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
 from scanflow.embedded import outbox
 from scanflow.embedded.env import agent_spec, current_workflow, primary_service, service_url
+from scanflow.embedded.latency import histogram, percentile_ms
 
 SPEC = agent_spec("checker")
 MAX_CRITICAL_IDS = 2000
@@ -102,30 +103,6 @@ async def deliver(ctx: Context) -> None:
 
 
 # -- service watch -------------------------------------------------------------------------------
-def _p_latency_ms(prev: dict[float, float], cur: dict[float, float], q: float) -> float | None:
-    """Pure: the q-quantile (ms) of requests completed between two cumulative histogram snapshots."""
-    les = sorted(cur)
-    diffs = [(le, cur[le] - prev.get(le, 0.0)) for le in les]
-    total = diffs[-1][1] if diffs else 0.0
-    if total <= 0:
-        return None
-    for le, c in diffs:
-        if c >= q * total:
-            return le * 1000.0 if le != float("inf") else float("inf")
-    return None
-
-
-def _histogram(text: str, name: str) -> dict[float, float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[float, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == f"{name}_bucket":
-                out[float(s.labels["le"])] = float(s.value)
-    return out
-
-
 @agent.sensor(every=1.0)
 async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     svc = primary_service()
@@ -155,10 +132,13 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
         events.append(("service.checked", payload))
     ctx.state["last_abnormal"] = abnormal
     if metrics and svc.slo and svc.slo.latency_ms:
-        hist = _histogram(metrics, "scanflow_gateway_request_latency_seconds")
+        hist = histogram(metrics, "scanflow_gateway_request_latency_seconds")
         prev = {float(k): v for k, v in ctx.state.get("latency_hist", {}).items()}
-        p = _p_latency_ms(prev, hist, svc.slo.percentile / 100.0)
+        p = percentile_ms(prev, hist, svc.slo.percentile / 100.0)
         ctx.state["latency_hist"] = {str(k): v for k, v in hist.items()}
-        if p is not None and p > svc.slo.latency_ms:
-            events.append(("latency.breached", {**payload, "latency_ms": p, "slo_ms": svc.slo.latency_ms}))
+        # above: the percentile is past the top bucket, latency_ms is a lower bound (a breach only
+        # when the SLO is at or under it)
+        if p is not None and (p.ms > svc.slo.latency_ms or (p.above and p.ms >= svc.slo.latency_ms)):
+            events.append(("latency.breached", {**payload, "latency_ms": p.ms, "above_ms": p.above,
+                                                "slo_ms": svc.slo.latency_ms}))
     return events

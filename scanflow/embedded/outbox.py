@@ -8,6 +8,10 @@ succeeds; `deliver` (run by a sensor on its own task) posts queued messages in o
 own idempotency key, and removes a message only after the peer's inbox accepted it. A crash between
 the post and the removal re-posts the same key, which the peer's inbox deduplicates: exactly once.
 Order is kept per peer (a message is never posted before an earlier one to the same peer).
+What the peer can never take (a payload JSON cannot carry, such as NaN; or a 400/413/422 refusal) moves
+to a dead-letter map in the store (key `outbox_dead`, with the reason) so it never blocks the queue
+and stays visible. A rejected token (401/403) is an operator's problem, not the message's: the message
+is kept and retried with backoff, and every refusal is logged loudly.
 Who calls: agents/checker.py (`forward`), agents/planner.py (plans for the Executor).
 """
 
@@ -15,13 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from scanflow.agent import Context, PermanentError
 from scanflow.agent.client import AgentHTTPError
+from scanflow.agent.jsonsafe import to_json_value
 
 STORE_KEY = "outbox"
+DEAD_KEY = "outbox_dead"
+DEAD_STATUS = frozenset({400, 413, 422})  # the peer says this message is malformed: it never passes
+AUTH_STATUS = frozenset({401, 403})
+AUTH_BACKOFF_S = (1.0, 30.0)  # first and longest wait before re-posting to a peer that rejected the token
+_auth_wait: dict[tuple[str, str], tuple[float, float]] = {}  # (agent, peer) -> (retry at, last delay)
 _lock = threading.Lock()  # the store's read-modify-write of the outbox runs in worker threads
 
 
@@ -43,6 +54,31 @@ def _remove(ctx: Context, keys: list[str]) -> None:
         ctx.store.put(STORE_KEY, box)
 
 
+def _dead_letter(ctx: Context, dead: dict[str, str], now: float) -> None:
+    """Move messages from the outbox to the dead-letter map, each with why (one store write)."""
+    with _lock:
+        box = dict(ctx.store.get(STORE_KEY, {}) or {})
+        graveyard = dict(ctx.store.get(DEAD_KEY, {}) or {})
+        for k, reason in dead.items():
+            msg = box.pop(k, None)
+            if msg is not None:
+                graveyard[k] = {**msg, "payload": _storable(msg.get("payload")), "error": reason, "dead_at": now}
+        ctx.store.put_many([(STORE_KEY, box), (DEAD_KEY, graveyard)])
+
+
+def _storable(payload: Any) -> Any:
+    try:
+        return to_json_value(payload)
+    except ValueError:
+        return repr(payload)[:2000]  # kept for a person to read; it could never be sent anyway
+
+
+def dead_letters(ctx: Context) -> dict[str, dict[str, Any]]:
+    """What the outbox gave up on, by key: the message, `error` (why) and `dead_at`."""
+    with _lock:
+        return dict(ctx.store.get(DEAD_KEY, {}) or {})
+
+
 def _pending(ctx: Context) -> dict[str, dict[str, Any]]:
     with _lock:
         return dict(ctx.store.get(STORE_KEY, {}) or {})
@@ -62,30 +98,55 @@ async def enqueue(ctx: Context, to: str, name: str, payload: Mapping[str, Any], 
 
 
 async def deliver(ctx: Context, max_messages: int = 50) -> dict[str, Any]:
-    """Post queued messages in order; stop for a peer at its first failure. Returns what happened."""
+    """Post queued messages in order; stop for a peer at its first failure. Returns what happened:
+    counts of `sent`, `dead` (moved to the dead letters), `waiting`, and `auth_rejected` peers."""
     box = await asyncio.to_thread(_pending, ctx)
     sent: list[str] = []
-    dropped: list[str] = []
+    dead: dict[str, str] = {}
     blocked: set[str] = set()
+    rejected: set[str] = set()
     for key, msg in list(box.items())[:max_messages]:
         to = str(msg["to"])
         if to in blocked:
             continue
+        wait = _auth_wait.get((ctx.name, to))
+        if wait is not None and time.monotonic() < wait[0]:
+            blocked.add(to)
+            continue
         try:
-            await ctx.client(to).post_event(str(msg["name"]), dict(msg["payload"]), key=key, source=ctx.name)
+            payload = to_json_value(dict(msg["payload"]), f"event {msg['name']!r} payload")
+        except (ValueError, TypeError) as exc:  # can never be encoded: retrying would block the queue
+            ctx.log.error("outbox: %s for %s cannot be sent (%s): moved to the dead letters", msg["name"], to, exc)
+            dead[key] = f"not JSON: {exc}"
+            continue
+        try:
+            await ctx.client(to).post_event(str(msg["name"]), payload, key=key, source=ctx.name)
             sent.append(key)
+            _auth_wait.pop((ctx.name, to), None)
         except AgentHTTPError as exc:
-            if exc.retryable:
+            if exc.status in DEAD_STATUS:
+                ctx.log.error("outbox: %s refused %s (%s): moved to the dead letters", to, msg["name"], exc)
+                dead[key] = f"refused by {to}: HTTP {exc.status}: {exc.detail}"
+            elif exc.status in AUTH_STATUS:
+                ctx.log.error("outbox: token rejected by %s (HTTP %d); %s kept, will retry: check the "
+                              "agents share SCANFLOW_TOKEN", to, exc.status, msg["name"])
                 blocked.add(to)
-            else:  # the peer refuses it for good (4xx): keeping it would block every later message
-                ctx.log.error("outbox: %s refused %s (%s): dropped", to, msg["name"], exc)
-                dropped.append(key)
+                rejected.add(to)
+                last = wait[1] if wait is not None else AUTH_BACKOFF_S[0] / 2
+                delay = min(last * 2, AUTH_BACKOFF_S[1])
+                _auth_wait[(ctx.name, to)] = (time.monotonic() + delay, delay)
+            else:  # down, busy, or a status that may change (404 while a peer restarts...): retry later
+                ctx.log.warning("outbox: %s answered %s; %s waits", to, exc, msg["name"])
+                blocked.add(to)
         except PermanentError as exc:
-            ctx.log.error("outbox: %s: dropped", exc)
-            dropped.append(key)
+            ctx.log.error("outbox: %s: moved to the dead letters", exc)
+            dead[key] = str(exc)
         except Exception as exc:  # noqa: BLE001 - peer down or slow: try again on the next tick
             ctx.log.info("outbox: %s unreachable (%s: %s); %s waits", to, type(exc).__name__, exc, msg["name"])
             blocked.add(to)
-    if sent or dropped:
-        await asyncio.to_thread(_remove, ctx, sent + dropped)
-    return {"sent": len(sent), "dropped": len(dropped), "waiting": len(box) - len(sent) - len(dropped)}
+    if sent:
+        await asyncio.to_thread(_remove, ctx, sent)
+    if dead:
+        await asyncio.to_thread(_dead_letter, ctx, dead, ctx.now())
+    return {"sent": len(sent), "dead": len(dead), "waiting": len(box) - len(sent) - len(dead),
+            "auth_rejected": sorted(rejected)}
