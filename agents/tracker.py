@@ -16,12 +16,14 @@ from typing import Any
 from scanflow.agent import Agent, Context
 from scanflow.embedded.env import agent_spec, current_workflow, quick
 from scanflow.settings import Settings
-from scanflow.tracking.api import predictions_router
+from scanflow.tracking.api import MAX_BODY_BYTES, predictions_router
 from scanflow.tracking.predictions import AppendResult, LogStats, PredictionLog, PredictionRecord
 
 SPEC = agent_spec("tracker")
 WINDOW = int(SPEC.settings.get("quick_window" if quick() else "window", 200 if quick() else 500))
-agent = Agent(SPEC.name, role="tracker", description="records predictions; announces windows to check")
+# the replicas' batches (up to the router's 8 MiB) must pass the app's body limit (1 MiB by default)
+agent = Agent(SPEC.name, role="tracker", description="records predictions; announces windows to check",
+              max_body_bytes=MAX_BODY_BYTES)
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
 

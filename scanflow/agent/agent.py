@@ -101,7 +101,11 @@ def build_strategy(
 class Agent:
     """The declaration of one agent: sensors, actuators, strategies, extra routes and hooks."""
 
-    def __init__(self, name: str, role: Role = "custom", *, description: str = "") -> None:
+    def __init__(
+        self, name: str, role: Role = "custom", *, description: str = "", max_body_bytes: int | None = None
+    ) -> None:
+        """`max_body_bytes`: the largest request body the app accepts (default 1 MiB); an agent whose
+        router takes big uploads (the Tracker's /predictions) raises it here, where its code lives."""
         if not re.match(NAME_RE, name) or len(name) > 63:
             raise AgentDefinitionError(
                 f"agent name {name!r} must be a DNS label: lowercase letters, digits and '-', "
@@ -110,6 +114,9 @@ class Agent:
         self.name = name
         self.role: Role = role
         self.description = description
+        if max_body_bytes is not None and max_body_bytes <= 0:
+            raise AgentDefinitionError(f"max_body_bytes must be positive, got {max_body_bytes}")
+        self.max_body_bytes = max_body_bytes
         self.sensors: dict[str, SensorSpec] = {}
         self.actuators: dict[str, ActuatorSpec] = {}
         self.strategies: dict[str, Strategy] = {}

@@ -180,10 +180,14 @@ def create_app(
     allow_anonymous: bool = False,
     *,
     clock: Callable[[], float] = time.time,
-    max_body_bytes: int = DEFAULT_MAX_BODY,
+    max_body_bytes: int | None = None,
     retry_backoff_s: float = 0.5,
 ) -> FastAPI:
-    """Build the agent's app. Nothing runs until the app's lifespan starts (uvicorn, TestClient...)."""
+    """Build the agent's app. Nothing runs until the app's lifespan starts (uvicorn, TestClient...).
+
+    `max_body_bytes`: the body limit of every route; default the agent's own (`Agent(max_body_bytes=)`)
+    or 1 MiB."""
+    max_body_bytes = max_body_bytes or agent.max_body_bytes or DEFAULT_MAX_BODY
     settings = settings or Settings()
     agent.check()
     own_store = store is None

@@ -21,14 +21,18 @@ def serve(
     *,
     allow_anonymous: bool = False,
     log_level: str | None = None,
+    max_body_bytes: int | None = None,
 ) -> None:
-    """Run the agent on host:port until interrupted (SIGINT/SIGTERM stop it cleanly)."""
+    """Run the agent on host:port until interrupted (SIGINT/SIGTERM stop it cleanly).
+    `max_body_bytes`: see create_app (default: the agent's own limit, else 1 MiB)."""
     import uvicorn
 
     from scanflow.agent.app import create_app
 
     settings = settings or Settings()
-    app = create_app(agent, settings, peers=peers, allow_anonymous=allow_anonymous)
+    app = create_app(
+        agent, settings, peers=peers, allow_anonymous=allow_anonymous, max_body_bytes=max_body_bytes
+    )
     uvicorn.run(
         app,
         host=host or settings.host,

@@ -2,7 +2,8 @@
 
 Who calls: the replica. `record()` only appends to a bounded in-memory buffer (microseconds, never
 awaits the network); a background task sends the buffer in batches as `POST {tracker_url}/predictions`
-(JSON list, bearer token). A failed send keeps the records and retries with exponential backoff; the
+(JSON list, bearer token), each under `max_batch_bytes` encoded and split further when the Tracker still
+answers 413. A failed send keeps the records and retries with exponential backoff; the
 records waiting are exported as a gauge, and records refused because the buffer is full are counted,
 logged and exported (never silently lost). Every record carries a unique `record_id`, so a send that
 reached the Tracker but whose answer was lost can be de-duplicated there (exactly-once on the Tracker).
@@ -30,6 +31,7 @@ class SinkStats:
     sent: int = 0
     failed_sends: int = 0
     dropped: int = 0
+    auth_rejected: int = 0
     last_error: str | None = None
 
 
@@ -39,6 +41,7 @@ class TrackerSink:
     token: SecretStr | None = None
     max_buffer: int = 100_000
     batch_size: int = 500
+    max_batch_bytes: int = 4 * 1024 * 1024  # under the Tracker's 8 MiB body limit, with room to spare
     flush_interval_s: float = 0.2
     timeout_s: float = 5.0
     backoff_initial_s: float = 0.2
@@ -50,6 +53,7 @@ class TrackerSink:
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._client: httpx.AsyncClient | None = None
+        self._learnt_max_bytes: int | None = None  # halved on each 413: the Tracker's limit is lower
 
     @property
     def pending(self) -> int:
@@ -97,34 +101,64 @@ class TrackerSink:
             if not await self._send_one():
                 return
 
-    async def _send_one(self) -> bool:
-        """Send up to batch_size oldest records; on success remove them. Returns success."""
-        assert self._client is not None
-        n = min(self.batch_size, len(self._buffer))
-        batch = [self._buffer[i] for i in range(n)]
-        try:
-            resp = await self._client.post(f"{self.url.rstrip('/')}/predictions", content=orjson.dumps(batch))
-            ok = resp.status_code < 300
-            if not ok:
-                self.stats.last_error = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                if 400 <= resp.status_code < 500 and resp.status_code not in (408, 429):
-                    # The Tracker refuses these records for good (bad data, bad token): retrying would
-                    # block every record behind them. Count them as dropped and say why, loudly.
-                    log.error("tracker refused %d records permanently: %s", n, self.stats.last_error)
-                    for _ in range(n):
-                        self._buffer.popleft()
-                    self.stats.dropped += n
-                    return True
-        except httpx.HTTPError as exc:
-            ok = False
-            self.stats.last_error = f"{type(exc).__name__}: {exc}"
-        if not ok:
-            self.stats.failed_sends += 1
-            return False
+    def _take(self) -> tuple[int, bytes]:
+        """The oldest records that fit in one request: at most batch_size records and max_batch_bytes
+        encoded (always at least one record, so an oversized one is tried alone and refused alone)."""
+        limit = min(self.max_batch_bytes, self._learnt_max_bytes or self.max_batch_bytes)
+        parts: list[bytes] = []
+        size = 2
+        for i in range(min(self.batch_size, len(self._buffer))):
+            part = orjson.dumps(self._buffer[i])
+            if parts and size + len(part) + 1 > limit:
+                break
+            parts.append(part)
+            size += len(part) + 1
+        return len(parts), b"[" + b",".join(parts) + b"]"
+
+    def _drop(self, n: int, why: str) -> None:
         for _ in range(n):
             self._buffer.popleft()
-        self.stats.sent += n
-        return True
+        self.stats.dropped += n
+        log.error("tracker refused %d records for good: %s", n, why)
+
+    async def _send_one(self) -> bool:
+        """Send the oldest records that fit; on success remove them. Returns whether progress was made
+        (False: keep them and back off).
+
+        400/422: the Tracker says the records are malformed; retrying would block every record behind
+        them, so they are counted as dropped and logged. 413: the batch is too big for the Tracker (its
+        limit may be under ours): halve the byte cap and try again at once, down to one record; a single
+        record over the limit is refused (counted, logged). 401/403 (a token problem an operator can
+        fix) and everything else: keep the records and back off.
+        """
+        assert self._client is not None
+        n, body = self._take()
+        try:
+            resp = await self._client.post(f"{self.url.rstrip('/')}/predictions", content=body)
+        except httpx.HTTPError as exc:
+            self.stats.last_error = f"{type(exc).__name__}: {exc}"
+            self.stats.failed_sends += 1
+            return False
+        code = resp.status_code
+        if code < 300:
+            for _ in range(n):
+                self._buffer.popleft()
+            self.stats.sent += n
+            return True
+        self.stats.last_error = f"HTTP {code}: {resp.text[:200]}"
+        if code == 413 and n > 1:
+            self._learnt_max_bytes = max(1, len(body) // 2)
+            log.warning("tracker: %d records (%d bytes) too large; splitting", n, len(body))
+            return True
+        if code == 413 or code in (400, 422):
+            self._drop(n, self.stats.last_error)
+            return True
+        self.stats.failed_sends += 1
+        if code in (401, 403):
+            self.stats.auth_rejected += 1
+            log.error("token rejected by tracker (HTTP %d): %d records kept, will retry; check SCANFLOW_TOKEN",
+                      code, len(self._buffer))
+        return False
 
     async def _run(self) -> None:
         assert self._wake is not None

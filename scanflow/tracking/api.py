@@ -31,6 +31,8 @@ class PredictionStore(Protocol):
     def stats(self) -> LogStats: ...
 
 
+MAX_BODY_BYTES = 8 * 1024 * 1024  # the Tracker agent raises its app's limit to this (agents/tracker.py)
+
 _records_adapter: TypeAdapter[list[PredictionRecord]] = TypeAdapter(list[PredictionRecord])
 
 
@@ -39,7 +41,7 @@ def predictions_router(
     token: SecretStr | str | None,
     *,
     max_records: int = 1000,
-    max_body_bytes: int = 8 * 1024 * 1024,
+    max_body_bytes: int = MAX_BODY_BYTES,
     allow_anonymous: bool = False,
 ) -> APIRouter:
     """Build the router. `token` guards POST (see scanflow.auth); stats are readable without it."""
