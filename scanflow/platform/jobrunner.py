@@ -23,18 +23,14 @@ import sys
 import traceback
 from typing import Any
 
-SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+from scanflow.secrets import is_secret, mlflow_params
 
-
-def is_secret(name: str) -> bool:
-    """Names containing TOKEN/SECRET/PASSWORD/KEY are never logged as params."""
-    upper = name.upper()
-    return any(m in upper for m in SECRET_MARKERS)
+__all__ = ["is_secret", "load_entrypoint", "main", "public_params", "to_jsonable"]
 
 
 def public_params(params: dict[str, Any]) -> dict[str, str]:
-    """Params fit to log to MLflow: secrets dropped, values as short strings (MLflow caps at 6000)."""
-    return {k: str(v)[:500] for k, v in params.items() if not is_secret(k)}
+    """Params fit to log to MLflow (secrets dropped by scanflow.secrets, values as short strings)."""
+    return mlflow_params(params)
 
 
 def to_jsonable(value: Any) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 
 from scanflow.platform import manifests as mf
 from scanflow.platform.base import JobResult, PlatformError, ReplicaStatus, ResourceChange, ServiceStatus
+from scanflow.secrets import mlflow_params
 from scanflow.spec import Affinity, Job, Resources, Service, parse_memory
 
 log = logging.getLogger(__name__)
@@ -552,8 +553,8 @@ class KubernetesPlatform:
             exp_id = exp.experiment_id if exp else client.create_experiment(exp_name)
             run = client.create_run(exp_id, run_name=run_name, tags={
                 "scanflow.job": job.name, "scanflow.k8s_job": run_name, "scanflow.namespace": self.namespace})
-            for key, value in mf.public_params({**job.params, **params}).items():
-                client.log_param(run.info.run_id, key, str(value)[:6000])
+            for key, value in mlflow_params({**job.params, **params}).items():
+                client.log_param(run.info.run_id, key, value)
             client.log_metric(run.info.run_id, "duration_s", duration)
             client.log_text(run.info.run_id, logs or "<no pod logs>", f"logs/{run_name}.log")
             client.set_terminated(run.info.run_id, "FINISHED" if succeeded else "FAILED")

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from scanflow.secrets import public_params  # params minus secrets: the only ones in a Job's env
 from scanflow.spec import Affinity, Job, Resources, Service, Workflow
 
 Manifest = dict[str, Any]
@@ -39,7 +40,6 @@ ROUTED_TO_ANNOTATION = "scanflow.io/routed-to"
 REPLICA_CONTAINER = "replica"
 JOB_CONTAINER = "job"
 RUN_AS_USER = 10001
-_SECRET_KEY_RE = re.compile(r"(secret|token|password|passwd|credential|api[_-]?key)", re.IGNORECASE)
 
 
 # -- resources and QoS -------------------------------------------------------------------------------
@@ -383,11 +383,6 @@ def job_command(job: Job) -> list[str]:
     if isinstance(job.entrypoint, list):
         return list(job.entrypoint)
     return ["python", "-m", "scanflow.platform.jobrunner", job.entrypoint]
-
-
-def public_params(params: dict[str, Any]) -> dict[str, Any]:
-    """Params minus anything that looks like a secret (those never go to env literals, logs or MLflow)."""
-    return {k: v for k, v in params.items() if not _SECRET_KEY_RE.search(k)}
 
 
 def batch_job(
