@@ -25,7 +25,7 @@ class Chaos:
     """From the drift onset on: `kills` times, wait 2-8 s (random), SIGKILL a random agent, restart it.
 
     Bounded on purpose: the loop must complete through the kills, not outrun an endless stream of them
-    (every Executor restart redeploys the services and restarts a running training job).
+    (every Executor restart restarts a running training job; the services it adopts keep serving).
     """
 
     def __init__(self, stack: EmbeddedStack, seed: int = 1, kills: int = 6) -> None:
@@ -90,4 +90,7 @@ def test_s1_survives_random_agent_kills(tmp_path, pools) -> None:  # type: ignor
     failed = traffic.failed()
     print(f"reliability: kills {[r for _, r in chaos.kills]}; S1 in {res.served_at - res.onset:.1f}s; "
           f"{traffic.count()} requests, {len(failed)} failed, by the agent killed last before them: "
-          f"{failures_by_last_kill(chaos.kills, [a.t for a in failed])} (an Executor restart redeploys the services)")
+          f"{failures_by_last_kill(chaos.kills, [a.t for a in failed])}")
+    # a restarted Executor adopts the running services (LocalPlatform.adopt): the kills cost no request
+    # (measured 0 of 4,553 with 3 Executor kills; 1,263-1,762 when every restart redeployed them)
+    assert failed == [], failures_by_last_kill(chaos.kills, [a.t for a in failed])
