@@ -13,17 +13,19 @@ one JSON object of the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no progress bars in the figures
 sys.path.insert(0, str(ROOT))
 
 
@@ -35,13 +37,17 @@ def pools() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return {"clean": (s.x_feedback, s.y_feedback), "drifted": (corrupt(xs, "noise", 2, rng=7), ys)}
 
 
-def executor_phases(decisions: list[dict[str, Any]], onset: float) -> dict[str, float]:
-    """Where the seconds went: the retrain plan's arrival (gathering critical points) and each actuator's
-    duration, from the Executor's decision records (started_at / finished_at, wall clock)."""
+def executor_phases(store: Path, onset: float) -> dict[str, float]:
+    """Where the seconds went: the retrain plan's arrival after onset (gathering critical points) and each
+    S1 actuator's duration, from the Executor's action records (its SQLite store, read only)."""
+    import sqlite3
+
     out: dict[str, float] = {}
-    for d in decisions:
-        name, t0, t1 = d.get("actuator"), d.get("started_at"), d.get("finished_at")
-        if name in ("retrain", "evaluate_and_promote", "swap_model") and t0 and t1 and f"{name}_s" not in out:
+    with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as db:
+        rows = db.execute("SELECT actuator, started_at, finished_at FROM actions WHERE status = 'succeeded' "
+                          "ORDER BY started_at").fetchall()
+    for name, t0, t1 in rows:
+        if name in ("retrain", "evaluate_and_promote", "swap_model") and f"{name}_s" not in out:
             if name == "retrain":
                 out["plan_arrived_s"] = float(t0) - onset
             out[f"{name}_s"] = float(t1) - float(t0)
@@ -108,7 +114,7 @@ def one_run(home: Path, quick: bool, rate: float) -> dict[str, float]:
         clean_old = t.accuracy(drifted=False, version=old)
         drifted_old = t.accuracy(since=onset, drifted=True, version=old)
         drifted_new = t.accuracy(since=after, drifted=True, version=new)
-        phases = executor_phases(stack.decisions("executor"), onset)
+        phases = executor_phases(stack.agent_home("executor") / "executor.db", onset)
         unseen = unseen_accuracy(old, new)
         return {"s1_seconds": served - onset, **phases, **unseen, "accuracy_clean_old": clean_old,
                 "accuracy_drifted_old": drifted_old, "accuracy_drifted_new": drifted_new,
