@@ -2,7 +2,9 @@
 
 The one job entry point of every platform:
 - LocalPlatform starts it as a child process (so a timeout can kill it and a crash cannot take the
-  platform down) with `--params` and MLFLOW_RUN_ID naming the run the platform created;
+  platform down) with the params in SCANFLOW_JOB_PARAMS (never `--params`: argv is world-readable
+  through ps and /proc/PID/cmdline, and params may hold secrets) and MLFLOW_RUN_ID naming the run
+  the platform created; `--params` is for running a job by hand;
 - a Kubernetes Job's container runs it (scanflow.platform.manifests.job_command) with the params in
   SCANFLOW_JOB_PARAMS (JSON) and MLFLOW_EXPERIMENT_NAME; with no MLFLOW_RUN_ID it opens a run of its
   own, named after SCANFLOW_JOB_NAME.

@@ -105,6 +105,15 @@ def default_threads(spec: Service, placement: Placement, total_cores: int) -> in
     return max(1, min(total_cores, math.ceil(spec.resources.cpu)))
 
 
+def job_argv(python: str, job: Job) -> list[str]:
+    """The command line of a job's child process. A 'module:function' job runs through the job
+    runner with its params in the environment (SCANFLOW_JOB_PARAMS), never in argv: a command line
+    is world-readable (ps, /proc/PID/cmdline) and params may hold secrets. A command list runs as given."""
+    if isinstance(job.entrypoint, str):
+        return [python, "-m", "scanflow.platform.jobrunner", job.entrypoint]
+    return list(job.entrypoint)
+
+
 class LocalPlatform:
     """Platform on this machine. `close()` (also at exit) stops every process it started or adopted;
     a SIGKILLed owner leaves them running (own sessions) for the next one's `adopt()`."""
@@ -703,10 +712,8 @@ class LocalPlatform:
             "MLFLOW_RUN_ID": run_id, "MLFLOW_EXPERIMENT_ID": exp_id,
             "SCANFLOW_JOB_OUTPUT": str(out_path), "SCANFLOW_JOB_PARAMS": args_json,
         }
-        if isinstance(job.entrypoint, str):
-            argv = [self.python, "-m", "scanflow.platform.jobrunner", job.entrypoint, "--params", args_json]
-        else:
-            argv = list(job.entrypoint)
+        argv = job_argv(self.python, job)
+        if not isinstance(job.entrypoint, str):  # the job runner logs its own params
             for k, v in public_params(merged).items():
                 client.log_param(run_id, k, v)
         start = time.monotonic()

@@ -18,3 +18,9 @@ def explode() -> None:
 def slow(seconds: float = 60.0) -> None:
     print("sleeping", flush=True)
     time.sleep(seconds)
+
+
+def own_cmdline(api_key: str = "", **_: object) -> dict[str, str]:
+    """What `ps` and /proc show for this job's process: the argv the platform started it with."""
+    with open("/proc/self/cmdline", "rb") as f:
+        return {"cmdline": f.read().replace(b"\0", b" ").decode(), "got_key": str(bool(api_key))}

@@ -10,6 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from scanflow.platform.jobrunner import is_secret, public_params, to_jsonable
+from scanflow.platform.local import job_argv
 from scanflow.spec import Job
 
 
@@ -17,6 +18,24 @@ def test_secret_names_are_never_params() -> None:
     assert is_secret("api_key") and is_secret("DB_PASSWORD") and is_secret("SCANFLOW_TOKEN")
     assert public_params({"epochs": 3, "client_secret": "x", "lr": 0.1}) == {"epochs": "3", "lr": "0.1"}
     assert to_jsonable(3) == {"result": 3} and to_jsonable(None) == {}
+
+
+def test_job_argv_carries_no_params() -> None:
+    job = Job(name="t", entrypoint="pkg.mod:fn", params={"api_key": "sk-1", "epochs": 2})
+    assert job_argv("/py", job) == ["/py", "-m", "scanflow.platform.jobrunner", "pkg.mod:fn"]
+    assert job_argv("/py", Job(name="t", entrypoint=["echo", "x"])) == ["echo", "x"]
+
+
+@pytest.mark.integration
+def test_job_params_are_not_on_the_command_line(platform, mlflow_server) -> None:  # type: ignore[no-untyped-def]
+    """The running job reads its own /proc/self/cmdline (what ps shows): no param value is in it,
+    yet the function received the secret (through SCANFLOW_JOB_PARAMS)."""
+    job = Job(name="argv", entrypoint="plat_jobs:own_cmdline", params={"api_key": "sk-argv-secret"}, timeout_s=120)
+    res = platform.run_job(job, {"epochs_marker": "marker-4711"})
+    assert res.succeeded, res.message
+    assert "scanflow.platform.jobrunner plat_jobs:own_cmdline" in res.outputs["cmdline"]
+    assert "sk-argv-secret" not in res.outputs["cmdline"] and "marker-4711" not in res.outputs["cmdline"]
+    assert "--params" not in res.outputs["cmdline"] and res.outputs["got_key"] == "True"
 
 
 def _log_text(client: MlflowClient, run_id: str, tmp_path) -> str:  # type: ignore[no-untyped-def]
