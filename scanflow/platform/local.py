@@ -15,8 +15,13 @@ still the same process (pid + start time + command line) is taken over and watch
 ones are restarted, and anything else this home's platform left running is killed. So a SIGKILLed
 owner (the Executor) costs no downtime: the services never stopped.
 
-Concurrency: one lock serialises every change (public calls and supervisor ticks); HTTP calls made
-under it are short and bounded. Methods block: async callers use asyncio.to_thread.
+Concurrency: `_lock` guards the in-memory state (public calls and supervisor ticks) and is never
+held across a public call's HTTP requests to a gateway or replica (up to 15 s x 4 attempts each):
+those calls snapshot their targets under it, call outside it, and re-take it to record the results,
+so the supervisor keeps restarting crashed replicas and status() answers meanwhile. `_changes`
+serialises the public calls that change a service (scale, set_resources, route), so two of them
+never interleave their requests. Only the supervisor's own short probes run under `_lock`.
+Methods block: async callers use asyncio.to_thread.
 Who calls: the Executor agent's actuators, `scanflow deploy`, the demo, tests and benchmarks.
 """
 
@@ -146,7 +151,8 @@ class LocalPlatform:
         self._starts: weakref.WeakKeyDictionary[Any, int | None] = weakref.WeakKeyDictionary()
         self.experiment = experiment
         self._services: dict[str, _Service] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the state; never held across a public call's HTTP requests
+        self._changes = threading.RLock()  # one public change at a time; taken before _lock, never inside it
         self._closed = threading.Event()
         self._interval = supervise_interval_s
         self._supervisor = threading.Thread(target=self._supervise, name="scanflow-supervisor", daemon=True)
@@ -224,18 +230,37 @@ class LocalPlatform:
             notes.append(f"replica {rep.rid}: not enough cores for exclusive placement; cores are shared")
         return notes
 
-    def _sync_gateway(self, svc: _Service, force: bool = False) -> None:
-        urls = tuple(sorted(r.url for r in svc.replicas.values() if r.state == "ready"))
-        if urls == svc.registered and not force:
-            return
+    @staticmethod
+    def _ready_urls(svc: _Service) -> tuple[str, ...]:
+        """The replica URLs the gateway should hold (caller holds the lock)."""
+        return tuple(sorted(r.url for r in svc.replicas.values() if r.state == "ready"))
+
+    def _put_replicas(self, endpoint: str, urls: tuple[str, ...]) -> str | None:
+        """Send the gateway its replica list; the error as text, or None. Touches no state (no lock needed)."""
         try:
-            procs.call("PUT", f"{svc.endpoint}/admin/replicas", json={"replicas": list(urls)},
+            procs.call("PUT", f"{endpoint}/admin/replicas", json={"replicas": list(urls)},
                        headers=self._headers(), timeout_s=15.0)
+            return None
+        except procs.HttpError as exc:
+            return str(exc)
+
+    @staticmethod
+    def _record_sync(svc: _Service, urls: tuple[str, ...], error: str | None) -> None:
+        """Record what the gateway holds after a replica-list update (caller holds the lock). If the
+        ready set moved on meanwhile, the next supervisor tick sends the difference."""
+        if error is None:
             svc.registered = urls
             svc.notes.pop("gateway", None)
-        except procs.HttpError as exc:
+        else:
             svc.registered = None
-            svc.notes["gateway"] = f"gateway not updated: {exc}"
+            svc.notes["gateway"] = f"gateway not updated: {error}"
+
+    def _sync_gateway(self, svc: _Service, force: bool = False) -> None:
+        """Update the gateway's replica list under the lock: the supervisor's path (a local call, 15 s at most per try)."""
+        urls = self._ready_urls(svc)
+        if urls == svc.registered and not force:
+            return
+        self._record_sync(svc, urls, self._put_replicas(svc.endpoint, urls))
 
     # -- state on disk, and adoption ------------------------------------------------------------
     @property
@@ -388,7 +413,6 @@ class LocalPlatform:
     def _tick(self, svc: _Service) -> None:
         """One reconciliation step (caller holds the lock): promote ready replicas, replace dead ones."""
         now = time.monotonic()
-        changed = False
         if svc.gateway.poll() is not None:
             log.warning("service %s: gateway exited (%s); restarting", svc.spec.name, svc.gateway.returncode)
             svc.gateway = self._spawn_gateway(svc.spec, svc.gateway_port, svc.backup_url)
@@ -397,20 +421,20 @@ class LocalPlatform:
         for rep in svc.replicas.values():
             if rep.state != "dead" and rep.proc.poll() is not None:
                 log.warning("service %s: replica %d exited (%s)", svc.spec.name, rep.rid, rep.proc.returncode)
-                rep.state, changed = "dead", True
+                rep.state = "dead"
                 rep.restart_at = now + min(MAX_BACKOFF_S, 0.5 * 2 ** rep.restarts)
             elif rep.state == "starting":
                 if procs.is_ready(f"{rep.url}/ready", 1.0):
                     svc.notes.update({f"replica-{rep.rid}-{i}": n for i, n in enumerate(self._apply_to_replica(svc, rep))})
-                    rep.state, changed = "ready", True
+                    rep.state = "ready"
                 elif now - rep.started_at > READY_DEADLINE_S:
                     procs.stop(rep.proc, 2.0)
                     rep.state = "dead"
                     rep.restart_at = now + min(MAX_BACKOFF_S, 0.5 * 2 ** rep.restarts)
                     svc.notes[f"replica-{rep.rid}-ready"] = f"replica {rep.rid} not ready in {READY_DEADLINE_S:.0f}s"
-        if changed and gateway_up:
-            self._sync_gateway(svc)
-        elif svc.registered is None and gateway_up:
+        if svc.registered is not None and gateway_up:
+            self._sync_gateway(svc)  # a no-op unless the ready set differs from what the gateway holds
+        elif gateway_up:
             self._sync_gateway(svc, force=True)
             if svc.backup_url:
                 self._put_backup(svc, svc.backup_url)
@@ -496,7 +520,11 @@ class LocalPlatform:
             with self._lock:
                 target = self._services.get(new.backup) if new.backup else None
                 svc.backup_url = target.endpoint if target else None
-                self._put_backup(svc, svc.backup_url)
+                endpoint, url = svc.endpoint, svc.backup_url
+            error = self._send_backup(endpoint, url)  # outside the lock: an HTTP call
+            with self._lock:
+                if error is not None:
+                    svc.notes["backup"] = error
         if new.replicas != len(svc.replicas):
             self.scale(new.name, new.replicas)
         rest = {"max_batch_size", "max_batch_wait_ms", "port", "image"}
@@ -508,14 +536,26 @@ class LocalPlatform:
         self._persist()
         return self.status(new.name)
 
-    def _put_backup(self, svc: _Service, url: str | None) -> None:
+    def _send_backup(self, endpoint: str, url: str | None) -> str | None:
+        """Tell a gateway its backup; a note on failure, or None. Touches no state (no lock needed)."""
         try:
-            procs.call("PUT", f"{svc.endpoint}/admin/backup", json={"url": url}, headers=self._headers())
+            procs.call("PUT", f"{endpoint}/admin/backup", json={"url": url}, headers=self._headers())
+            return None
         except procs.HttpError as exc:
-            svc.notes["backup"] = f"backup not set on gateway: {exc}"
+            return f"backup not set on gateway: {exc}"
+
+    def _put_backup(self, svc: _Service, url: str | None) -> None:
+        """The supervisor's and deploy's path, under the lock."""
+        error = self._send_backup(svc.endpoint, url)
+        if error is not None:
+            svc.notes["backup"] = error
 
     def scale(self, service: str, replicas: int) -> ServiceStatus:
         """Add replicas (ready before they join) or remove them (leave gateway, drain, stop)."""
+        with self._changes:
+            return self._scale(service, replicas)
+
+    def _scale(self, service: str, replicas: int) -> ServiceStatus:
         with self._lock:
             svc = self._get(service)
             if not 0 <= replicas <= svc.spec.max_replicas:
@@ -529,9 +569,12 @@ class LocalPlatform:
                     svc.replicas[rid] = self._spawn_replica(svc, rid)
             victims = [svc.replicas.pop(rid) for rid in current[replicas:]] if replicas < len(current) else []
             svc.spec = svc.spec.model_copy(update={"replicas": replicas})
-            if victims:
-                self._sync_gateway(svc, force=True)  # out of rotation first
+            urls, endpoint = self._ready_urls(svc), svc.endpoint
             self._persist()
+        if victims:  # out of rotation first (every later update leaves them out too: they are popped)
+            error = self._put_replicas(endpoint, urls)
+            with self._lock:
+                self._record_sync(svc, urls, error)
         for rep in victims:
             self._retire(svc, rep)
         self._wait_ready(service)
@@ -551,53 +594,69 @@ class LocalPlatform:
         self, service: str, resources: Resources, affinity: Affinity | None = None,
         threads: int | None = None,
     ) -> ResourceChange:
-        """Re-place every replica (affinity + cgroup) and resize its thread pool to the cores it got."""
-        with self._lock:
-            svc = self._get(service)
-            update: dict[str, Any] = {"resources": resources, "threads": threads}
-            if affinity is not None:
-                update["affinity"] = affinity
-            svc.spec = svc.spec.model_copy(update=update)
-            notes: list[str] = []
-            applied: dict[str, Any] = {}
-            for rep in sorted(svc.replicas.values(), key=lambda r: r.rid):
-                if rep.state != "ready":
-                    continue  # it gets the new settings when it becomes ready
-                notes += self._apply_to_replica(svc, rep)
-                place = self._placement(svc.spec, rep.rid)
-                n = default_threads(svc.spec, place, self.topology.total)
+        """Re-place every replica (affinity + cgroup) and resize its thread pool to the cores it got.
+        Placement is applied under the lock (local syscalls); the thread-pool requests go out after it."""
+        with self._changes:
+            with self._lock:
+                svc = self._get(service)
+                update: dict[str, Any] = {"resources": resources, "threads": threads}
+                if affinity is not None:
+                    update["affinity"] = affinity
+                svc.spec = svc.spec.model_copy(update=update)  # replicas started from now on get it too
+                notes: list[str] = []
+                applied: dict[str, Any] = {}
+                resize: list[tuple[int, str, int]] = []  # (rid, url, threads)
+                for rep in sorted(svc.replicas.values(), key=lambda r: r.rid):
+                    if rep.state != "ready":
+                        continue  # it gets the new settings when it becomes ready
+                    notes += self._apply_to_replica(svc, rep)
+                    place = self._placement(svc.spec, rep.rid)
+                    n = default_threads(svc.spec, place, self.topology.total)
+                    resize.append((rep.rid, rep.url, n))
+                    applied[f"{service}-{rep.rid}"] = {"cpus": list(place.cpus), "threads": n}
+                self._persist()
+            for rid, url, n in resize:
                 try:
-                    procs.call("POST", f"{rep.url}/admin/threads", json={"threads": n},
+                    procs.call("POST", f"{url}/admin/threads", json={"threads": n},
                                headers=self._headers(), timeout_s=15.0)
                 except procs.HttpError as exc:
-                    notes.append(f"replica {rep.rid}: thread pool not resized: {exc}")
-                applied[f"{service}-{rep.rid}"] = {"cpus": list(place.cpus), "threads": n}
-            svc.notes = {k: v for k, v in svc.notes.items() if not k.startswith("replica-")}
-            svc.notes.update({f"replica-set-{i}": n for i, n in enumerate(notes)})
-            self._persist()
+                    notes.append(f"replica {rid}: thread pool not resized: {exc}")
+            with self._lock:
+                svc.notes = {k: v for k, v in svc.notes.items() if not k.startswith("replica-")}
+                svc.notes.update({f"replica-set-{i}": n for i, n in enumerate(notes)})
+                self._persist()
         applied.update({"cpu": resources.cpu, "memory": resources.memory,
                         "affinity": svc.spec.affinity.policy})
         method = "affinity+cgroup" if self.cgroup_support.usable else "affinity"
         return ResourceChange(service=service, method=method, applied=applied, notes=tuple(dict.fromkeys(notes)))
 
     def route(self, service: str, to: str | None = None) -> ServiceStatus:
-        """Failover to service `to` (its gateway becomes our backup, route forced), or back to 'auto'."""
-        with self._lock:
-            svc = self._get(service)
-            if to is None:
-                procs.call("PUT", f"{svc.endpoint}/admin/route", json={"to": "auto"}, headers=self._headers())
-                svc.routed_to = None
-            else:
-                target = self._get(to)
-                if target is svc:
-                    raise PlatformError(f"cannot route {service!r} to itself; use to=None")
-                if svc.backup_url != target.endpoint:
-                    svc.backup_url = target.endpoint
-                    procs.call("PUT", f"{svc.endpoint}/admin/backup", json={"url": target.endpoint},
-                               headers=self._headers())
-                procs.call("PUT", f"{svc.endpoint}/admin/route", json={"to": "backup"}, headers=self._headers())
+        """Failover to service `to` (its gateway becomes our backup, route forced), or back to 'auto'.
+        The gateway is told first (outside the lock); the state records only what it accepted."""
+        with self._changes:
+            with self._lock:
+                svc = self._get(service)
+                endpoint = svc.endpoint
+                backup: str | None = None  # a new backup URL to send first
+                target_url: str | None = None
+                if to is not None:
+                    target = self._get(to)
+                    if target is svc:
+                        raise PlatformError(f"cannot route {service!r} to itself; use to=None")
+                    backup = target.endpoint if svc.backup_url != target.endpoint else None
+                    target_url = target.endpoint
+            if backup is not None:
+                procs.call("PUT", f"{endpoint}/admin/backup", json={"url": backup}, headers=self._headers())
+                with self._lock:
+                    svc.backup_url = backup
+                    self._persist()
+            procs.call("PUT", f"{endpoint}/admin/route", json={"to": "auto" if to is None else "backup"},
+                       headers=self._headers())
+            with self._lock:
                 svc.routed_to = to
-            self._persist()
+                if target_url is not None:
+                    svc.backup_url = target_url
+                self._persist()
         return self.status(service)
 
     def swap_model(self, service: str, model_uri: str) -> ServiceStatus:
