@@ -63,6 +63,26 @@ def _pip_requirements() -> list[str]:
     return [f"{name}=={version(name).split('+')[0]}" for name in ("torch", "numpy", "cloudpickle")]
 
 
+def _best_of(restarts: int, x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarray, *,
+             hidden: int, epochs: int, lr: float, seed: int) -> tuple[Any, list[float], float]:
+    """Train `restarts` models (seeds seed, seed+1, ...) and keep the best on the clean validation split.
+
+    Why: one run is high-variance here. The same data (719 clean + 306 critical rows) gave clean test
+    accuracy 0.930 with seed 0 and 0.967 / 0.969 with seeds 1 / 2, and a 0.930 challenger is rightly
+    refused by the promotion gate (clean loss > 1 point): S1 then never gets a new champion. Training
+    takes < 1 s, so three restarts cost ~2 s of a job dominated by interpreter start-up. The
+    validation split (calibration) is held out from training and from the test split."""
+    best: tuple[Any, list[float], float] | None = None
+    for i in range(restarts):
+        model = build_model(hidden=hidden, seed=seed + i)
+        losses = fit(model, x, y, epochs=epochs, lr=lr, seed=seed + i)
+        acc = accuracy(model, x_val, y_val)
+        if best is None or acc > best[2]:
+            best = (model, losses, acc)
+    assert best is not None
+    return best
+
+
 def train(
     tracking_uri: str | None = None,
     model_name: str = "digits",
@@ -75,6 +95,7 @@ def train(
     drift_kind: str = "noise",
     drift_severity: int = 2,
     experiment: str = EXPERIMENT,
+    restarts: int = 3,
 ) -> dict[str, Any]:
     """Train, evaluate, log and register a digits model; set `alias` (the very first one: 'champion').
 
@@ -87,8 +108,9 @@ def train(
     if drift_kind not in KINDS or drift_severity not in SEVERITIES:
         raise ValueError(f"drift_kind must be one of {list(KINDS)} and drift_severity one of "
                          f"{list(SEVERITIES)}, got {drift_kind!r}, {drift_severity!r}")
-    if epochs < 1 or hidden < 1 or lr <= 0:
-        raise ValueError(f"need epochs >= 1, hidden >= 1 and lr > 0, got {epochs}, {hidden}, {lr}")
+    if epochs < 1 or hidden < 1 or lr <= 0 or restarts < 1:
+        raise ValueError(f"need epochs >= 1, hidden >= 1, lr > 0 and restarts >= 1, got {epochs}, {hidden}, {lr}, "
+                         f"{restarts}")
     extra = load_extra_points(extra_points_path) if extra_points_path else None
     import mlflow
     import mlflow.pytorch
@@ -107,8 +129,8 @@ def train(
         n_extra = len(xe)
         x, y = np.concatenate([x, xe]), np.concatenate([y, ye])
 
-    model = build_model(hidden=hidden, seed=seed)
-    losses = fit(model, x, y, epochs=epochs, lr=lr, seed=seed)
+    model, losses, val_acc = _best_of(restarts, x, y, splits.x_calibration, splits.y_calibration,
+                                      hidden=hidden, epochs=epochs, lr=lr, seed=seed)
     x_drifted = corrupt(splits.x_test, drift_kind, drift_severity, rng=seed)  # type: ignore[arg-type]
     acc_clean = accuracy(model, splits.x_test, splits.y_test)
     acc_drifted = accuracy(model, x_drifted, splits.y_test)
@@ -116,13 +138,15 @@ def train(
 
     first = get_alias_version(model_name, CHAMPION) is None
     params = {"epochs": epochs, "seed": seed, "hidden": hidden, "lr": lr, "n_train": len(splits.x_train),
-              "n_extra": n_extra, "drift_kind": drift_kind, "drift_severity": drift_severity, "alias": alias}
+              "n_extra": n_extra, "drift_kind": drift_kind, "drift_severity": drift_severity, "alias": alias,
+              "restarts": restarts}
     active = mlflow.active_run()  # under the job runner (Platform.run_job) the job's run is active: log there
     with (mlflow.start_run(experiment_id=ensure_experiment(experiment)) if active is None
           else contextlib.nullcontext(active)) as run:
         mlflow.log_params(params)
         mlflow.log_metrics({"accuracy_clean": acc_clean, "accuracy_drifted": acc_drifted,
-                            "final_loss": losses[-1], "train_seconds": train_s})
+                            "final_loss": losses[-1], "train_seconds": train_s,
+                            "accuracy_validation": val_acc})
         info = mlflow.pytorch.log_model(
             model, name=model_name, input_example=splits.x_test[:2], serialization_format="pickle",
             registered_model_name=model_name, pip_requirements=_pip_requirements(),
