@@ -12,7 +12,9 @@ How each operation maps onto the API (DESIGN.md §5):
 - set_resources: `pods/resize` on clusters >= 1.33 then the template is brought in line; rolling
   update (maxUnavailable 0) where in-place cannot work (older cluster, QoS change, static CPU manager);
 - route: the Service selector is switched to the backup's pods, and back;
-- run_job: a batch/v1 Job, waited on through its conditions, logs attached to an MLflow run.
+- run_job: one MLflow run per Job, opened first and passed in the Job's env (MLFLOW_RUN_ID) so the
+  job runner logs into it; a batch/v1 Job, waited on through its conditions; pod logs attached
+  and the function's outputs.json read back into the JobResult.
 Every call carries `_request_timeout` and bounded retries with backoff (tenacity); API errors become
 PlatformError subclasses whose message names the verb and resource (a 403 names what the Role lacks).
 Methods block: calling them on a running event loop raises at once (use asyncio.to_thread).
@@ -22,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import urllib3
@@ -492,13 +496,24 @@ class KubernetesPlatform:
         )
 
     def run_job(self, job: Job, params: dict[str, Any] | None = None) -> JobResult:
-        """Run `job` as a batch/v1 Job, wait on its conditions (timeout_s), attach logs to MLflow."""
+        """Run `job` as a batch/v1 Job in one MLflow run: the run is opened first and its id passed in
+        the Job's env (MLFLOW_RUN_ID), so the job runner logs params, metrics and `outputs.json` into
+        it; the pod logs, duration and outcome are added when the Job ends, and `outputs.json` is read
+        back into JobResult.outputs. Waits on the Job's conditions up to timeout_s (+ grace)."""
         _ensure_not_on_event_loop("run_job")
         run_name = f"{job.name[:54]}-{uuid.uuid4().hex[:8]}"
+        merged = {**job.params, **(params or {})}
+        tracking = self._open_job_run(job, run_name, merged)
+        run_id = tracking[0].run_id if tracking else None
         body = mf.batch_job(job, run_name, params=params, namespace=self.namespace, image=self.image,
-                            workflow=self.workflow, tracking_uri=self.tracking_uri)
+                            workflow=self.workflow, tracking_uri=self.tracking_uri, run_id=run_id)
         started = time.monotonic()
-        self._call("create", "jobs", self.batch.create_namespaced_job, self.namespace, body)
+        try:
+            self._call("create", "jobs", self.batch.create_namespaced_job, self.namespace, body)
+        except PlatformError:
+            if tracking:
+                self._close_job_run(tracking, run_name, succeeded=False, duration=0.0, logs="<job not created>")
+            raise
         deadline = started + job.timeout_s + self.job_grace_s
         succeeded: bool | None = None
         message = ""
@@ -520,9 +535,63 @@ class KubernetesPlatform:
                 time.sleep(self.poll_interval_s)
         duration = time.monotonic() - started
         logs = self._job_logs(run_name)
-        run_id, log_note = self._log_job_to_mlflow(job, run_name, params or {}, succeeded, duration, logs)
+        outputs: dict[str, Any] = {}
+        if tracking is None:
+            note = " (no MLflow run: no tracking URI)" if not self.tracking_uri else \
+                " (logs not attached: MLflow unreachable when the Job started)"
+        else:
+            outputs, note = self._close_job_run(tracking, run_name, succeeded, duration, logs)
         return JobResult(name=run_name, succeeded=succeeded, run_id=run_id, duration_s=duration,
-                         message=message + log_note, outputs={"k8s_job": run_name})
+                         message=message + note, outputs=outputs)
+
+    def _open_job_run(self, job: Job, run_name: str, params: dict[str, Any]) -> tuple[Any, Any] | None:
+        """Create the Job's MLflow run (experiment scanflow-jobs/<workflow>; a command job's public params):
+        (run info, client), or None without a tracking URI or when MLflow is unreachable (the Job
+        still runs; its job runner then opens a run of its own)."""
+        if not self.tracking_uri:
+            return None
+        try:
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient(self.tracking_uri)
+            exp_name = f"scanflow-jobs/{self.workflow or self.namespace}"
+            exp = client.get_experiment_by_name(exp_name)
+            exp_id = exp.experiment_id if exp else client.create_experiment(exp_name)
+            run = client.create_run(exp_id, run_name=run_name, tags={
+                "scanflow.job": job.name, "scanflow.k8s_job": run_name, "scanflow.namespace": self.namespace})
+            if not isinstance(job.entrypoint, str):  # a 'module:function' job's runner logs its own params
+                for key, value in mlflow_params(params).items():
+                    client.log_param(run.info.run_id, key, value)
+            return run.info, client
+        except Exception as exc:  # noqa: BLE001  # tracking down must not stop the job
+            log.warning("no MLflow run for job %s: %s", run_name, type(exc).__name__)
+            return None
+
+    def _close_job_run(
+        self, tracking: tuple[Any, Any], run_name: str, succeeded: bool, duration: float, logs: str,
+    ) -> tuple[dict[str, Any], str]:
+        """Attach pod logs, duration and outcome to the Job's run and read back the `outputs.json`
+        its job runner logged: (outputs, note for the message). A missing outputs.json (a command
+        job, a failed function) gives {}; MLflow errors give a note, never an exception."""
+        import json
+
+        info, client = tracking
+        run_id = info.run_id
+        outputs: dict[str, Any] = {}
+        note = ""
+        try:
+            client.log_metric(run_id, "duration_s", duration)
+            client.log_text(run_id, logs or "<no pod logs>", f"logs/{run_name}.log")
+            if any(a.path == "outputs.json" for a in client.list_artifacts(run_id)):
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = client.download_artifacts(run_id, "outputs.json", tmp)
+                    loaded = json.loads(Path(path).read_text())
+                outputs = loaded if isinstance(loaded, dict) else {"result": loaded}
+            client.set_terminated(run_id, "FINISHED" if succeeded else "FAILED")
+        except Exception as exc:  # noqa: BLE001  # the job's outcome must not be lost because tracking is down
+            log.warning("could not complete job %s's MLflow run: %s", run_name, type(exc).__name__)
+            note = f" (MLflow run not completed: {type(exc).__name__})"
+        return outputs, note
 
     def _job_logs(self, run_name: str, limit_bytes: int = 1_000_000) -> str:
         pods = self._call("list", "pods", self.core.list_namespaced_pod, self.namespace,
@@ -537,31 +606,6 @@ class KubernetesPlatform:
                 text = f"<logs unavailable: {exc}>"
             chunks.append(f"==> pod {name} <==\n{text}")
         return "\n".join(chunks)
-
-    def _log_job_to_mlflow(
-        self, job: Job, run_name: str, params: dict[str, Any], succeeded: bool, duration: float, logs: str,
-    ) -> tuple[str | None, str]:
-        """One MLflow run per Job run: public params, duration, outcome and the pod logs as an artifact."""
-        if not self.tracking_uri:
-            return None, ""
-        try:
-            from mlflow.tracking import MlflowClient
-
-            client = MlflowClient(self.tracking_uri)
-            exp_name = f"scanflow-jobs/{self.workflow or self.namespace}"
-            exp = client.get_experiment_by_name(exp_name)
-            exp_id = exp.experiment_id if exp else client.create_experiment(exp_name)
-            run = client.create_run(exp_id, run_name=run_name, tags={
-                "scanflow.job": job.name, "scanflow.k8s_job": run_name, "scanflow.namespace": self.namespace})
-            for key, value in mlflow_params({**job.params, **params}).items():
-                client.log_param(run.info.run_id, key, value)
-            client.log_metric(run.info.run_id, "duration_s", duration)
-            client.log_text(run.info.run_id, logs or "<no pod logs>", f"logs/{run_name}.log")
-            client.set_terminated(run.info.run_id, "FINISHED" if succeeded else "FAILED")
-            return run.info.run_id, ""
-        except Exception as exc:  # noqa: BLE001  # the job's outcome must not be lost because tracking is down
-            log.warning("could not attach job %s logs to MLflow: %s", run_name, type(exc).__name__)
-            return None, f" (logs not attached to MLflow: {type(exc).__name__})"
 
     def delete(self, service: str) -> None:
         _ensure_not_on_event_loop("delete")

@@ -397,8 +397,11 @@ def batch_job(
     backoff_limit: int = 1,
     ttl_after_finished_s: int = 3600,
     service_account: str = "scanflow",
+    run_id: str | None = None,
 ) -> Manifest:
-    """A batch/v1 Job for one run of `job` (named `run_name`, unique per run)."""
+    """A batch/v1 Job for one run of `job` (named `run_name`, unique per run). `run_id`: the MLflow
+    run the platform opened for it; the job runner logs into that run (MLFLOW_RUN_ID) instead of
+    opening its own."""
     merged = public_params({**job.params, **(params or {})})
     job_labels = labels(job.name, workflow, component="job")
     job_labels.pop(SERVICE_LABEL)
@@ -415,6 +418,7 @@ def batch_job(
             {"name": "MLFLOW_EXPERIMENT_NAME", "value": f"scanflow-jobs/{workflow or namespace}"},
             {"name": "OMP_NUM_THREADS", "value": str(default_threads(job.resources))},
             secret_env("SCANFLOW_TOKEN", "token"),
+            *([{"name": "MLFLOW_RUN_ID", "value": run_id}] if run_id else []),
         ],
         "resources": resources_block(job.resources),
         "securityContext": container_security_context(),

@@ -158,3 +158,12 @@ def test_job_manifest_runs_module_functions_through_jobrunner() -> None:
     assert body["spec"]["template"]["spec"]["containers"][0]["command"] == [
         "python", "-m", "scanflow.platform.jobrunner", "pkg.mod:fn"]
     assert body["spec"]["activeDeadlineSeconds"] == 91
+
+
+def test_job_manifest_names_the_platforms_mlflow_run() -> None:
+    def env(body: dict) -> dict:  # type: ignore[type-arg]
+        return {e["name"]: e.get("value") for e in body["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    job = Job(name="train", entrypoint="pkg.mod:fn")
+    assert env(mf.batch_job(job, "train-1", run_id="abc123"))["MLFLOW_RUN_ID"] == "abc123"
+    assert "MLFLOW_RUN_ID" not in env(mf.batch_job(job, "train-1"))  # no run: the job runner opens its own

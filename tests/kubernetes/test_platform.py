@@ -7,7 +7,10 @@ that a real API server needs; strategic-merge semantics are asserted on the requ
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +24,7 @@ from scanflow.platform.kubernetes import KubernetesForbidden, KubernetesNotFound
 from scanflow.spec import Affinity, Job, Resources, Service
 
 NS = "scanflow"
+HERE = Path(__file__).parent
 DEP = "/apis/apps/v1/namespaces/scanflow/deployments"
 SVC = "/api/v1/namespaces/scanflow/services"
 MERGE = "application/merge-patch+json"
@@ -245,49 +249,70 @@ async def test_blocking_calls_refuse_a_running_event_loop(make_platform):
         plat.scale("digits", 2)
 
 
-def _complete_job_when_created(plat: KubernetesPlatform, *, succeed: bool) -> threading.Thread:
-    """Play the job controller: mark the first Job complete (or failed) and give it a pod."""
+def _run_container(job: dict[str, Any]) -> int:
+    """Play the kubelet for a Job's container: run its command (the real job runner) with the
+    literal env values of the manifest (valueFrom entries have no Secret here) on this machine."""
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    env.update({e["name"]: e["value"] for e in container.get("env") or [] if "value" in e})
+    argv = [sys.executable if a == "python" else a for a in container["command"]]
+    return subprocess.run(argv, check=False, env=env, timeout=120, capture_output=True).returncode
 
-    def run() -> None:
+
+def _complete_job_when_created(plat: KubernetesPlatform, *, succeed: bool, run: bool = False) -> threading.Thread:
+    """Play the job controller: mark the first Job complete (or failed) and give it a pod; with
+    `run`, first run its container for real (the outcome then decides the condition)."""
+
+    def work() -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             jobs = plat.batch.list_namespaced_job(NS).items
             if jobs:
                 name = jobs[0].metadata.name
+                ok = succeed
+                if run:
+                    ok = _run_container(plat.api_client.sanitize_for_serialization(jobs[0])) == 0
                 add_job_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
                     "name": f"{name}-x", "namespace": NS, "labels": {"batch.kubernetes.io/job-name": name}},
                     "spec": {"containers": [{"name": "job", "image": "x"}]}}
                 plat.core.create_namespaced_pod(NS, add_job_pod)
-                cond = {"type": "Complete" if succeed else "Failed", "status": "True", "reason": "Done"}
+                cond = {"type": "Complete" if ok else "Failed", "status": "True", "reason": "Done"}
                 plat.batch.patch_namespaced_job_status(name, NS, {"status": {"conditions": [cond]}})
                 return
             time.sleep(0.02)
 
-    t = threading.Thread(target=run, daemon=True)
+    t = threading.Thread(target=work, daemon=True)
     t.start()
     return t
 
 
 @pytest.mark.slow
-def test_run_job_waits_on_conditions_and_attaches_logs_to_mlflow(kmock_server, make_platform, tmp_path):
+def test_run_job_is_one_mlflow_run_with_the_functions_outputs_and_the_pod_logs(kmock_server, make_platform, tmp_path):
+    """The platform opens the run and names it in the Job's env; the real job runner (run here as the
+    container would) logs params and outputs.json into that same run; the platform attaches the pod
+    logs and reads outputs.json back into the JobResult. One run per Job."""
     from mlflow.tracking import MlflowClient
 
     kmock_server.emulator["get", re.compile(r".*/pods/[^/]+/log$")] << "epoch 1 loss 0.42\n"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    plat = make_platform(tracking_uri=uri)
-    job = Job(name="train", entrypoint="workflows.digits.train:main", params={"epochs": 3})
-    helper = _complete_job_when_created(plat, succeed=True)
+    plat = make_platform(tracking_uri=uri, job_grace_s=120)
+    job = Job(name="train", entrypoint="k8s_jobfns:train", params={"epochs": 3})
+    helper = _complete_job_when_created(plat, succeed=True, run=True)
     result = plat.run_job(job, {"api_token": "s3cret", "lr": 0.01})
     helper.join(5)
     assert result.succeeded and result.run_id, result.message
+    assert result.outputs == {"accuracy": pytest.approx(0.8), "epochs": 3}  # read back from the run
     create = next(r for r in kmock_server.requests() if r.method.value == "POST"
                   and r.url.path == "/apis/batch/v1/namespaces/scanflow/jobs")
     spec = create.data["spec"]
     assert spec["backoffLimit"] == 1 and spec["ttlSecondsAfterFinished"] == 3600
+    env = {e["name"]: e.get("value") for e in spec["template"]["spec"]["containers"][0]["env"]}
+    assert env["MLFLOW_RUN_ID"] == result.run_id and env["MLFLOW_TRACKING_URI"] == uri
     assert "s3cret" not in create.text
     client = MlflowClient(uri)
     run = client.get_run(result.run_id)
     assert run.data.params == {"epochs": "3", "lr": "0.01"} and run.info.status == "FINISHED"
+    assert len(client.search_runs([run.info.experiment_id])) == 1  # one run per Job
     local = client.download_artifacts(result.run_id, f"logs/{result.name}.log", str(tmp_path))
     assert "epoch 1 loss 0.42" in Path(local).read_text()
 
