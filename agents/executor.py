@@ -290,7 +290,10 @@ def swap_model(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 @agent.actuator("route")
 def route(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     _pid, p = _plan(ctx, args)
-    service = str(p.get("service") or next(s.name for s in current_workflow().services if s.backup))
+    service = p.get("service") or next((s.name for s in current_workflow().services if s.backup), None)
+    if not service:
+        raise PermanentError("route needs 'service' (no service of the workflow declares a backup)")
+    service = str(service)
     try:
         st = platform().route(service, p.get("to"))
     except PlatformError as exc:
