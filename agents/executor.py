@@ -123,7 +123,8 @@ def _labelled_points(critical_ids: set[str], from_seq: int = 0) -> tuple[np.ndar
     if run_id is None:
         return np.zeros((0, 0), np.float32), np.zeros(0, np.int64)
     batch = read_since(run_id, max(0, from_seq))
-    xs, ys = [], []
+    xs: list[list[float]] = []
+    ys: list[int] = []
     for r in batch.records:
         if r.request_id in critical_ids and r.labels is not None and len(r.labels) == len(r.inputs):
             xs.extend(r.inputs)
