@@ -48,6 +48,7 @@ bench: setup-test
 
 lint: setup-test
 	$(BIN)/ruff check scanflow agents workflows tests benchmarks
+	$(BIN)/mypy scanflow agents workflows
 
 clean:
 	rm -rf $(VENV) .scanflow
