@@ -19,6 +19,28 @@ def port() -> int:
     return free_port()
 
 
+@pytest.fixture(autouse=True)
+def _restore_mlflow_tracking_uri():  # type: ignore[no-untyped-def]
+    """Undo a test's `mlflow.set_tracking_uri(...)` (process-wide, and it also sets the env var).
+
+    Without this a test that points MLflow at its own short-lived server (an e2e stack, a SQLite store)
+    leaves every later test of the session talking to a dead URL, retrying for minutes.
+    """
+    import os
+    import sys
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if "mlflow" in sys.modules:
+        import mlflow
+
+        mlflow.set_tracking_uri(before)  # type: ignore[arg-type]  # None resets to the default
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
+
+
 # --- tracking (knowledge base): one real MLflow server for the whole session ------------------
 
 
