@@ -98,7 +98,12 @@ def run(ctx: DemoContext) -> ScenarioResult:
             for cfg in cands:
                 probes[cfg].append(measure(cfg, probe_s / 2))
         measured = {cfg: statistics.median(v) for cfg, v in probes.items()}
-        decision = tune.decide(tune.TuneContext(machine=machine, measured=measured))
+        # the noise of these probes (largest relative spread of one configuration's rounds): a gain
+        # below it is not a gain, so the Planner keeps the default rather than chase it
+        noise = max(((max(v) - min(v)) / statistics.median(v) for v in probes.values() if statistics.median(v) > 0),
+                    default=0.0)
+        decision = tune.decide(tune.TuneContext(machine=machine, measured=measured,
+                                                min_gain=max(0.03, min(noise, 0.5))))
         choice = decision.config
         res.decisions.append(decision.reason)
         ctx.say(f"S3: Planner chose {label(choice)}; confirming against the default ({rounds} rounds)")

@@ -151,9 +151,14 @@ def decide(ctx: TuneContext) -> TuneDecision:
         if fav_value is not None and ctx.measured[best] < fav_value * (1 + ctx.min_gain):
             choice = favourite
         base = ctx.measured.get(default)
+        kept = base is not None and base > 0 and choice != default \
+            and ctx.measured[choice] < base * (1 + ctx.min_gain)
+        if kept:  # a gain inside the measurement noise does not justify moving the system
+            choice = default
         gain = None if not base else ctx.measured[choice] / base - 1.0
         reason = (f"measured: {choice.replicas}x{choice.threads}/{choice.affinity} at "
-                  f"{ctx.measured[choice]:.0f} rps" + ("" if gain is None else f", {gain:+.0%} vs default"))
+                  f"{ctx.measured[choice]:.0f} rps" + ("" if gain is None else f", {gain:+.0%} vs default")
+                  + (f"; kept the default: no gain above min_gain {ctx.min_gain:.0%}" if kept else ""))
     else:
         choice, source = favourite, "model"
         gain = None  # the model ranks configurations; only a measurement can say by how much

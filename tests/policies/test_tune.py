@@ -43,6 +43,17 @@ def test_within_noise_the_model_favourite_wins() -> None:
     assert tune.decide(TuneContext(m, measured)).config == TuneConfig(4, 1, "pinned")
 
 
+def test_a_gain_within_the_stated_noise_keeps_the_default() -> None:
+    m = Machine(cores=2)
+    default = tune.default_config(m)
+    other = next(c for c in tune.candidates(m) if c != default)
+    measured = {default: 1000.0, other: 1150.0}  # +15%, but the probes spread 20%
+    kept = tune.decide(TuneContext(m, measured, min_gain=0.2))
+    assert kept.config == default and "kept the default" in kept.reason
+    moved = tune.decide(TuneContext(m, {default: 1000.0, other: 1300.0}, min_gain=0.2))
+    assert moved.config == other and moved.expected_gain_vs_default == pytest.approx(0.3)
+
+
 def test_candidates_split_the_machine_evenly() -> None:
     cands = tune.candidates(Machine(cores=6))
     assert {c.replicas for c in cands} == {1, 2, 3, 6}
