@@ -426,19 +426,7 @@ class Store:
             r = conn.execute(_ACTION_BY_KEY, {"k": key}).first()
         if r is None:
             return None
-        return ActionRecord(
-            r.key,
-            r.actuator,
-            r.agent,
-            r.args,
-            r.status,
-            r.result,
-            r.error,
-            r.attempts,
-            r.event_id,
-            r.started_at,
-            r.finished_at,
-        )
+        return _action_record(r)
 
     def start_action(
         self,
@@ -487,19 +475,7 @@ class Store:
             q = q.where(actions.c.status == status)
         with self.engine.connect() as conn:
             return [
-                ActionRecord(
-                    r.key,
-                    r.actuator,
-                    r.agent,
-                    r.args,
-                    r.status,
-                    r.result,
-                    r.error,
-                    r.attempts,
-                    r.event_id,
-                    r.started_at,
-                    r.finished_at,
-                )
+                _action_record(r)
                 for r in conn.execute(q)
             ]
 
@@ -539,3 +515,11 @@ class Store:
         with self._write, self.engine.begin() as conn:
             for k, v in items:
                 self._put(conn, k, v)
+
+
+def _action_record(r: Any) -> ActionRecord:
+    """One `actions` row as the typed record (the column order of ActionRecord)."""
+    return ActionRecord(
+        r.key, r.actuator, r.agent, r.args, r.status, r.result, r.error, r.attempts, r.event_id,
+        r.started_at, r.finished_at,
+    )
