@@ -6,6 +6,8 @@ Plans arrive in its inbox as `plan.approved` (from the Planner); the workflow's 
   retrain: the training job on the clean training data + the critical points of the drifted windows
     with their TRUE labels (the labels the load sent with each request, stored by the Tracker);
     30% of those labelled points are held out for evaluation. The new model becomes `challenger`.
+    Once per plan: the job's MLflow run is tagged with the plan (`scanflow.plan`); a retry after a
+    crash reuses a finished run of the plan and its registered version instead of training again.
   evaluate_and_promote: challenger vs champion on held-out clean data AND the held-out drifted points;
     promoted to `champion` only if the promotion policy says it is better (the reason is recorded
     in the alias history in MLflow).
@@ -132,8 +134,88 @@ def _labelled_points(critical_ids: set[str], from_seq: int = 0) -> tuple[np.ndar
     return np.asarray(xs, np.float32), np.asarray(ys, np.int64)
 
 
+# A retried `retrain` must not train (and register) a second model for the same plan. The platform
+# opens the training job's MLflow run inside run_job, so the Executor can tag the run only once the job
+# is over; a crash between the job's end and the tag is covered by the plan's own training-data path,
+# which the job runner logs as the param `extra_points_path` when the job starts. On retry a FINISHED
+# run found either way that registered a version is reused; an unfinished one (cut with the Executor)
+# is trained again.
+PLAN_TAG = "scanflow.plan"
+KEY_TAG = "scanflow.idempotency_key"
+PATH_PARAM = "extra_points_path"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRun:
+    """What the lookup saw of one training run of a plan."""
+
+    run_id: str
+    status: str  # MLflow run status: RUNNING, FINISHED, FAILED, KILLED, SCHEDULED
+    start_time: int  # ms since the epoch
+    version: str | None  # the model version this run registered, if any
+
+
+def reusable_run(runs: list[PlanRun]) -> PlanRun | None:
+    """Pure: the newest FINISHED run of the plan that registered a version (None: train, again or first).
+    A run still RUNNING was cut with a crashed Executor (its job was killed at restart): not reusable."""
+    done = [r for r in runs if r.status == "FINISHED" and r.version is not None]
+    return max(done, key=lambda r: r.start_time) if done else None
+
+
+def _filter_literal(value: str) -> str | None:
+    """`value` quoted for an MLflow filter string, or None when it cannot be (a quote in it)."""
+    return None if "'" in value or "\\" in value else f"'{value}'"
+
+
+def plan_runs(client: Any, model_name: str, plan_key: str, train_path: str) -> list[PlanRun]:
+    """Every training run of this plan (tagged with `plan_key`, or logged with `train_path` as its
+    extra points), with the version of `model_name` it registered. Blocking (MLflow)."""
+    exp_ids = [e.experiment_id for e in client.search_experiments()]
+    if not exp_ids:
+        return []
+    found: dict[str, Any] = {}
+    for field, value in ((f"tags.`{PLAN_TAG}`", plan_key), (f"params.{PATH_PARAM}", train_path)):
+        lit = _filter_literal(value)
+        if lit is not None:
+            for run in client.search_runs(exp_ids, f"{field} = {lit}", max_results=100):
+                found[run.info.run_id] = run
+    out = []
+    for run_id, run in found.items():
+        versions = [v for v in client.search_model_versions(f"run_id = '{run_id}'") if v.name == model_name]
+        version = str(max(int(v.version) for v in versions)) if versions else None
+        out.append(PlanRun(run_id, str(run.info.status), int(run.info.start_time or 0), version))
+    return out
+
+
+def train_once(plat: Any, job: Any, params: dict[str, Any], plan_key: str, idem_key: str | None,
+               tracking_uri: str, model_name: str) -> tuple[str, str | None, dict[str, Any], bool]:
+    """Run the training job for a plan unless a finished run of it already registered a model version.
+
+    Returns (version, run_id, outputs, reused). `params[PATH_PARAM]` is the plan's training data.
+    Raises PermanentError when the job fails. Blocking (MLflow, the job).
+    """
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    earlier = reusable_run(plan_runs(client, model_name, plan_key, str(params[PATH_PARAM])))
+    if earlier is not None and earlier.version is not None:
+        run = client.get_run(earlier.run_id)
+        outputs: dict[str, Any] = {k: run.data.metrics[k] for k in ("accuracy_clean", "accuracy_drifted")
+                                   if k in run.data.metrics}
+        return earlier.version, earlier.run_id, outputs, True
+    result = plat.run_job(job, params)
+    if result.run_id:
+        client.set_tag(result.run_id, PLAN_TAG, plan_key)
+        if idem_key:
+            client.set_tag(result.run_id, KEY_TAG, idem_key)
+    if not result.succeeded:
+        raise PermanentError(f"training job failed: {result.message} (MLflow run {result.run_id})")
+    return str(result.outputs.get("version")), result.run_id, dict(result.outputs), False
+
+
 @agent.actuator("retrain", max_attempts=2)
 def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """Train a challenger on the plan's labelled critical points, once per plan (see `train_once`)."""
     pid, plan = _plan(ctx, args)
     ids = set(plan.get("critical_ids") or [])
     x, y = _labelled_points(ids, int(plan.get("from_seq") or 0))
@@ -150,15 +232,15 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     np.savez(holdout, x=x[hold], y=y[hold])
     job = current_workflow().jobs[0]
     _prefetch_champion()  # while the job runs: evaluate_and_promote needs the champion next
-    result = platform().run_job(job, {"extra_points_path": str(extra), "alias": "challenger"})
-    if not result.succeeded:
-        raise PermanentError(f"training job failed: {result.message} (MLflow run {result.run_id})")
-    version = str(result.outputs.get("version"))
+    tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or ctx.settings.tracking_uri or ""
+    version, run_id, outputs, reused = train_once(
+        platform(), job, {PATH_PARAM: str(extra), "alias": "challenger"}, str(plans_dir / f"plan-{pid}"),
+        ctx.key, tracking_uri, _model_name())
     ctx.state.setdefault("plans", {})[pid] = {"version": version, "holdout": str(holdout),
                                               "n_train_extra": len(fit), "n_holdout": len(hold)}
-    return {"plan": pid, "version": version, "run_id": result.run_id, "n_extra": len(fit),
-            "n_holdout": len(hold), "train_accuracy_clean": result.outputs.get("accuracy_clean"),
-            "train_accuracy_drifted": result.outputs.get("accuracy_drifted")}
+    return {"plan": pid, "version": version, "run_id": run_id, "reused_run": reused, "n_extra": len(fit),
+            "n_holdout": len(hold), "train_accuracy_clean": outputs.get("accuracy_clean"),
+            "train_accuracy_drifted": outputs.get("accuracy_drifted")}
 
 
 # Models and clean data for evaluate_and_promote, loaded ahead: `retrain` starts loading the champion
