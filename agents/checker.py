@@ -6,7 +6,9 @@
   critical points). Idempotent: the watermark moves only with the action's success.
 - sensor `watch`: polls the primary service's gateway (/admin/state, /metrics); emits
   `service.checked` while something is wrong or being repaired (for the Planner's failover
-  hysteresis) and `latency.breached` when the SLO percentile latency of the last interval exceeds it.
+  hysteresis) and `latency.checked` (the SLO percentile latency of the last interval, `breached`
+  when it exceeds the SLO) whenever the Planner has something to decide: a breach (scale up), or more
+  replicas serving than the service's minimum (scale down, also with no traffic at all).
 - `forward`: the workflow's strategies send these events on to the Planner's inbox, through a durable
   outbox delivered by the `deliver` sensor (scanflow/embedded/outbox.py).
 Run: `scanflow agent run agents/checker.py --port 8002 --peer planner=http://127.0.0.1:8003`.
@@ -22,7 +24,7 @@ import httpx
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
 from scanflow.embedded import outbox
 from scanflow.embedded.env import agent_spec, current_workflow, primary_service, service_url
-from scanflow.embedded.latency import histogram, percentile_ms
+from scanflow.embedded.latency import Percentile, histogram, percentile_ms
 
 SPEC = agent_spec("checker")
 MAX_CRITICAL_IDS = 2000
@@ -131,14 +133,31 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     if abnormal or ctx.state.get("last_abnormal"):
         events.append(("service.checked", payload))
     ctx.state["last_abnormal"] = abnormal
-    if metrics and svc.slo and svc.slo.latency_ms:
-        hist = histogram(metrics, "scanflow_gateway_request_latency_seconds")
-        prev = {float(k): v for k, v in ctx.state.get("latency_hist", {}).items()}
-        p = percentile_ms(prev, hist, svc.slo.percentile / 100.0)
-        ctx.state["latency_hist"] = {str(k): v for k, v in hist.items()}
-        # above: the percentile is past the top bucket, latency_ms is a lower bound (a breach only
-        # when the SLO is at or under it)
-        if p is not None and (p.ms > svc.slo.latency_ms or (p.above and p.ms >= svc.slo.latency_ms)):
-            events.append(("latency.breached", {**payload, "latency_ms": p.ms, "above_ms": p.above,
-                                                "slo_ms": svc.slo.latency_ms}))
+    if svc.slo and svc.slo.latency_ms and not state.get("error"):
+        p: Percentile | None = None
+        if metrics:
+            hist = histogram(metrics, "scanflow_gateway_request_latency_seconds")
+            prev = {float(k): v for k, v in ctx.state.get("latency_hist", {}).items()}
+            p = percentile_ms(prev, hist, svc.slo.percentile / 100.0)
+            ctx.state["latency_hist"] = {str(k): v for k, v in hist.items()}
+        latency = latency_event(payload, p, svc.slo.latency_ms, svc.min_replicas)
+        if latency is not None:
+            events.append(("latency.checked", latency))
     return events
+
+
+def latency_event(observed: dict[str, Any], p: Percentile | None, slo_ms: float,
+                  min_replicas: int) -> dict[str, Any] | None:
+    """Pure: this tick's `latency.checked` payload for the Planner's autoscale policy, or None when it
+    has nothing to decide (latency within the SLO, or no request completed, and no replica above the
+    service's minimum to remove). `observed` is the gateway's view (replicas serving, healthy, in flight).
+
+    A percentile past the histogram's top bucket is only a lower bound (`latency_lower_bound`): a breach
+    when the SLO is at or under it. With no request completed `latency_ms` is None (the policy reads
+    that as idle), so a service whose traffic stopped still scales down.
+    """
+    breached = p is not None and (p.ms > slo_ms or (p.above and p.ms >= slo_ms))
+    if not breached and int(observed.get("replicas", 0)) <= min_replicas:
+        return None
+    return {**observed, "latency_ms": None if p is None else p.ms, "latency_lower_bound": bool(p and p.above),
+            "slo_ms": slo_ms, "breached": breached, "min_replicas": min_replicas}

@@ -8,7 +8,10 @@
   challenger that beats the champion.
 - `plan_failover` (on `service.checked`): failover policy with hysteresis (fail over after N failed
   checks, return after M healthy ones) -> a `route` plan for the Executor.
-- `plan_scale` (on `latency.breached`): autoscale policy (latency vs SLO, queue depth) -> `scale`.
+- `plan_scale` (on `latency.checked`): autoscale policy (latency vs SLO, queue depth) -> `scale`. It
+  decides from the replica count the Checker observed at the gateway (the platform may have restored
+  or lost replicas), not from its own earlier plans; only a scale it asked for that has not shown yet
+  (within `pending_s`) counts, as replicas still starting (`scale_view`).
 Policy states live in the agent's persisted state, so a restarted Planner keeps its hysteresis.
 `GET /plans` lists the policy decisions (reason, inputs) newest last.
 Plans for the Executor go through a durable outbox (scanflow/embedded/outbox.py): the actuator
@@ -28,8 +31,9 @@ from scanflow.agent import Agent, Context, PermanentError, get_context
 from scanflow.embedded import outbox
 from scanflow.embedded.env import agent_spec, primary_service, quick
 from scanflow.policies import autoscale, failover, retrain
-from scanflow.policies.guardrails import GuardState
+from scanflow.policies.guardrails import Guardrails, GuardState
 from scanflow.policies.types import Streak
+from scanflow.spec import Service
 
 SPEC = agent_spec("planner")
 CFG = SPEC.settings
@@ -153,29 +157,69 @@ def _autoscale_json(st: autoscale.AutoscaleState) -> dict[str, Any]:
             "recent": [list(x) for x in st.recent], "last_in_flight": st.last_in_flight}
 
 
+def autoscale_config(settings: dict[str, Any], svc: Service) -> tuple[autoscale.AutoscaleConfig, float]:
+    """(policy config, pending_s) from the planner's `autoscale` settings, bounded by the service's min/max
+    replicas. Settings: AutoscaleConfig fields, `time_scale` (divides every duration: demos, tests),
+    `guardrails` (Guardrails fields but the bounds), `pending_s` (how long a scale asked for may take to
+    show at the gateway, 60 s)."""
+    known = {f.name for f in dataclasses.fields(autoscale.AutoscaleConfig)} - {"guardrails"}
+    time_scale = float(settings.get("time_scale", 1.0))
+    cfg = autoscale.config_for(svc, time_scale=time_scale,
+                               **{k: float(v) for k, v in settings.items() if k in known})
+    fixed = {"min_replicas", "max_replicas", "time_scale"}
+    gfields = {f.name for f in dataclasses.fields(Guardrails)} - fixed
+    g = {k: v for k, v in dict(settings.get("guardrails") or {}).items() if k in gfields}
+    if g:
+        cfg = dataclasses.replace(cfg, guardrails=dataclasses.replace(cfg.guardrails, **g))
+    return cfg, float(settings.get("pending_s", 60.0)) / time_scale
+
+
+def scale_view(observed: int | None, healthy: int | None, asked: int | None, asked_at: float | None,
+               now: float, pending_s: float, declared: int) -> tuple[int, int | None]:
+    """Pure: (current, ready) replicas for the autoscale policy.
+
+    The observed count (replicas serving at the gateway, as the Checker saw it) wins: the platform
+    may have restored or lost replicas since the Planner last asked. One exception: a scale the Planner
+    asked for less than `pending_s` ago that has not shown yet is in progress (the gateway lists a
+    replica only once it is ready), so the asked count is current and the observed ones are ready,
+    and the policy neither asks again nor undoes it. With nothing observed: the last ask, else the
+    declared count.
+    """
+    if observed is None:
+        return (asked if asked is not None else declared), healthy
+    ready = observed if healthy is None else min(observed, healthy)
+    if asked is not None and asked_at is not None and asked != observed and now - asked_at < pending_s:
+        return asked, min(ready, asked)
+    return observed, ready
+
+
 @agent.actuator("plan_scale")
 async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Autoscale policy on a latency event; its state (hysteresis, cooldown, down window) is kept in
     ctx.state between ticks and across restarts, so scale-downs wait and nothing flaps."""
     p = _payload(ctx, args)
     svc = primary_service()
-    c = dict(CFG.get("autoscale", {}))
-    known = {f.name for f in dataclasses.fields(autoscale.AutoscaleConfig)} - {"guardrails"}
-    config = autoscale.AutoscaleConfig(**{k: v for k, v in c.items() if k in known})
-    current = int(ctx.state.get("autoscale_replicas", p.get("replicas") or svc.replicas))
+    config, pending_s = autoscale_config(dict(CFG.get("autoscale", {})), svc)
+    now = ctx.now()
+    asked = ctx.state.get("autoscale_asked") or {}
+    observed = p.get("replicas")
+    current, ready = scale_view(None if observed is None else int(observed), p.get("healthy_replicas"),
+                                asked.get("replicas"), asked.get("at"), now, pending_s, svc.replicas)
     state = _autoscale_state(ctx.state.get("autoscale", {}))
+    latency = p.get("latency_ms")
     decision, new = autoscale.decide(autoscale.AutoscaleContext(
-        now=ctx.now(), current_replicas=current, slo_latency_ms=float(p.get("slo_ms", 50.0)),
-        latency_ms=p.get("latency_ms"), in_flight=float(p.get("in_flight", 0.0)),
-        ready_replicas=p.get("healthy_replicas"), config=config, state=state))
+        now=now, current_replicas=current, slo_latency_ms=float(p.get("slo_ms", 50.0)),
+        latency_ms=None if latency is None else float(latency),
+        latency_lower_bound=bool(p.get("latency_lower_bound", False)),
+        in_flight=float(p.get("in_flight", 0.0)), ready_replicas=ready, config=config, state=state))
     ctx.state["autoscale"] = _autoscale_json(new)
     want = max(svc.min_replicas, min(svc.max_replicas, int(decision.replicas or current)))
     if want != current:
-        ctx.state["autoscale_replicas"] = want
+        ctx.state["autoscale_asked"] = {"replicas": want, "at": now}
         await outbox.enqueue(ctx, "executor", "plan.approved",
                              {"plan": "scale", "service": svc.name, "replicas": want, "reason": decision.reason})
-    _record(ctx, "autoscale", decision, quick=quick())
-    return {"replicas": want, "reason": decision.reason}
+    _record(ctx, "autoscale", decision, quick=quick(), observed_replicas=observed)
+    return {"replicas": want, "current": current, "observed": observed, "reason": decision.reason}
 
 
 @agent.router.get("/plans")

@@ -92,6 +92,8 @@ class AutoscaleContext:
     """One tick's view of a service.
 
     latency_ms: the SLO percentile of requests completed in the last window (None: no traffic).
+    latency_lower_bound: latency_ms is only a lower bound (the percentile fell past the histogram's
+      top bucket): at the SLO it already counts as over it.
     in_flight: requests queued or executing, over all replicas, now.
     arrival_rate: requests per second arriving at the gateway in the last window (None: unknown).
     service_time_ms: mean processing time per request in a replica, queueing excluded (None: unknown).
@@ -101,6 +103,7 @@ class AutoscaleContext:
     current_replicas: int
     slo_latency_ms: float
     latency_ms: float | None = None
+    latency_lower_bound: bool = False
     in_flight: float = 0.0
     arrival_rate: float | None = None
     service_time_ms: float | None = None
@@ -157,7 +160,7 @@ def decide(ctx: AutoscaleContext) -> tuple[ScaleDecision, AutoscaleState]:
     slo = ctx.slo_latency_ms
     last_change = ctx.state.guard.last_change_at
     settling = last_change is not None and ctx.now - last_change < cfg.settle_s / cfg.guardrails.time_scale
-    if ctx.latency_ms is not None and ctx.latency_ms > slo:
+    if ctx.latency_ms is not None and (ctx.latency_ms > slo or (ctx.latency_lower_bound and ctx.latency_ms >= slo)):
         band = "over-slo"
         # Overload: at least one more than now, unless replicas already asked for are still starting,
         # the last change is too recent to show, or the queue is shrinking (latency is then the tail
@@ -186,7 +189,8 @@ def decide(ctx: AutoscaleContext) -> tuple[ScaleDecision, AutoscaleState]:
     reason = f"{action}: latency {band}, {source} estimate {estimate}, raw {raw}; {outcome.step}: {outcome.detail}"
     inputs = {
         "now": ctx.now, "current_replicas": current, "ready_replicas": ready,
-        "latency_ms": ctx.latency_ms, "slo_latency_ms": slo, "in_flight": ctx.in_flight,
+        "latency_ms": ctx.latency_ms, "latency_lower_bound": ctx.latency_lower_bound, "slo_latency_ms": slo,
+        "in_flight": ctx.in_flight,
         "arrival_rate": ctx.arrival_rate, "service_time_ms": ctx.service_time_ms,
         "estimate": estimate, "estimate_source": source, "band": band, "raw_desired": raw,
         "guardrail": outcome.step,

@@ -52,3 +52,65 @@ def test_autoscale_state_survives_the_json_round_trip_between_ticks() -> None:
         back = _autoscale_state(_autoscale_json(st))
         assert back == st
     assert st.guard.streak.count > 0 or st.guard.last_change_at is not None
+
+
+def test_scale_view_trusts_the_observed_count() -> None:
+    from agents.planner import scale_view
+
+    # nothing asked: what the gateway serves
+    assert scale_view(3, 3, None, None, 100.0, 60.0, 1) == (3, 3)
+    # the Planner asked for 2 long ago, the platform restored 3 (or lost one: 1): observed wins
+    assert scale_view(3, 3, 2, 10.0, 100.0, 60.0, 1) == (3, 3)
+    assert scale_view(1, 1, 2, 10.0, 100.0, 60.0, 1) == (1, 1)
+    # an ask that has shown: observed
+    assert scale_view(2, 2, 2, 95.0, 100.0, 60.0, 1) == (2, 2)
+    # unhealthy replicas are not ready
+    assert scale_view(3, 2, None, None, 100.0, 60.0, 1) == (3, 2)
+    # nothing observed: the last ask, else the declared count
+    assert scale_view(None, None, 4, 1.0, 100.0, 60.0, 1) == (4, None)
+    assert scale_view(None, None, None, None, 100.0, 60.0, 2) == (2, None)
+
+
+def test_scale_view_counts_a_recent_ask_as_replicas_starting() -> None:
+    from agents.planner import scale_view
+
+    # asked for 3 five seconds ago, one serves: 3 current, 1 ready (the policy waits for them)
+    assert scale_view(1, 1, 3, 95.0, 100.0, 60.0, 1) == (3, 1)
+    # asked to go down to 1, the gateway still lists 2 (draining): current 1
+    assert scale_view(2, 2, 1, 99.0, 100.0, 60.0, 1) == (1, 1)
+
+
+def test_plan_from_observed_replicas_waits_for_a_starting_scale_then_trusts_the_gateway() -> None:
+    """Scripted ticks through scale_view + the policy, as plan_scale runs them: overload asks for more;
+    while those start, nothing more is asked; after pending_s the observed count rules again."""
+    from agents.planner import scale_view
+
+    cfg = autoscale.AutoscaleConfig()
+    st, asked, asked_at = autoscale.AutoscaleState(), None, None
+    wants = []
+    for i, observed in enumerate([1, 1, 1, 1, 1]):  # the scale never shows at the gateway
+        now = 100.0 + 20 * i
+        cur, ready = scale_view(observed, observed, asked, asked_at, now, 60.0, 1)
+        d, st = autoscale.decide(autoscale.AutoscaleContext(
+            now=now, current_replicas=cur, ready_replicas=ready, slo_latency_ms=50.0, latency_ms=300.0,
+            in_flight=8.0, config=cfg, state=st))
+        if d.replicas != cur:
+            asked, asked_at = d.replicas, now
+        wants.append((cur, d.replicas))
+    # asks for 4 (8 in flight / 2), holds while it is pending (<60 s), then sees 1 serving and asks again
+    assert wants[0] == (1, 4) and wants[1] == (4, 4) and wants[2] == (4, 4)
+    assert wants[3][0] == 1 and wants[3][1] > 1
+
+
+def test_autoscale_config_reads_time_scale_guardrails_and_bounds() -> None:
+    from agents.planner import autoscale_config
+    from scanflow.spec import Service
+
+    svc = Service(name="s", model_uri="models:/m@champion", min_replicas=1, max_replicas=3)
+    cfg, pending = autoscale_config({"time_scale": 10.0, "latency_low": 0.4, "pending_s": 50.0,
+                                     "guardrails": {"cooldown_down_s": 20.0, "max_replicas": 99}}, svc)
+    g = cfg.guardrails
+    assert (g.min_replicas, g.max_replicas, g.time_scale, g.cooldown_down_s) == (1, 3, 10.0, 20.0)
+    assert cfg.latency_low == 0.4 and pending == 5.0
+    default, pending_default = autoscale_config({}, svc)
+    assert default.guardrails.time_scale == 1.0 and pending_default == 60.0

@@ -155,3 +155,17 @@ def test_over_slo_while_the_queue_shrinks_adds_nothing() -> None:
     cfg = with_guard(CFG, time_scale=1.0)
     got = replay_autoscale(ticks, AutoscaleConfig(settle_s=0.0, startup_s=None, guardrails=cfg.guardrails), start=4)
     assert got[0].replicas >= 4 and [d.action for d in got[1:]] == ["hold", "hold"]
+
+
+def test_a_latency_known_only_as_a_lower_bound_at_the_slo_is_over_it() -> None:
+    """The Checker reports a percentile past the histogram's top bucket as that bound, flagged: at the
+    SLO it is a breach (the real latency is at least that), without the flag it is not."""
+    def tick(lower_bound: bool) -> autoscale.ScaleDecision:
+        d, _ = autoscale.decide(AutoscaleContext(
+            now=0.0, current_replicas=1, slo_latency_ms=50.0, latency_ms=50.0, latency_lower_bound=lower_bound,
+            in_flight=1.0, config=CFG))
+        return d
+
+    over, at = tick(True), tick(False)
+    assert over.action == "up" and over.inputs["band"] == "over-slo" and over.inputs["latency_lower_bound"]
+    assert at.action == "hold" and at.inputs["band"] == "comfortable"

@@ -78,11 +78,12 @@ checker = AgentSpec(
             event="drift.checked",
             actions=[ActionSpec(actuator="forward", args={"agent": "planner"})],
         ),
+        # each watch tick with a breach, or with replicas above the minimum (the autoscale policy owns
+        # hysteresis and cooldowns; a cooldown here would hide the ticks its scale-down counts)
         StrategySpec(
             name="latency-to-planner",
-            event="latency.breached",
+            event="latency.checked",
             actions=[ActionSpec(actuator="forward", args={"agent": "planner"})],
-            cooldown_s=5.0,
         ),
         StrategySpec(
             name="health-to-planner",
@@ -107,7 +108,7 @@ planner = AgentSpec(
             cooldown_s=600.0,
         ),
         StrategySpec(name="failover", event="service.checked", actions=[ActionSpec(actuator="plan_failover")]),
-        StrategySpec(name="autoscale", event="latency.breached", actions=[ActionSpec(actuator="plan_scale")]),
+        StrategySpec(name="autoscale", event="latency.checked", actions=[ActionSpec(actuator="plan_scale")]),
     ],
     settings={
         "retrain": {"k": 2, "m": 3, "cooldown_s": 600.0},

@@ -1,0 +1,37 @@
+"""The Checker's `latency.checked` payload (pure): sent on a breach, and while replicas above the minimum
+could be removed (even with no traffic, so an idle service scales down); never otherwise."""
+
+from __future__ import annotations
+
+import json
+
+from agents.checker import latency_event
+from scanflow.embedded.latency import Percentile
+
+SEEN = {"service": "digits", "replicas": 1, "healthy_replicas": 1, "in_flight": 3}
+
+
+def test_breach_is_sent_with_the_gateway_view() -> None:
+    ev = latency_event(SEEN, Percentile(120.0, False), 50.0, 1)
+    assert ev is not None and ev["breached"] and ev["latency_ms"] == 120.0 and ev["in_flight"] == 3
+    assert ev["replicas"] == 1 and ev["slo_ms"] == 50.0 and not ev["latency_lower_bound"]
+    json.dumps(ev, allow_nan=False)
+
+
+def test_within_the_slo_at_the_minimum_nothing_is_sent() -> None:
+    assert latency_event(SEEN, Percentile(20.0, False), 50.0, 1) is None
+    assert latency_event(SEEN, None, 50.0, 1) is None
+
+
+def test_above_the_minimum_every_tick_is_sent_even_idle() -> None:
+    three = {**SEEN, "replicas": 3, "healthy_replicas": 3}
+    ok = latency_event(three, Percentile(10.0, False), 50.0, 1)
+    idle = latency_event(three, None, 50.0, 1)
+    assert ok is not None and not ok["breached"] and ok["latency_ms"] == 10.0
+    assert idle is not None and idle["latency_ms"] is None and not idle["breached"]
+
+
+def test_a_lower_bound_at_the_slo_is_a_breach() -> None:
+    at_top = latency_event(SEEN, Percentile(50.0, True), 50.0, 1)
+    assert at_top is not None and at_top["breached"] and at_top["latency_lower_bound"]
+    assert latency_event(SEEN, Percentile(50.0, False), 50.0, 1) is None  # exactly at the SLO: fine
