@@ -19,9 +19,15 @@ from numpy.typing import NDArray
 
 Array = NDArray[np.float32]
 Labels = NDArray[np.int64]
-CorruptionKind = Literal["noise", "rotation", "shift"]
+CorruptionKind = Literal["noise", "rotation", "shift", "contrast", "deadcols", "bleed"]
 
+# Random per-image corruptions: the drift detector's tests and benchmark sweep exactly these.
 KINDS: tuple[CorruptionKind, ...] = ("noise", "rotation", "shift")
+# Systematic "new scanner" corruptions (MNIST-C style, one fixed transform for every image plus mild
+# sensor noise): the kind of drift a retrain on a few hundred labelled points can learn. S1 uses one
+# (`S1_DRIFT`); benchmarks/s1_corruptions.py measures them all.
+SENSOR_KINDS: tuple[CorruptionKind, ...] = ("contrast", "deadcols", "bleed")
+ALL_KINDS: tuple[CorruptionKind, ...] = KINDS + SENSOR_KINDS
 SEVERITIES: tuple[int, ...] = (1, 2, 3)
 N_FEATURES = 64
 IMAGE_SHAPE = (8, 8)
@@ -31,6 +37,15 @@ IMAGE_SHAPE = (8, 8)
 NOISE_SIGMA = {1: 0.1, 2: 0.2, 3: 0.3}
 ROTATION_DEG = {1: 6.0, 2: 12.0, 3: 24.0}  # angle drawn uniformly in +-[deg/2, deg] per image
 SHIFT_PX = {1: 0.3, 2: 0.6, 3: 1.2}  # sub-pixel shift, random direction per image
+# contrast: a washed-out scanner, x -> 0.5 + gain * (x - 0.5) (ink greyer, paper brighter)
+CONTRAST_GAIN = {1: 0.6, 2: 0.4, 3: 0.25}
+# deadcols: sensor columns that read 0 (a dead line of the scanner's array)
+DEAD_COLUMNS = {1: (2,), 2: (2, 5), 3: (1, 3, 5)}
+# bleed: ink spreads to the 8 neighbours, x -> max(x, strength * max over the 3x3 neighbourhood)
+BLEED_STRENGTH = {1: 0.5, 2: 0.7, 3: 0.9}
+# every sensor kind adds this mild Gaussian read noise (mild on purpose: sigma 0.2 destroys the
+# information in 8x8 images, so no retrain can undo it; docs/scenarios.md S1)
+SENSOR_NOISE_SIGMA = 0.05
 
 # Fractions of the 1,797 images; the remainder is the feedback pool.
 SPLIT_FRACTIONS = {"train": 0.40, "calibration": 0.25, "test": 0.20}
@@ -107,13 +122,15 @@ def corrupt(
     severity: int,
     rng: np.random.Generator | int | None = None,
 ) -> Array:
-    """A corrupted copy of `x` (n, 64): Gaussian noise, rotation or sub-pixel shift.
+    """A corrupted copy of `x` (n, 64): Gaussian noise, rotation or sub-pixel shift (random per image),
+    or a systematic scanner change (contrast, deadcols, bleed: the same transform for every image,
+    plus mild read noise).
 
     `rng` is a Generator or a seed; the same seed gives the same output. Raises ValueError on an
     unknown kind, a severity outside 1..3 or a wrong shape.
     """
-    if kind not in KINDS:
-        raise ValueError(f"unknown corruption kind {kind!r}; expected one of {list(KINDS)}")
+    if kind not in ALL_KINDS:
+        raise ValueError(f"unknown corruption kind {kind!r}; expected one of {list(ALL_KINDS)}")
     if severity not in SEVERITIES:
         raise ValueError(f"severity must be one of {list(SEVERITIES)}, got {severity!r}")
     arr = np.asarray(x, dtype=np.float32)
@@ -122,6 +139,8 @@ def corrupt(
     gen = _as_rng(rng)
     if kind == "noise":
         out = arr + gen.normal(0.0, NOISE_SIGMA[severity], size=arr.shape).astype(np.float32)
+    elif kind in SENSOR_KINDS:
+        out = _sensor(arr, kind, severity, gen)
     else:
         out = _warp(arr, kind, severity, gen)
     return np.clip(out, 0.0, 1.0).astype(np.float32)
@@ -153,3 +172,21 @@ def _warp(arr: Array, kind: CorruptionKind, severity: int, gen: np.random.Genera
         grid = F.affine_grid(torch.from_numpy(theta), [n, 1, *IMAGE_SHAPE], align_corners=False)
         out = F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     return out.reshape(n, N_FEATURES).numpy()
+
+
+def _sensor(arr: Array, kind: CorruptionKind, severity: int, gen: np.random.Generator) -> Array:
+    """One fixed scanner transform for every image, then read noise (dead columns stay 0)."""
+    if kind == "contrast":
+        out = 0.5 + CONTRAST_GAIN[severity] * (arr - 0.5)
+    elif kind == "bleed":
+        images = arr.reshape(-1, *IMAGE_SHAPE)
+        padded = np.pad(images, ((0, 0), (1, 1), (1, 1)))
+        rows, cols = IMAGE_SHAPE
+        neighbours = np.max([padded[:, i:i + rows, j:j + cols] for i in range(3) for j in range(3)], axis=0)
+        out = np.maximum(images, BLEED_STRENGTH[severity] * neighbours).reshape(arr.shape)
+    else:
+        out = arr.copy()
+    out = out + gen.normal(0.0, SENSOR_NOISE_SIGMA, size=arr.shape).astype(np.float32)
+    if kind == "deadcols":
+        out.reshape(-1, *IMAGE_SHAPE)[:, :, list(DEAD_COLUMNS[severity])] = 0.0
+    return out.astype(np.float32)

@@ -8,7 +8,8 @@ caller as .npz with arrays `x` (n, 64) and `y` (n,): `y` must be the TRUE labels
 set), never the model's own predictions, or retraining would only confirm the model's mistakes.
 
 Evaluation: accuracy on the clean test split and on a corrupted copy of it (`drift_kind`,
-`drift_severity`), so the Planner can compare challenger and champion (policies/retrain.py).
+`drift_severity`; by default S1's drift, workflows/digits/s1.py), logged as the run's metrics. The
+promotion gate does not use them: it evaluates on the held-out gate data (workflows.digits.s1.gate_data).
 """
 
 from __future__ import annotations
@@ -83,6 +84,19 @@ def _best_of(restarts: int, x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_v
     return best
 
 
+def train_model(splits: Any, extra: tuple[np.ndarray, np.ndarray] | None = None, *, hidden: int = 64,
+                epochs: int = 30, lr: float = 1e-2, seed: int = 0, restarts: int = 3) -> tuple[Any, list[float], float]:
+    """The model part of `train`, without MLflow: fit on the clean training split plus `extra` (x, y),
+    best of `restarts` on the calibration split. Returns (model, losses, validation accuracy).
+
+    Public so offline experiments (benchmarks/s1_corruptions.py) measure exactly what the job trains."""
+    x, y = splits.x_train, splits.y_train
+    if extra is not None:
+        x, y = np.concatenate([x, extra[0]]), np.concatenate([y, extra[1]])
+    return _best_of(restarts, x, y, splits.x_calibration, splits.y_calibration,
+                    hidden=hidden, epochs=epochs, lr=lr, seed=seed)
+
+
 def train(
     tracking_uri: str | None = None,
     model_name: str = "digits",
@@ -92,7 +106,7 @@ def train(
     alias: str = "challenger",
     hidden: int = 64,
     lr: float = 1e-2,
-    drift_kind: str = "noise",
+    drift_kind: str = "contrast",
     drift_severity: int = 2,
     experiment: str = EXPERIMENT,
     restarts: int = 3,
@@ -103,10 +117,10 @@ def train(
     `tracking_uri` None keeps MLflow's configured URI (MLFLOW_TRACKING_URI).
     """
     # Bad input fails first, before the slow imports and any MLflow call.
-    from workflows.digits.data import KINDS, SEVERITIES
+    from workflows.digits.data import ALL_KINDS, SEVERITIES
 
-    if drift_kind not in KINDS or drift_severity not in SEVERITIES:
-        raise ValueError(f"drift_kind must be one of {list(KINDS)} and drift_severity one of "
+    if drift_kind not in ALL_KINDS or drift_severity not in SEVERITIES:
+        raise ValueError(f"drift_kind must be one of {list(ALL_KINDS)} and drift_severity one of "
                          f"{list(SEVERITIES)}, got {drift_kind!r}, {drift_severity!r}")
     if epochs < 1 or hidden < 1 or lr <= 0 or restarts < 1:
         raise ValueError(f"need epochs >= 1, hidden >= 1, lr > 0 and restarts >= 1, got {epochs}, {hidden}, {lr}, "
@@ -122,15 +136,9 @@ def train(
         mlflow.set_tracking_uri(tracking_uri)
     t0 = time.perf_counter()
     splits = load_splits(seed)
-    x, y = splits.x_train, splits.y_train
-    n_extra = 0
-    if extra is not None:
-        xe, ye = extra
-        n_extra = len(xe)
-        x, y = np.concatenate([x, xe]), np.concatenate([y, ye])
-
-    model, losses, val_acc = _best_of(restarts, x, y, splits.x_calibration, splits.y_calibration,
-                                      hidden=hidden, epochs=epochs, lr=lr, seed=seed)
+    n_extra = 0 if extra is None else len(extra[0])
+    model, losses, val_acc = train_model(splits, extra, hidden=hidden, epochs=epochs, lr=lr, seed=seed,
+                                         restarts=restarts)
     x_drifted = corrupt(splits.x_test, drift_kind, drift_severity, rng=seed)  # type: ignore[arg-type]
     acc_clean = accuracy(model, splits.x_test, splits.y_test)
     acc_drifted = accuracy(model, x_drifted, splits.y_test)

@@ -1,0 +1,161 @@
+"""Which drift can S1's retrain honestly fix? Offline, the real training and detection code, no stack.
+
+    flock /tmp/scanflow-bench.lock .venv/bin/python benchmarks/s1_corruptions.py [--quick] [--seeds 3]
+
+For each candidate corruption (kind/severity of workflows.digits.data.corrupt), per seed:
+1. the old champion: `train_model` on the clean training split (what the S1 bootstrap trains);
+2. the drift detector as the S1 bootstrap fits it (autoencoder, quick: 15 epochs, on train/calibration);
+   200-row windows of the corrupted traffic pool (workflows.digits.s1.traffic_pools): the share of
+   windows flagged, and the critical rows they name, in window order, as the Checker hands them on;
+3. the retrain: `train_model` on the clean training split + the first N critical rows with TRUE labels;
+4. accuracy on UNSEEN digits: the clean test split and a freshly corrupted copy (absent from training,
+   traffic and the promotion gate).
+Figures are medians over seeds. gap = old champion's clean accuracy - new model's drifted accuracy
+(the issue's "accuracy on drifted data back within 2 points of clean accuracy"); gap_self = the new
+model's own clean - drifted. Why a script and not a notebook: docs/scenarios.md quotes its table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+WINDOW = 200  # the S1 quick window (workflow tracker setting quick_window)
+N_WINDOWS = 10
+
+
+@dataclass(frozen=True)
+class Row:
+    """One candidate, one seed (or the medians over seeds)."""
+
+    candidate: str
+    old_clean: float
+    old_drifted: float
+    detected: float  # share of drifted windows the detector flags
+    critical_rate: float  # median share of critical rows per drifted window
+    n: int
+    new_clean: float
+    new_drifted: float
+
+    @property
+    def drop(self) -> float:
+        return 100.0 * (self.old_clean - self.old_drifted)
+
+    @property
+    def gap(self) -> float:
+        return 100.0 * (self.old_clean - self.new_drifted)
+
+    @property
+    def gap_self(self) -> float:
+        return 100.0 * (self.new_clean - self.new_drifted)
+
+
+def critical_rows(detector: object, x: np.ndarray, window: int, rng: np.random.Generator,
+                  n_windows: int) -> tuple[float, float, list[int]]:
+    """(share of windows flagged, median critical share, critical row indices in window order) over
+    `n_windows` random windows of `x` (rows may repeat across windows, as in replayed traffic)."""
+    flagged, rates, rows = 0, [], []
+    seen: set[int] = set()
+    for _ in range(n_windows):
+        idx = rng.choice(len(x), window, replace=False)
+        rep = detector.predict(x[idx])  # type: ignore[attr-defined]
+        flagged += int(rep.is_drift)
+        rates.append(rep.drift_rate)
+        for i in rep.critical_indices:
+            if int(idx[i]) not in seen:
+                seen.add(int(idx[i]))
+                rows.append(int(idx[i]))
+    return flagged / n_windows, float(statistics.median(rates)), rows
+
+
+def measure(kind: str, severity: int, seed: int, ns: tuple[int, ...], old: object, detector: object) -> list[Row]:
+    from workflows.digits.model import accuracy
+    from workflows.digits.s1 import traffic_pools, unseen_test
+    from workflows.digits.train import train_model
+
+    splits = _splits()
+    pool_x, pool_y = traffic_pools(kind, severity, splits=splits)["drifted"]  # type: ignore[arg-type]
+    x_clean, x_drift, y = unseen_test(kind, severity, rng=1000 + seed, splits=splits)  # type: ignore[arg-type]
+    old_clean, old_drifted = accuracy(old, x_clean, y), accuracy(old, x_drift, y)
+    detected, rate, crit = critical_rows(detector, pool_x, WINDOW, np.random.default_rng(seed), N_WINDOWS)
+    out = []
+    for n in ns:
+        pick = crit[:n]
+        model, _, _ = train_model(splits, (pool_x[pick], pool_y[pick]), seed=seed)
+        out.append(Row(f"{kind}/{severity}", old_clean, old_drifted, detected, rate, len(pick),
+                       accuracy(model, x_clean, y), accuracy(model, x_drift, y)))
+    return out
+
+
+_SPLITS: object = None
+
+
+def _splits() -> object:
+    global _SPLITS
+    if _SPLITS is None:
+        from workflows.digits.data import load_splits
+
+        _SPLITS = load_splits(0)
+    return _SPLITS
+
+
+def medians(rows: list[Row]) -> Row:
+    """Pure: the per-field medians of one candidate's rows (one per seed)."""
+    med = {f: statistics.median(getattr(r, f) for r in rows)
+           for f in ("old_clean", "old_drifted", "detected", "critical_rate", "new_clean", "new_drifted")}
+    return Row(rows[0].candidate, n=int(statistics.median(r.n for r in rows)), **med)
+
+
+def main() -> int:
+    from workflows.digits.data import SENSOR_KINDS, SEVERITIES
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--n", default="150,300", help="critical points per retrain, comma-separated")
+    ap.add_argument("--candidates", default=",".join(["noise/2"] + [f"{k}/{s}" for k in SENSOR_KINDS
+                                                                       for s in SEVERITIES]))
+    ap.add_argument("--quick", action="store_true", help="1 seed, N=300 only")
+    args = ap.parse_args()
+    seeds = 1 if args.quick else args.seeds
+    ns = (300,) if args.quick else tuple(int(v) for v in args.n.split(","))
+    cands = [(c.split("/")[0], int(c.split("/")[1])) for c in args.candidates.split(",")]
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from scanflow.drift import AutoencoderDriftDetector
+    from workflows.digits.train import train_model
+
+    t0 = time.perf_counter()
+    per: dict[tuple[str, int], list[Row]] = {}
+    for seed in range(seeds):
+        s = _splits()
+        old, _, _ = train_model(s, seed=seed)
+        det = AutoencoderDriftDetector(fpr=0.05, epochs=15, num_threads=1, seed=seed)
+        det.fit(s.x_train, s.x_calibration)  # type: ignore[attr-defined]
+        for kind, sev in cands:
+            for n, r in zip(ns, measure(kind, sev, seed, ns, old, det), strict=True):
+                per.setdefault((r.candidate, n), []).append(r)
+            print(f"seed {seed} {kind}/{sev} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    print(f"{'candidate':14s} {'N':>4s} {'old clean':>9s} {'old drift':>9s} {'drop':>5s} {'detect':>6s} "
+          f"{'crit':>5s} {'new clean':>9s} {'new drift':>9s} {'gap':>5s} {'gap_self':>8s}")
+    table = []
+    for rows in per.values():
+        m = medians(rows)
+        table.append({**asdict(m), "drop": m.drop, "gap": m.gap, "gap_self": m.gap_self, "seeds": len(rows)})
+        print(f"{m.candidate:14s} {m.n:4d} {m.old_clean:9.3f} {m.old_drifted:9.3f} {m.drop:5.1f} {m.detected:6.2f} "
+              f"{m.critical_rate:5.2f} {m.new_clean:9.3f} {m.new_drifted:9.3f} {m.gap:5.1f} {m.gap_self:8.1f}")
+    print(json.dumps({"seeds": seeds, "seconds": round(time.perf_counter() - t0, 1), "rows": table}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
