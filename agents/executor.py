@@ -8,9 +8,10 @@ Plans arrive in its inbox as `plan.approved` (from the Planner); the workflow's 
     30% of those labelled points are held out for evaluation. The new model becomes `challenger`.
     Once per plan: the job's MLflow run is tagged with the plan (`scanflow.plan`); a retry after a
     crash reuses a finished run of the plan and its registered version instead of training again.
-  evaluate_and_promote: challenger vs champion on held-out clean data AND the held-out drifted points;
-    promoted to `champion` only if the promotion policy says it is better (the reason is recorded
-    in the alias history in MLflow).
+  evaluate_and_promote: challenger vs champion on the workflow's held-out evaluation data, clean AND
+    drifted (digits: workflows.digits.s1.gate_data, feedback digits never sent as traffic, so never a
+    critical point nor trained on); promoted to `champion` only if the promotion policy says it is
+    better (the reason is recorded in the alias history in MLflow).
   swap_model: every service serving this model hot-swaps to the new champion (no failed request).
 - plan 'route' -> `route`, 'scale' -> `scale`, 'resources' -> `set_resources`.
 Every actuator is idempotent under its key (the runtime never re-runs a finished one; a step cut by a
@@ -250,7 +251,7 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 _prefetch = ThreadPoolExecutor(2, thread_name_prefix="prefetch")
 _lock = threading.Lock()
 _models: dict[str, Future[Any]] = {}  # model version -> its loading (TorchPredictor)
-_splits: dict[str, Future[Any]] = {}  # "digits" -> the loading of the clean splits
+_splits: dict[str, Future[Any]] = {}  # "digits" -> the loading of the evaluation data (GateData)
 
 
 def _load_version(version: str) -> Any:
@@ -260,9 +261,12 @@ def _load_version(version: str) -> Any:
 
 
 def _load_splits() -> Any:
-    from workflows.digits.data import load_splits
+    """The promotion gate's data: held out from every training AND from the traffic the critical points
+    come from. Not the plan's holdout of critical points: those are noisy copies of digits the
+    challenger trained on, so a challenger that memorised pool rows scored well on them."""
+    from workflows.digits.s1 import gate_data
 
-    return load_splits(0)
+    return gate_data()
 
 
 def _once(cache: dict[str, Future[Any]], key: str, fn: Any, *args: Any) -> Future[Any]:
@@ -317,15 +321,13 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if champion == challenger:  # promoted by an earlier attempt of this very step
         rec["promoted"] = True
         return {"plan": pid, "promoted": True, "version": challenger, "reason": "already champion"}
-    with np.load(rec["holdout"]) as h:
-        x_d, y_d = h["x"], h["y"]
     # both models load at once (the champion most likely already loaded while the job ran)
     for v in (challenger, champion):
         if v:
             _model(v)
-    splits = _clean_splits().result()
-    ch = _evaluate(challenger, splits.x_test, splits.y_test, x_d, y_d)
-    cur = _evaluate(champion, splits.x_test, splits.y_test, x_d, y_d) if champion else None
+    g = _clean_splits().result()
+    ch = _evaluate(challenger, g.x_clean, g.y_clean, g.x_drifted, g.y_drifted)
+    cur = _evaluate(champion, g.x_clean, g.y_clean, g.x_drifted, g.y_drifted) if champion else None
     c = dict(agent_spec("planner").settings.get("promotion", {}))
     decision = decide_promotion(ch, cur, PromotionConfig(float(c.get("min_gain_drifted", 0.0)),
                                                          float(c.get("clean_tolerance", 0.01))))

@@ -2,7 +2,8 @@
 true labels -> Executor trains, evaluates, promotes the challenger and hot-swaps the service.
 
 Drives the EmbeddedStack's real agents with labelled traffic (scanflow.stack.Traffic): clean rows
-first, then the same images with noise; it only watches (MLflow aliases, the answers' model
+first, then the same images from a "new scanner" (washed-out contrast plus mild read noise,
+workflows/digits/s1.py); it only watches (MLflow aliases, the answers' model
 versions, the agents' decisions and events) and never steers. Mirrors tests/e2e/scenario.py.
 Who calls: scanflow.demo.runner.
 """
@@ -23,12 +24,11 @@ MODEL = "digits"
 
 
 def pools() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Clean feedback rows with true labels, and the same images with noise (8 fresh copies)."""
-    from workflows.digits.data import corrupt, load_splits
+    """S1's traffic digits with true labels, clean and drifted (8 corrupted copies of each); the
+    feedback digits held out for the promotion gate are never sent."""
+    from workflows.digits.s1 import traffic_pools
 
-    s = load_splits(0)
-    xs, ys = np.concatenate([s.x_feedback] * 8), np.concatenate([s.y_feedback] * 8)
-    return {"clean": (s.x_feedback, s.y_feedback), "drifted": (corrupt(xs, "noise", 2, rng=7), ys)}
+    return traffic_pools()
 
 
 def champion() -> str | None:
@@ -70,7 +70,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
         wait_for(lambda: any(e.get("name") == "drift.checked" for e in stack.events("checker")), 60, 1.0)
         onset = time.time()
         traffic.drifted = True
-        ctx.say("S1: drift onset (noisy images); waiting for detection, retrain, promotion, swap")
+        ctx.say("S1: drift onset (new scanner: washed-out contrast); waiting for detection, retrain, promotion, swap")
         new: str | None = None
 
         def new_version_serves() -> bool:
