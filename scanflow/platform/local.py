@@ -15,13 +15,16 @@ still the same process (pid + start time + command line) is taken over and watch
 ones are restarted, and anything else this home's platform left running is killed. So a SIGKILLed
 owner (the Executor) costs no downtime: the services never stopped.
 
-Concurrency: `_lock` guards the in-memory state (public calls and supervisor ticks) and is never
-held across a public call's HTTP requests to a gateway or replica (up to 15 s x 4 attempts each):
-those calls snapshot their targets under it, call outside it, and re-take it to record the results,
-so the supervisor keeps restarting crashed replicas and status() answers meanwhile. `_changes`
-serialises the public calls that change a service (scale, set_resources, route), so two of them
-never interleave their requests. Only the supervisor's own short probes run under `_lock`.
-Methods block: async callers use asyncio.to_thread.
+Concurrency: `_lock` guards the in-memory state and is never held across an HTTP request to a
+gateway or replica (up to 15 s x 4 attempts each, or a 1 s probe): callers snapshot their targets
+under it, call outside it, and re-take it to record the results, re-checking that the service and
+replica are still the ones they snapshotted (a replica retired or a service deleted meanwhile is
+left alone). So status() and the public calls answer while a gateway or replica is slow. Each
+service has its own supervisor thread (observe -> probe -> promote -> update the gateway), so one
+service's slow probe never delays another's crash restarts. `_changes` serialises the public calls
+that change a service (scale, set_resources, route); a service's `gateway_io` serialises updates of
+its gateway's replica list, so the list sent last is the one computed last. Lock order:
+`_changes` -> `gateway_io` -> `_lock`. Methods block: async callers use asyncio.to_thread.
 Who calls: the Executor agent's actuators, `scanflow deploy`, the demo, tests and benchmarks.
 """
 
@@ -91,10 +94,24 @@ class _Service:
     backup_url: str | None = None
     routed_to: str | None = None
     notes: dict[str, str] = field(default_factory=dict)  # topic -> note (latest wins)
+    # held across one replica-list update of this gateway (compute, PUT, record), so the list sent
+    # last is the one computed last; taken before the platform's _lock, never inside it
+    gateway_io: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    supervisor: threading.Thread | None = field(default=None, repr=False, compare=False)
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.gateway_port}"
+
+
+@dataclass(frozen=True)
+class _Observed:
+    """What one supervisor tick must probe, snapshotted under the lock (probed outside it)."""
+
+    gateway: procs.Proc  # the gateway process the probe is about (a restart makes a new one)
+    endpoint: str
+    probe_gateway: bool  # the gateway's state is unknown: ask its /health before re-feeding it
+    starting: tuple[_Replica, ...]  # replicas whose /ready to ask
 
 
 _Taken = tuple[dict[str, Any], "procs.Adopted | None", bool]  # adopt(): (record, process if it is still it, ready)
@@ -155,8 +172,6 @@ class LocalPlatform:
         self._changes = threading.RLock()  # one public change at a time; taken before _lock, never inside it
         self._closed = threading.Event()
         self._interval = supervise_interval_s
-        self._supervisor = threading.Thread(target=self._supervise, name="scanflow-supervisor", daemon=True)
-        self._supervisor.start()
         atexit.register(self.close)
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -255,12 +270,38 @@ class LocalPlatform:
             svc.registered = None
             svc.notes["gateway"] = f"gateway not updated: {error}"
 
-    def _sync_gateway(self, svc: _Service, force: bool = False) -> None:
-        """Update the gateway's replica list under the lock: the supervisor's path (a local call, 15 s at most per try)."""
-        urls = self._ready_urls(svc)
-        if urls == svc.registered and not force:
-            return
-        self._record_sync(svc, urls, self._put_replicas(svc.endpoint, urls))
+    def _sync_gateway(self, svc: _Service, gateway: procs.Proc | None = None) -> None:
+        """Bring the gateway's replica list up to date (a no-op when it already holds the ready set);
+        a gateway whose state is unknown (new or restarted: `registered` is None) also gets its backup
+        and forced route again. Caller must NOT hold `_lock`: the list is computed under it, sent
+        outside it (15 s x 4 tries at worst) and recorded under it, all inside `svc.gateway_io`, so
+        two updates never cross and the list sent last is always the one computed last.
+        `gateway`: act only if the service still runs this gateway process (the one a tick probed)."""
+        with svc.gateway_io:
+            with self._lock:
+                if not self._owns(svc) or (gateway is not None and svc.gateway is not gateway):
+                    return
+                urls = self._ready_urls(svc)
+                if urls == svc.registered:
+                    return
+                fresh = svc.registered is None
+                current, endpoint, backup, routed = svc.gateway, svc.endpoint, svc.backup_url, svc.routed_to
+            error = self._put_replicas(endpoint, urls)
+            notes: dict[str, str] = {}
+            if fresh and error is None:
+                if backup and (backup_error := self._send_backup(endpoint, backup)) is not None:
+                    notes["backup"] = backup_error
+                if routed:  # a restarted gateway forgot a forced route
+                    try:
+                        procs.call("PUT", f"{endpoint}/admin/route", json={"to": "backup"}, headers=self._headers())
+                    except procs.HttpError as exc:
+                        notes["route"] = f"route to backup not restored: {exc}"
+            with self._lock:
+                if svc.gateway is not current:
+                    return  # restarted meanwhile: the new one starts unknown and is re-fed by the next tick
+                self._record_sync(svc, urls, error)
+                svc.notes.update(notes)
+                self._persist()
 
     # -- state on disk, and adoption ------------------------------------------------------------
     @property
@@ -391,6 +432,7 @@ class LocalPlatform:
                         svc.replicas[rid] = _Replica(rid=rid, port=int(r["port"]), proc=proc,
                                                      state="ready" if ready else "starting", restarts=restarts)
                 self._services[name] = svc  # registered=None: the next tick re-sends the replica list
+                self._start_supervisor(svc)
                 report[name] = {"adopted": sorted(p.pid for p in [gw, *(x[1] for x in reps.values())] if p),
                                 "restarted": restarted}
                 log.info("service %s adopted: %s", name, report[name])
@@ -410,64 +452,99 @@ class LocalPlatform:
                     if p.poll() is None}
 
     # -- supervision -----------------------------------------------------------------------------
-    def _tick(self, svc: _Service) -> None:
-        """One reconciliation step (caller holds the lock): promote ready replicas, replace dead ones."""
-        now = time.monotonic()
+    def _owns(self, svc: _Service) -> bool:
+        """`svc` is still deployed here (not deleted, platform not closed). Caller holds the lock."""
+        return not self._closed.is_set() and self._services.get(svc.spec.name) is svc
+
+    def _start_supervisor(self, svc: _Service) -> None:
+        """One supervisor thread per service (caller holds the lock), so a slow probe or gateway
+        update of one service never delays another's crash restarts."""
+        svc.supervisor = threading.Thread(
+            target=self._supervise, args=(svc,), name=f"scanflow-supervisor-{svc.spec.name}", daemon=True
+        )
+        svc.supervisor.start()
+
+    def _supervise(self, svc: _Service) -> None:
+        """The service's supervisor: a tick per interval until it is deleted or the platform closed."""
+        while not self._closed.wait(self._interval):
+            try:
+                if not self._tick(svc):
+                    return
+            except Exception:  # never let the supervisor die
+                log.exception("supervisor tick failed for %s", svc.spec.name)
+
+    def _observe(self, svc: _Service, now: float) -> _Observed:
+        """A tick's first step (caller holds the lock; local calls only): restart an exited gateway,
+        mark exited replicas dead, respawn dead ones whose backoff is over, and say what to probe."""
         if svc.gateway.poll() is not None:
             log.warning("service %s: gateway exited (%s); restarting", svc.spec.name, svc.gateway.returncode)
             svc.gateway = self._spawn_gateway(svc.spec, svc.gateway_port, svc.backup_url)
             svc.registered = None
-        gateway_up = svc.registered is not None or procs.is_ready(f"{svc.endpoint}/health", 1.0)
-        for rep in svc.replicas.values():
+        for rid, rep in list(svc.replicas.items()):
             if rep.state != "dead" and rep.proc.poll() is not None:
                 log.warning("service %s: replica %d exited (%s)", svc.spec.name, rep.rid, rep.proc.returncode)
                 rep.state = "dead"
                 rep.restart_at = now + min(MAX_BACKOFF_S, 0.5 * 2 ** rep.restarts)
-            elif rep.state == "starting":
-                if procs.is_ready(f"{rep.url}/ready", 1.0):
-                    svc.notes.update({f"replica-{rep.rid}-{i}": n for i, n in enumerate(self._apply_to_replica(svc, rep))})
-                    rep.state = "ready"
-                elif now - rep.started_at > READY_DEADLINE_S:
-                    procs.stop(rep.proc, 2.0)
-                    rep.state = "dead"
-                    rep.restart_at = now + min(MAX_BACKOFF_S, 0.5 * 2 ** rep.restarts)
-                    svc.notes[f"replica-{rep.rid}-ready"] = f"replica {rep.rid} not ready in {READY_DEADLINE_S:.0f}s"
-        if svc.registered is not None and gateway_up:
-            self._sync_gateway(svc)  # a no-op unless the ready set differs from what the gateway holds
-        elif gateway_up:
-            self._sync_gateway(svc, force=True)
-            if svc.backup_url:
-                self._put_backup(svc, svc.backup_url)
-            if svc.routed_to and svc.registered is not None:  # a restarted gateway forgot a forced route
-                try:
-                    procs.call("PUT", f"{svc.endpoint}/admin/route", json={"to": "backup"}, headers=self._headers())
-                except procs.HttpError as exc:
-                    svc.notes["route"] = f"route to backup not restored: {exc}"
-        for rid, rep in list(svc.replicas.items()):
             if rep.state == "dead" and now >= rep.restart_at:
                 self._cg.remove(f"{svc.spec.name}-{rid}")
                 svc.replicas[rid] = self._spawn_replica(svc, rid, restarts=rep.restarts + 1)
+        starting = tuple(r for r in svc.replicas.values() if r.state == "starting")
+        return _Observed(gateway=svc.gateway, endpoint=svc.endpoint, probe_gateway=svc.registered is None,
+                         starting=starting)
 
-    def _supervise(self) -> None:
-        while not self._closed.wait(self._interval):
-            with self._lock:
-                for svc in list(self._services.values()):
-                    try:
-                        self._tick(svc)
-                    except Exception:  # never let the supervisor die
-                        log.exception("supervisor tick failed for %s", svc.spec.name)
-                self._persist()
+    def _promote(self, svc: _Service, probed: list[tuple[_Replica, bool]], now: float) -> list[_Replica]:
+        """A tick's third step (caller holds the lock): a replica that answered /ready is placed and
+        joins the ready set; one past its deadline is marked dead (returned, to stop outside the lock).
+        A replica retired (scale) or replaced meanwhile is not this service's any more: left alone."""
+        overdue = []
+        for rep, ready in probed:
+            if svc.replicas.get(rep.rid) is not rep or rep.state != "starting":
+                continue
+            if ready:
+                svc.notes.update({f"replica-{rep.rid}-{i}": n for i, n in enumerate(self._apply_to_replica(svc, rep))})
+                rep.state = "ready"
+            elif now - rep.started_at > READY_DEADLINE_S:
+                rep.state = "dead"
+                rep.restart_at = now + min(MAX_BACKOFF_S, 0.5 * 2 ** rep.restarts)
+                svc.notes[f"replica-{rep.rid}-ready"] = f"replica {rep.rid} not ready in {READY_DEADLINE_S:.0f}s"
+                overdue.append(rep)
+        return overdue
+
+    def _tick(self, svc: _Service) -> bool:
+        """One reconciliation step: observe (under the lock) -> probe (outside it) -> promote (under
+        it, re-checking each replica is still the one probed) -> update the gateway (outside it).
+        So status(), the public calls and other services never wait on a probe. Only the service's
+        own supervisor thread calls it, so ticks of one service never overlap. False: service gone."""
+        with self._lock:
+            if not self._owns(svc):
+                return False
+            obs = self._observe(svc, time.monotonic())
+            self._persist()
+        gateway_up = not obs.probe_gateway or procs.is_ready(f"{obs.endpoint}/health", 1.0)
+        probed = [(rep, procs.is_ready(f"{rep.url}/ready", 1.0)) for rep in obs.starting]
+        with self._lock:
+            if not self._owns(svc):
+                return False
+            overdue = self._promote(svc, probed, time.monotonic())
+            self._persist()
+        for rep in overdue:  # the next tick (same thread) restarts the slot once this one is gone
+            procs.stop(rep.proc, 2.0)
+        if gateway_up:
+            self._sync_gateway(svc, obs.gateway)
+        return True
 
     def _wait_ready(self, name: str, deadline_s: float = READY_DEADLINE_S) -> None:
+        """Wait (polling state under the lock, no HTTP) until the supervisor has every replica of
+        `name` ready and the gateway holds exactly them."""
         def done() -> bool:
             with self._lock:
                 svc = self._services.get(name)
                 if svc is None:
                     return True
-                self._tick(svc)
-                return all(r.state == "ready" for r in svc.replicas.values()) and svc.registered is not None
+                ready = all(r.state == "ready" for r in svc.replicas.values())
+                return ready and svc.registered == self._ready_urls(svc)
 
-        if not procs.wait_until(done, deadline_s, 0.2):
+        if not procs.wait_until(done, deadline_s, 0.1):
             raise PlatformError(
                 f"service {name!r}: replicas not ready within {deadline_s:.0f}s (logs in {self.home / 'logs'})",
                 retryable=True,
@@ -488,21 +565,26 @@ class LocalPlatform:
                 self._services[service.name] = svc
                 for rid in range(1, service.replicas + 1):
                     svc.replicas[rid] = self._spawn_replica(svc, rid)
-                for other in self._services.values():  # services that named this one as backup
+                tell: list[tuple[_Service, str]] = []  # services that named this one as backup
+                for other in self._services.values():
                     if other is not svc and other.spec.backup == service.name:
                         other.backup_url = svc.endpoint
                         other.notes.pop("backup", None)
-                        if other.registered is not None:
-                            self._put_backup(other, svc.endpoint)
-                if not procs.wait_until(lambda: procs.is_ready(f"{svc.endpoint}/health", 1.0), 60.0, 0.2):
-                    raise PlatformError(f"service {service.name!r}: gateway not healthy within 60s", retryable=True)
-                if svc.backup_url:
-                    self._put_backup(svc, svc.backup_url)
+                        if other.registered is not None:  # else its next re-feed sends it
+                            tell.append((other, other.endpoint))
                 self._persist()
+                self._start_supervisor(svc)  # it re-feeds the gateway (replicas, backup) once /health answers
                 new = True
             else:
                 new = False
-        if new:
+        if new:  # HTTP from here on, outside the lock
+            for other, endpoint in tell:
+                error = self._send_backup(endpoint, svc.endpoint)
+                if error is not None:
+                    with self._lock:
+                        other.notes["backup"] = error
+            if not procs.wait_until(lambda: procs.is_ready(f"{svc.endpoint}/health", 1.0), 60.0, 0.2):
+                raise PlatformError(f"service {service.name!r}: gateway not healthy within 60s", retryable=True)
             self._wait_ready(service.name)
             self._persist()
             return self.status(service.name)
@@ -544,12 +626,6 @@ class LocalPlatform:
         except procs.HttpError as exc:
             return f"backup not set on gateway: {exc}"
 
-    def _put_backup(self, svc: _Service, url: str | None) -> None:
-        """The supervisor's and deploy's path, under the lock."""
-        error = self._send_backup(svc.endpoint, url)
-        if error is not None:
-            svc.notes["backup"] = error
-
     def scale(self, service: str, replicas: int) -> ServiceStatus:
         """Add replicas (ready before they join) or remove them (leave gateway, drain, stop)."""
         with self._changes:
@@ -569,12 +645,9 @@ class LocalPlatform:
                     svc.replicas[rid] = self._spawn_replica(svc, rid)
             victims = [svc.replicas.pop(rid) for rid in current[replicas:]] if replicas < len(current) else []
             svc.spec = svc.spec.model_copy(update={"replicas": replicas})
-            urls, endpoint = self._ready_urls(svc), svc.endpoint
             self._persist()
         if victims:  # out of rotation first (every later update leaves them out too: they are popped)
-            error = self._put_replicas(endpoint, urls)
-            with self._lock:
-                self._record_sync(svc, urls, error)
+            self._sync_gateway(svc)
         for rep in victims:
             self._retire(svc, rep)
         self._wait_ready(service)
@@ -736,7 +809,10 @@ class LocalPlatform:
         if self._closed.is_set():
             return
         self._closed.set()
-        self._supervisor.join(timeout=5)
+        with self._lock:
+            supervisors = [s.supervisor for s in self._services.values() if s.supervisor is not None]
+        for thread in supervisors:  # a tick still in HTTP changes nothing once closed (_owns)
+            thread.join(timeout=5)
         for name in list(self._services):
             self.delete(name)
         self._cg.remove_all()
