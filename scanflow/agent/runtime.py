@@ -226,8 +226,9 @@ class Runtime:
         self, name: str, payload: dict[str, Any], key: str | None, source: str | None = None
     ) -> tuple[int, bool]:
         """Durably accept an event (deduplicated by key) and wake the loop -> (id, duplicate)."""
-        event_id, dup = await asyncio.to_thread(
-            self.store.add_event, name, payload, key, source, self.clock()
+        # the inbox writer commits (grouped with concurrent requests) and resolves the future
+        event_id, dup = await asyncio.wrap_future(
+            self.store.submit_event(name, payload, key, source, self.clock())
         )
         self.metrics.events_received.labels(duplicate=str(dup).lower()).inc()
         self._wake.set()

@@ -6,7 +6,9 @@ as the strategy states they changed (so a restart neither re-decides nor forgets
 action is keyed by its idempotency key, so one that succeeded is never run again.
 
 SQLAlchemy 2 Core on any URL; SQLite (the default, one file per agent) runs in WAL mode with a busy
-timeout, and writes from this process go through one lock (one writer). Every method is synchronous
+timeout, and writes from this process go through one lock (one writer). New events go through the
+inbox writer thread (scanflow.agent.inbox: group commit, driver-level insert, WAL checkpoints off the
+request path); `submit_event` returns its Future for async callers. Every other method is synchronous
 and may block: async callers use `await asyncio.to_thread(store.method, ...)`.
 Who calls: scanflow.agent.runtime (the loop), scanflow.agent.app (REST reads), tests, benchmarks.
 """
@@ -14,19 +16,22 @@ Who calls: scanflow.agent.runtime (the loop), scanflow.agent.app (REST reads), t
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
 
 from scanflow.agent.engine import Decision, Intent, StrategyState
+from scanflow.agent.inbox import Accepted, Checkpointer, EventRow, InboxWriter
 from scanflow.agent.jsonsafe import check_finite
 from scanflow.agent.types import Event
 
@@ -89,8 +94,6 @@ kv = sa.Table(
 )
 
 # Hot-path statements built once: building a statement costs more than running it on SQLite.
-_INSERT_EVENT = events.insert()
-_EVENT_ID_BY_KEY = sa.select(events.c.id).where(events.c.idempotency_key == sa.bindparam("k"))
 _FINISH_EVENT = (
     events.update()
     .where(events.c.id == sa.bindparam("eid"))
@@ -171,6 +174,7 @@ def _make_engine(url: str) -> Engine:
             cur = dbapi_conn.cursor()
             if ":memory:" not in url and url not in ("sqlite://", "sqlite:///"):
                 cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA wal_autocheckpoint=0")  # the Checkpointer thread does it (inbox.py)
             cur.execute("PRAGMA busy_timeout=30000")
             cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: committed data survives a process kill
             cur.close()
@@ -198,10 +202,36 @@ class Store:
         self._write = threading.Lock()
         self._owner_fd: int | None = None
         metadata.create_all(self.engine)
+        self._writer: InboxWriter | None = None
+        self._writer_init = threading.Lock()
+        self._checkpointer: Checkpointer | None = None
+        path = self._file()
+        if path is not None:  # file-backed SQLite: checkpoints leave the commit path
+            self._checkpointer = cp = Checkpointer(path)
+            sa.event.listen(self.engine, "commit", lambda _conn: cp.committed())
+            weakref.finalize(self, cp.close)  # a store never closed still stops its thread
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
         self.release()
         self.engine.dispose()
+
+    def _inbox(self) -> InboxWriter:
+        if self._writer is None:
+            with self._writer_init:
+                if self._writer is None:
+                    cp = self._checkpointer
+                    writer = InboxWriter(
+                        self.engine, events, self._write, self._file(), cp.committed if cp else None
+                    )
+                    weakref.finalize(self, writer.close)
+                    self._writer = writer
+        return self._writer
 
     def _file(self) -> str | None:
         db = self.engine.url.database if self.engine.url.get_backend_name() == "sqlite" else None
@@ -245,31 +275,34 @@ class Store:
     ) -> tuple[int, bool]:
         """Insert into the inbox; returns (id, duplicate). A known idempotency key returns its first id.
 
-        A payload holding NaN/infinity raises NotJSONError (a ValueError): JSON has no such values, and
-        once stored they would break every later read (GET /events) and every forward to a peer.
+        Blocks until the event is committed. A payload holding NaN/infinity raises NotJSONError (a
+        ValueError): JSON has no such values, and once stored they would break every later read
+        (GET /events) and every forward to a peer.
+        """
+        return self.submit_event(name, payload, key, source, now).result()
+
+    def submit_event(
+        self,
+        name: str,
+        payload: Mapping[str, Any],
+        key: str | None = None,
+        source: str | None = None,
+        now: float | None = None,
+    ) -> Future[Accepted]:
+        """`add_event` without waiting: the Future resolves to (id, duplicate) once committed.
+
+        Validation errors raise here, in the caller's thread; a failed commit is the Future's error.
+        Async callers: `await asyncio.wrap_future(store.submit_event(...))` (no thread-pool hop).
         """
         check_finite(payload, f"event {name!r} payload")
-        key = key or f"auto:{uuid.uuid4().hex}"
-        row = {
-            "name": name,
-            "payload": dict(payload),
-            "idempotency_key": key,
-            "source": source,
-            "status": "pending",
-            "received_at": time.time() if now is None else now,
-        }
-        with self._write:
-            try:
-                with self.engine.begin() as conn:
-                    result = conn.execute(_INSERT_EVENT, row)
-                    pk = result.inserted_primary_key
-                    assert pk is not None
-                    return int(pk[0]), False
-            except IntegrityError:
-                pass
-        with self.engine.connect() as conn:
-            existing = conn.execute(_EVENT_ID_BY_KEY, {"k": key}).scalar_one()
-        return int(existing), True
+        row = EventRow(
+            name=name,
+            payload_json=json.dumps(dict(payload)),
+            key=key or f"auto:{uuid.uuid4().hex}",
+            source=source,
+            received_at=time.time() if now is None else now,
+        )
+        return self._inbox().submit(row)
 
     @staticmethod
     def _event(row: Any) -> Event:
