@@ -52,7 +52,8 @@ agent.router.include_router(predictions_router(LOG, _settings.token))  # type: i
 
 @agent.on_startup
 def open_log(ctx: Context) -> None:
-    LOG.log = PredictionLog(ctx.settings.store_url_for(f"{ctx.name}-predictions"), name=current_workflow().name)
+    LOG.log = PredictionLog(ctx.settings.store_url_for(f"{ctx.name}-predictions"), name=current_workflow().name,
+                            retention_s=ctx.settings.prediction_retention_s)
 
 
 @agent.on_shutdown

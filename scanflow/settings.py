@@ -29,6 +29,9 @@ class Settings(BaseSettings):
         "local", description="where the Executor runs services and jobs (SCANFLOW_PLATFORM)"
     )
     namespace: str | None = Field(None, description="Kubernetes namespace of the workflow (SCANFLOW_NAMESPACE)")
+    prediction_retention_s: float = Field(
+        3600.0, gt=0, description="flushed predictions kept locally this long: the request_id dedup horizon"
+    )
 
     def store_url_for(self, agent_name: str) -> str:
         if self.store_url:

@@ -7,7 +7,11 @@ get the inputs of new predictions as arrays for drift detection).
 How "exactly once" holds (docs/tracking.md explains it at length):
 1. Append: one SQLite (WAL, synchronous=FULL) row per `request_id`, inserted with ON CONFLICT DO
    NOTHING. A client that re-sends after a lost reply is acknowledged again but stored once. Each row
-   gets a monotonically increasing `seq` (SQLite serialises writers, so seq order is commit order).
+   gets a monotonically increasing `seq`, and seq order must be commit order (else a reader at a
+   watermark could skip a lower seq committed after a higher one): SQLite serialises writers by
+   itself; on PostgreSQL every append first takes a transaction-scoped advisory lock
+   (`pg_advisory_xact_lock`), so appends take their seqs and commit one after another. Other
+   databases are refused.
 2. Flush: the pending rows are those with seq > watermark. A batch takes the next rows in seq order and
    is written as `predictions/batch-<first seq>.parquet` in the log's MLflow run; only after the upload
    does the watermark advance (a compare-and-set in the same DB). A SIGKILL between upload and commit
@@ -16,7 +20,14 @@ How "exactly once" holds (docs/tracking.md explains it at length):
    uncommitted artifact exists at any moment (always the one at watermark + 1).
 3. Read: `read_since(run_id, watermark)` returns rows with seq > watermark. It re-reads the batch that
    contains the caller's watermark (the only one that may have been overwritten with more rows since)
-   and every later batch, and filters by seq, so a consumer never misses or repeats a row.
+   and every later batch, and filters by seq, so a consumer never misses or repeats a row. It lists
+   every batch artifact of the run on each call (one list request, metadata only: its size grows with
+   the run's batch count) but downloads only the batches it needs.
+4. Compaction: rows are also the dedup record of their `request_id`, so flushed rows are kept for a
+   retention window (`retention_s`, default 1 hour: the dedup horizon) and deleted after it, by the
+   flush path, in bounded chunks. A re-send later than that after its first flush is stored again.
+   The window is measured on this process's clock from when a row was known to be flushed (a "flush
+   mark": watermark + time, recorded after each flush), never from the client's `ts`.
 """
 
 from __future__ import annotations
@@ -45,16 +56,24 @@ from sqlalchemy import (
     Table,
     Text,
     create_engine,
+    delete,
     event,
     func,
     select,
     update,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.sql import Executable
 
 log = logging.getLogger(__name__)
 
 ARTIFACT_DIR = "predictions"
+DEFAULT_RETENTION_S = 3600.0  # flushed rows kept this long: the request_id dedup horizon
+COMPACT_CHUNK = 2_000  # rows deleted per transaction (appends wait on the write lock only this long)
+COMPACT_MAX_ROWS = 50_000  # rows deleted per flush call at most (the rest at the next flush)
+DIALECTS = ("sqlite", "postgresql")  # where seq order is made commit order (see append)
+# pg_advisory_xact_lock key serialising appends (any fixed int64; "scanflow" in ASCII)
+_PG_APPEND_LOCK = 0x7363616E666C6F77
 RUN_TAG = "scanflow.predictions"  # value: the log's name; identifies the run a log flushes into
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,100}")  # the name goes into MLflow search filters
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
@@ -165,6 +184,42 @@ _state = Table(
     Column("flushed", Integer, nullable=False, default=0),  # records written up to the watermark
     Column("log_id", String(64), nullable=False),
 )
+_marks = Table(  # "by time `at`, rows up to `watermark` were flushed": what compaction goes by
+    "prediction_flush_marks",
+    _metadata,
+    Column("name", String(200), primary_key=True),
+    Column("watermark", Integer, primary_key=True),
+    Column("at", Float, nullable=False),  # wall clock (time.time()): it must survive restarts
+)
+
+
+def serialise_appends(dialect: str) -> Executable | None:
+    """The statement an append runs first so that seq order is commit order, or None if the
+    database already serialises writers (SQLite). Pure, so the PostgreSQL SQL is tested without a
+    server. The advisory lock is held until the append's transaction ends: a second appender waits
+    for it before drawing seqs, so it draws higher ones and commits later."""
+    if dialect == "sqlite":
+        return None
+    if dialect == "postgresql":
+        return select(func.pg_advisory_xact_lock(_PG_APPEND_LOCK))
+    raise ValueError(f"prediction log: database {dialect!r} not supported (use one of {', '.join(DIALECTS)})")
+
+
+def compaction_bound(marks: Sequence[tuple[int, float]], now: float, retention_s: float,
+                     min_watermark: int, oldest_seq: int | None, max_rows: int) -> int:
+    """The highest seq compaction may delete now (0: nothing). Pure.
+
+    `marks`: (watermark, at) flush marks of this log; a row is deletable once a mark at least
+    `retention_s` old covers it (it was flushed, hence appended, before that mark). Never above
+    `min_watermark` (the lowest watermark of any log on this database: they share the rows), and at
+    most `max_rows` seqs past the oldest row still stored (seqs have gaps, so at most that many rows).
+    """
+    horizon = now - retention_s
+    covered = max((wm for wm, at in marks if at <= horizon), default=0)
+    bound = min(covered, min_watermark)
+    if oldest_seq is None or bound < oldest_seq:
+        return 0
+    return min(bound, oldest_seq + max_rows - 1)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -198,11 +253,15 @@ class PredictionLog:
     Thread-safe: the API appends from worker threads while a flush runs in another.
     """
 
-    def __init__(self, url: str, *, name: str = "default") -> None:
+    def __init__(self, url: str, *, name: str = "default", retention_s: float = DEFAULT_RETENTION_S) -> None:
         if not _NAME_RE.fullmatch(name):
             raise ValueError(f"log name {name!r}: use 1-100 letters, digits, '.', '_' or '-'")
+        if not retention_s > 0:
+            raise ValueError(f"retention_s must be > 0 (the request_id dedup horizon), got {retention_s}")
+        self._serialise = serialise_appends(make_url(url).get_backend_name())  # refuses others early
         self.url = url
         self.name = name
+        self.retention_s = float(retention_s)
         self.engine: Engine = create_engine(url, future=True)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
@@ -244,6 +303,8 @@ class PredictionLog:
             for r in records
         ]
         with self.engine.begin() as conn:
+            if self._serialise is not None:  # seq order = commit order (module docstring, step 1)
+                conn.execute(self._serialise)
             if self.engine.dialect.name == "sqlite":  # sqlite3's executemany rowcount is the total
                 stored = conn.execute(self._insert(_records), rows).rowcount
             else:
@@ -268,6 +329,8 @@ class PredictionLog:
         return self._load_state()[1]
 
     def stats(self) -> LogStats:
+        """`stored`: rows held locally now (compaction removes old flushed ones); `last_seq` never
+        goes back, even when every row was compacted away."""
         run_id, wm, _ = self._load_state()
         with self.engine.connect() as conn:
             stored, last = conn.execute(
@@ -277,7 +340,7 @@ class PredictionLog:
                 select(func.count()).select_from(_records).where(_records.c.seq > wm)
             ).scalar_one()
         return LogStats(
-            stored=int(stored), last_seq=int(last), watermark=wm, pending=int(pending), run_id=run_id
+            stored=int(stored), last_seq=max(int(last), wm), watermark=wm, pending=int(pending), run_id=run_id
         )
 
     def pending(self, limit: int, after: int | None = None, upto: int | None = None) -> list[tuple[int, str]]:
@@ -304,6 +367,46 @@ class PredictionLog:
                 .where(_state.c.name == self.name, _state.c.watermark == old)
                 .values(watermark=new, flushed=flushed)
             )
+
+    # --- compaction ----------------------------------------------------------------------------
+
+    def _mark_flushed(self, now: float) -> None:
+        """Record that rows up to the current watermark are flushed as of `now`."""
+        wm = self.watermark
+        with self.engine.begin() as conn:
+            conn.execute(self._insert(_marks).values(name=self.name, watermark=wm, at=now))
+
+    def compact(self, now: float | None = None, max_rows: int = COMPACT_MAX_ROWS) -> int:
+        """Delete flushed rows older than the retention window (the dedup horizon), at most
+        `max_rows`, in transactions of COMPACT_CHUNK rows; and the flush marks no longer needed.
+        Returns the rows deleted. The flush path calls it; cheap when there is nothing to do (a few
+        indexed reads, no write transaction). Rows above any log's watermark are never touched."""
+        now = time.time() if now is None else now
+        with self.engine.connect() as conn:
+            marks = [(int(r.watermark), float(r.at)) for r in
+                     conn.execute(select(_marks.c.watermark, _marks.c.at).where(_marks.c.name == self.name))]
+            min_wm = conn.execute(select(func.min(_state.c.watermark))).scalar_one()
+            oldest = conn.execute(select(func.min(_records.c.seq))).scalar_one()
+        covered = max((wm for wm, at in marks if at <= now - self.retention_s), default=0)
+        if covered and any(wm < covered for wm, _ in marks):  # superseded: the newest covering mark will do
+            with self.engine.begin() as conn:
+                conn.execute(delete(_marks).where(_marks.c.name == self.name, _marks.c.watermark < covered))
+        bound = compaction_bound(marks, now, self.retention_s, int(min_wm or 0),
+                                 None if oldest is None else int(oldest), max_rows)
+        deleted = 0
+        low = int(oldest or 0)
+        while bound and low <= bound:
+            high = min(bound, low + COMPACT_CHUNK - 1)
+            with self.engine.begin() as conn:
+                deleted += self._delete_upto(conn, high)
+            low = high + 1
+        if deleted:
+            log.info("prediction log %s: compacted %d flushed rows up to seq %d", self.name, deleted, bound)
+        return deleted
+
+    @staticmethod
+    def _delete_upto(conn: Connection, seq: int) -> int:
+        return int(conn.execute(delete(_records).where(_records.c.seq <= seq)).rowcount or 0)
 
     # --- flush ---------------------------------------------------------------------------------
 
@@ -400,6 +503,9 @@ class PredictionLog:
                 batches += 1
                 total += len(rows)
                 names.append(f"{ARTIFACT_DIR}/{name}")
+            if batches:
+                self._mark_flushed(time.time())
+            self.compact()
         return FlushResult(
             run_id=run_id, batches=batches, records=total, watermark=self.watermark, artifacts=tuple(names)
         )

@@ -1,0 +1,86 @@
+"""Prediction log: flushed rows are compacted after the retention window (the dedup horizon), never
+before it and never unflushed ones; appends on PostgreSQL serialise so seq order is commit order."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy.dialects import postgresql
+
+from scanflow.tracking import predictions as P
+from scanflow.tracking.predictions import PredictionLog, PredictionRecord, compaction_bound, read_since
+
+
+def recs(record, ids) -> list[PredictionRecord]:  # type: ignore[no-untyped-def]
+    return [PredictionRecord.model_validate(record(i)) for i in ids]
+
+
+@pytest.mark.parametrize(
+    ("marks", "now", "min_wm", "oldest", "max_rows", "want"),
+    [
+        ([], 10_000.0, 50, 1, 100, 0),  # never flushed: nothing
+        ([(50, 9_000.0)], 10_000.0, 50, 1, 100, 0),  # flushed 1000 s ago, window 3600 s: kept
+        ([(50, 5_000.0)], 10_000.0, 50, 1, 100, 50),  # past the window: up to the mark
+        ([(20, 5_000.0), (50, 9_000.0)], 10_000.0, 50, 1, 100, 20),  # only the old mark covers
+        ([(50, 5_000.0)], 10_000.0, 30, 1, 100, 30),  # another log on this DB is at 30: not beyond
+        ([(50, 5_000.0)], 10_000.0, 50, 1, 10, 10),  # bounded per call
+        ([(50, 5_000.0)], 10_000.0, 50, None, 100, 0),  # no rows left
+        ([(50, 5_000.0)], 10_000.0, 50, 51, 100, 0),  # already compacted up to 50
+    ],
+)
+def test_compaction_bound(marks, now, min_wm, oldest, max_rows, want) -> None:  # type: ignore[no-untyped-def]
+    assert compaction_bound(marks, now, 3600.0, min_wm, oldest, max_rows) == want
+
+
+def test_appends_serialise_on_postgresql_and_other_databases_are_refused(tmp_path: Path) -> None:
+    assert P.serialise_appends("sqlite") is None  # SQLite serialises writers by itself
+    stmt = P.serialise_appends("postgresql")
+    assert stmt is not None
+    sql = str(stmt.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+    assert sql == f"SELECT pg_advisory_xact_lock({P._PG_APPEND_LOCK}) AS pg_advisory_xact_lock_1"
+    with pytest.raises(ValueError, match="'mysql' not supported"):
+        PredictionLog("mysql://user@127.0.0.1/db")  # refused before any driver or connection
+    with pytest.raises(ValueError, match="retention_s"):
+        PredictionLog(f"sqlite:///{tmp_path / 'p.db'}", retention_s=0)
+
+
+def test_compaction_keeps_the_dedup_window_and_never_touches_unflushed_rows(
+    mlflow_server: str, tmp_path: Path, record, unique_name: str  # type: ignore[no-untyped-def]
+) -> None:
+    log = PredictionLog(f"sqlite:///{tmp_path / 'p.db'}", retention_s=3600.0)
+    log.append(recs(record, range(30)))
+    res = log.flush_to_mlflow(unique_name, batch_size=10)
+    assert res.watermark == 30
+    log.append(recs(record, range(30, 35)))  # pending: never compacted, whatever its age
+    assert log.compact(now=time.time()) == 0  # inside the window: kept
+    assert log.append(recs(record, range(30))).duplicates == 30  # and still deduplicated
+
+    later = time.time() + 3600.0 + 1.0
+    assert log.compact(now=later, max_rows=25) == 25  # bounded per call
+    assert log.compact(now=later) == 5
+    st = log.stats()
+    assert (st.stored, st.pending, st.watermark, st.last_seq) == (5, 5, 30, 35)
+
+    # past the horizon a re-send is a new record (documented): stored again, with a new seq
+    assert log.append(recs(record, [0])).stored == 1
+    res = log.flush_to_mlflow(unique_name)
+    assert res.records == 6 and res.watermark == log.stats().last_seq  # seqs may have gaps, never go back
+    got = read_since(res.run_id, 30)  # exactly once in seq order after the compaction
+    assert [r.request_id for r in got.records] == [f"req-{i:06d}" for i in [*range(30, 35), 0]]
+    assert got.seqs == sorted(got.seqs) and got.seqs[0] > 30 and got.watermark == res.watermark
+
+
+def test_the_flush_path_compacts(mlflow_server: str, tmp_path: Path, record, unique_name: str) -> None:  # type: ignore[no-untyped-def]
+    retention = 0.2
+    log = PredictionLog(f"sqlite:///{tmp_path / 'p.db'}", retention_s=retention)
+    log.append(recs(record, range(8)))
+    log.flush_to_mlflow(unique_name)
+    flushed_by = time.time()  # the flush mark was taken before this
+    assert log.stats().stored == 8  # just flushed: inside the window
+    deadline = flushed_by + retention
+    while time.time() <= deadline:  # a clock condition, not a sleep standing in for one
+        time.sleep(0.01)
+    log.flush_to_mlflow(unique_name)  # nothing to flush, but it compacts
+    assert log.stats().stored == 0 and log.watermark == 8
