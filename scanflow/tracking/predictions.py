@@ -71,6 +71,7 @@ ARTIFACT_DIR = "predictions"
 DEFAULT_RETENTION_S = 3600.0  # flushed rows kept this long: the request_id dedup horizon
 COMPACT_CHUNK = 2_000  # rows deleted per transaction (appends wait on the write lock only this long)
 COMPACT_MAX_ROWS = 50_000  # rows deleted per flush call at most (the rest at the next flush)
+MARKS_PER_WINDOW = 100  # flush marks written per retention window at most (compaction's time resolution)
 DIALECTS = ("sqlite", "postgresql")  # where seq order is made commit order (see append)
 # pg_advisory_xact_lock key serialising appends (any fixed int64; "scanflow" in ASCII)
 _PG_APPEND_LOCK = 0x7363616E666C6F77
@@ -205,17 +206,24 @@ def serialise_appends(dialect: str) -> Executable | None:
     raise ValueError(f"prediction log: database {dialect!r} not supported (use one of {', '.join(DIALECTS)})")
 
 
-def compaction_bound(marks: Sequence[tuple[int, float]], now: float, retention_s: float,
-                     min_watermark: int, oldest_seq: int | None, max_rows: int) -> int:
+def mark_due(newest: tuple[int, float] | None, watermark: int, now: float, every_s: float) -> bool:
+    """Whether to write a flush mark (`watermark` flushed as of `now`). Pure. At most one per
+    `every_s` (so a 1 s flush loop keeps ~100 marks per window, not 3,600), and only when the
+    watermark moved past the newest mark. Every flush call asks, so rows flushed just after a mark are
+    covered by a later one even when traffic stops."""
+    if newest is None:
+        return watermark > 0
+    return watermark > newest[0] and now - newest[1] >= every_s
+
+
+def compaction_bound(covered: int, min_watermark: int, oldest_seq: int | None, max_rows: int) -> int:
     """The highest seq compaction may delete now (0: nothing). Pure.
 
-    `marks`: (watermark, at) flush marks of this log; a row is deletable once a mark at least
-    `retention_s` old covers it (it was flushed, hence appended, before that mark). Never above
-    `min_watermark` (the lowest watermark of any log on this database: they share the rows), and at
-    most `max_rows` seqs past the oldest row still stored (seqs have gaps, so at most that many rows).
+    `covered`: the highest watermark of this log's flush marks at least `retention_s` old (every row
+    up to it was flushed, hence appended, before the window began). Never above `min_watermark`
+    (the lowest watermark of any log on this database: they share the rows), and at most `max_rows`
+    seqs past the oldest row still stored (seqs have gaps, so at most that many rows).
     """
-    horizon = now - retention_s
-    covered = max((wm for wm, at in marks if at <= horizon), default=0)
     bound = min(covered, min_watermark)
     if oldest_seq is None or bound < oldest_seq:
         return 0
@@ -371,28 +379,37 @@ class PredictionLog:
     # --- compaction ----------------------------------------------------------------------------
 
     def _mark_flushed(self, now: float) -> None:
-        """Record that rows up to the current watermark are flushed as of `now`."""
-        wm = self.watermark
-        with self.engine.begin() as conn:
-            conn.execute(self._insert(_marks).values(name=self.name, watermark=wm, at=now))
+        """Record, when due (`mark_due`), that rows up to the current watermark are flushed as of `now`."""
+        with self.engine.connect() as conn:
+            wm = int(conn.execute(select(_state.c.watermark).where(_state.c.name == self.name)).scalar_one())
+            row = conn.execute(
+                select(_marks.c.watermark, _marks.c.at).where(_marks.c.name == self.name)
+                .order_by(_marks.c.watermark.desc()).limit(1)
+            ).first()
+        newest = None if row is None else (int(row.watermark), float(row.at))
+        if mark_due(newest, wm, now, self.retention_s / MARKS_PER_WINDOW):
+            with self.engine.begin() as conn:
+                conn.execute(self._insert(_marks).values(name=self.name, watermark=wm, at=now))
 
     def compact(self, now: float | None = None, max_rows: int = COMPACT_MAX_ROWS) -> int:
         """Delete flushed rows older than the retention window (the dedup horizon), at most
-        `max_rows`, in transactions of COMPACT_CHUNK rows; and the flush marks no longer needed.
-        Returns the rows deleted. The flush path calls it; cheap when there is nothing to do (a few
-        indexed reads, no write transaction). Rows above any log's watermark are never touched."""
+        `max_rows`, in transactions of COMPACT_CHUNK rows, and the flush marks no longer needed.
+        Returns the rows deleted. The flush path calls it; with nothing to do it costs four indexed
+        reads and no write transaction. Rows above any log's watermark are never touched."""
         now = time.time() if now is None else now
+        mine = _marks.c.name == self.name
         with self.engine.connect() as conn:
-            marks = [(int(r.watermark), float(r.at)) for r in
-                     conn.execute(select(_marks.c.watermark, _marks.c.at).where(_marks.c.name == self.name))]
+            covered, lowest_mark = conn.execute(
+                select(func.max(_marks.c.watermark).filter(_marks.c.at <= now - self.retention_s),
+                       func.min(_marks.c.watermark)).where(mine)
+            ).one()
             min_wm = conn.execute(select(func.min(_state.c.watermark))).scalar_one()
             oldest = conn.execute(select(func.min(_records.c.seq))).scalar_one()
-        covered = max((wm for wm, at in marks if at <= now - self.retention_s), default=0)
-        if covered and any(wm < covered for wm, _ in marks):  # superseded: the newest covering mark will do
+        covered = int(covered or 0)
+        if covered and lowest_mark is not None and int(lowest_mark) < covered:  # superseded by `covered`
             with self.engine.begin() as conn:
-                conn.execute(delete(_marks).where(_marks.c.name == self.name, _marks.c.watermark < covered))
-        bound = compaction_bound(marks, now, self.retention_s, int(min_wm or 0),
-                                 None if oldest is None else int(oldest), max_rows)
+                conn.execute(delete(_marks).where(mine, _marks.c.watermark < covered))
+        bound = compaction_bound(covered, int(min_wm or 0), None if oldest is None else int(oldest), max_rows)
         deleted = 0
         low = int(oldest or 0)
         while bound and low <= bound:
@@ -503,8 +520,7 @@ class PredictionLog:
                 batches += 1
                 total += len(rows)
                 names.append(f"{ARTIFACT_DIR}/{name}")
-            if batches:
-                self._mark_flushed(time.time())
+            self._mark_flushed(time.time())
             self.compact()
         return FlushResult(
             run_id=run_id, batches=batches, records=total, watermark=self.watermark, artifacts=tuple(names)

@@ -18,20 +18,32 @@ def recs(record, ids) -> list[PredictionRecord]:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize(
-    ("marks", "now", "min_wm", "oldest", "max_rows", "want"),
+    ("covered", "min_wm", "oldest", "max_rows", "want"),
     [
-        ([], 10_000.0, 50, 1, 100, 0),  # never flushed: nothing
-        ([(50, 9_000.0)], 10_000.0, 50, 1, 100, 0),  # flushed 1000 s ago, window 3600 s: kept
-        ([(50, 5_000.0)], 10_000.0, 50, 1, 100, 50),  # past the window: up to the mark
-        ([(20, 5_000.0), (50, 9_000.0)], 10_000.0, 50, 1, 100, 20),  # only the old mark covers
-        ([(50, 5_000.0)], 10_000.0, 30, 1, 100, 30),  # another log on this DB is at 30: not beyond
-        ([(50, 5_000.0)], 10_000.0, 50, 1, 10, 10),  # bounded per call
-        ([(50, 5_000.0)], 10_000.0, 50, None, 100, 0),  # no rows left
-        ([(50, 5_000.0)], 10_000.0, 50, 51, 100, 0),  # already compacted up to 50
+        (0, 50, 1, 100, 0),  # no mark old enough: nothing
+        (50, 50, 1, 100, 50),  # up to the old mark
+        (50, 30, 1, 100, 30),  # another log on this DB is at 30: not beyond
+        (50, 50, 1, 10, 10),  # bounded per call
+        (50, 50, None, 100, 0),  # no rows left
+        (50, 50, 51, 100, 0),  # already compacted up to 50
     ],
 )
-def test_compaction_bound(marks, now, min_wm, oldest, max_rows, want) -> None:  # type: ignore[no-untyped-def]
-    assert compaction_bound(marks, now, 3600.0, min_wm, oldest, max_rows) == want
+def test_compaction_bound(covered: int, min_wm: int, oldest: int | None, max_rows: int, want: int) -> None:
+    assert compaction_bound(covered, min_wm, oldest, max_rows) == want
+
+
+@pytest.mark.parametrize(
+    ("newest", "wm", "now", "want"),
+    [
+        (None, 0, 100.0, False),  # nothing flushed yet
+        (None, 5, 100.0, True),
+        ((5, 99.0), 5, 200.0, False),  # watermark has not moved
+        ((5, 99.0), 9, 100.0, False),  # moved, but a mark was written 1 s ago (every 36 s)
+        ((5, 99.0), 9, 135.0, True),
+    ],
+)
+def test_mark_due(newest: tuple[int, float] | None, wm: int, now: float, want: bool) -> None:
+    assert P.mark_due(newest, wm, now, 36.0) == want
 
 
 def test_appends_serialise_on_postgresql_and_other_databases_are_refused(tmp_path: Path) -> None:
