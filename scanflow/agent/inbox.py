@@ -94,6 +94,8 @@ class InboxWriter:
     `sqlite_path`: insert through the sqlite3 driver on a private connection (file-backed SQLite);
     None: through SQLAlchemy Core on `engine` (any database, in-memory SQLite included).
     `on_commit` is called from the writer thread after each group committed (the checkpoint kick).
+    `listeners` are called there too, in commit order, with the new (not duplicate) events of each
+    group as (id, row) pairs: the agent loop takes them from memory instead of querying the inbox.
     """
 
     def __init__(
@@ -109,6 +111,7 @@ class InboxWriter:
         self._lock = write_lock
         self._path = sqlite_path
         self._on_commit = on_commit
+        self.listeners: list[Callable[[list[tuple[int, EventRow]]], None]] = []
         self._queue: list[_Job] = []
         self._cond = threading.Condition()
         self._closed = False
@@ -153,6 +156,12 @@ class InboxWriter:
                     for _, fut in live:
                         fut.set_exception(exc)
                     continue
+                fresh = [(res[0], row) for (row, _), res in zip(live, results, strict=True) if not res[1]]
+                for listener in list(self.listeners):
+                    try:
+                        listener(fresh)
+                    except Exception:  # a listener is an optimisation, never a failure
+                        log.exception("inbox listener failed")
                 for (_, fut), res in zip(live, results, strict=True):
                     fut.set_result(res)
                 if self._on_commit is not None:

@@ -1,6 +1,9 @@
 """The agent loop: inbox -> engine -> actions, plus the sensors on their intervals. Thin by design.
 
-For each pending event, in arrival order:
+The loop learns of new events from the inbox writer (Store.listen_inbox: committed events, in id
+order, handed over in memory), and reads the inbox table only at start, after an error, when the
+in-memory queue overflowed, and once per idle second as a safety net; `cursor` (the last event
+processed) makes both sources agree. For each pending event, in arrival order:
 1. If the store already holds its decisions (the agent was killed after deciding), reuse their
    intents; otherwise run the pure engine and write decisions + new strategy states in one go.
 2. Execute the intents in order. Before each, look up its idempotency key: succeeded or failed ->
@@ -16,6 +19,7 @@ Who calls: scanflow.agent.app (lifespan start/stop, REST endpoints), tests.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import json
@@ -36,7 +40,8 @@ from scanflow.agent.types import Event, Outcome, PermanentError, Strategy, Tempo
 from scanflow.settings import Settings
 
 BATCH = 200
-IDLE_POLL_S = 1.0  # the loop also wakes on every submitted event; this only bounds a missed wake-up
+IDLE_POLL_S = 1.0  # the loop also wakes on every committed event; this only bounds a missed wake-up
+MAX_FRESH = 10_000  # events held in memory for the loop; past it, the loop reads the inbox instead
 
 
 class Metrics:
@@ -145,6 +150,9 @@ class Runtime:
         self.started_at = clock()
         self._clients: dict[str, AgentClient] = {}
         self._wake = asyncio.Event()
+        self._fresh: collections.deque[Event] = collections.deque()
+        self._rescan = True
+        self._unlisten: Callable[[], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._action_locks: dict[str, asyncio.Lock] = {}
@@ -162,6 +170,9 @@ class Runtime:
         await asyncio.to_thread(self.store.claim)
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._fresh.clear()
+        self._rescan = True
+        self._unlisten = self.store.listen_inbox(self._committed)
         self.state = dict(await asyncio.to_thread(self.store.get, STATE_KEY, {}))
         self._saved_state = json.dumps(self.state, sort_keys=True, default=str)
         self.strategy_states = await asyncio.to_thread(self.store.strategy_states)
@@ -186,6 +197,9 @@ class Runtime:
                 )
 
     async def stop(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -231,7 +245,6 @@ class Runtime:
             self.store.submit_event(name, payload, key, source, self.clock())
         )
         self.metrics.events_received.labels(duplicate=str(dup).lower()).inc()
-        self._wake.set()
         return event_id, dup
 
     def submit_event_blocking(
@@ -240,29 +253,60 @@ class Runtime:
         """`submit_event` from a worker thread (sync handlers)."""
         event_id, dup = self.store.add_event(name, payload, key, source, self.clock())
         self.metrics.events_received.labels(duplicate=str(dup).lower()).inc()
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
         return event_id, dup
+
+    def _committed(self, events: list[Event]) -> None:
+        """Inbox writer thread: new events were committed; hand them to the loop, in order."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._deliver, events)
+        except RuntimeError:  # the loop is closed: the next start reads them from the inbox
+            pass
+
+    def _deliver(self, events: list[Event]) -> None:
+        if len(self._fresh) + len(events) > MAX_FRESH:
+            self._rescan = True  # they are in the inbox; the loop reads them from there
+        else:
+            self._fresh.extend(events)
+        self._wake.set()
 
     # -- the loop ------------------------------------------------------------------------------------
     async def _run_loop(self) -> None:
+        cursor = 0  # the last event processed; events arrive in id order from both sources
         while True:
             try:
-                batch = await asyncio.to_thread(self.store.pending_events, 0, BATCH)
-                self.metrics.queue_depth.set(len(batch))
+                if self._rescan:
+                    self._rescan = False
+                    batch = await asyncio.to_thread(self.store.pending_events, cursor, BATCH)
+                    self._rescan = len(batch) == BATCH  # more behind it
+                else:
+                    batch = []
+                    while self._fresh and len(batch) < BATCH:
+                        e = self._fresh.popleft()
+                        if e.id > cursor:
+                            batch.append(e)
+                self.metrics.queue_depth.set(len(batch) + len(self._fresh))
                 if not batch:
+                    if self._fresh or self._rescan:
+                        continue
                     self._wake.clear()
                     # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
-                    with contextlib.suppress(TimeoutError):
+                    try:
                         async with asyncio.timeout(IDLE_POLL_S):
                             await self._wake.wait()
+                    except TimeoutError:
+                        self._rescan = True  # idle: read the inbox once in case a wake-up was missed
                     continue
                 for event in batch:
                     await self.process(event)
+                    cursor = event.id
             except asyncio.CancelledError:
                 raise
             except Exception:  # a store hiccup (locked database...): log, back off, go on
                 self.log.exception("agent loop error; retrying in 1 s")
+                self._rescan = True  # what this batch left is still pending in the inbox
                 await asyncio.sleep(1.0)
 
     async def process(self, event: Event) -> dict[str, Any]:

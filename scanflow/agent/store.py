@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -204,6 +204,7 @@ class Store:
         metadata.create_all(self.engine)
         self._writer: InboxWriter | None = None
         self._writer_init = threading.Lock()
+        self._closed = False
         self._checkpointer: Checkpointer | None = None
         path = self._file()
         if path is not None:  # file-backed SQLite: checkpoints leave the commit path
@@ -212,6 +213,8 @@ class Store:
             weakref.finalize(self, cp.close)  # a store never closed still stops its thread
 
     def close(self) -> None:
+        with self._writer_init:
+            self._closed = True
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -224,6 +227,8 @@ class Store:
     def _inbox(self) -> InboxWriter:
         if self._writer is None:
             with self._writer_init:
+                if self._closed:
+                    raise RuntimeError("the store is closed")
                 if self._writer is None:
                     cp = self._checkpointer
                     writer = InboxWriter(
@@ -303,6 +308,18 @@ class Store:
             received_at=time.time() if now is None else now,
         )
         return self._inbox().submit(row)
+
+    def listen_inbox(self, fn: Callable[[list[Event]], None]) -> Callable[[], None]:
+        """Call `fn` with each committed group of new events, in id order, from the writer thread
+        (keep it short: hand over to your loop). Returns a function that stops the calls."""
+
+        def listener(fresh: list[tuple[int, EventRow]]) -> None:
+            if fresh:
+                fn([_event_from_row(i, r) for i, r in fresh])
+
+        writer = self._inbox()
+        writer.listeners.append(listener)
+        return lambda: writer.listeners.remove(listener) if listener in writer.listeners else None
 
     @staticmethod
     def _event(row: Any) -> Event:
@@ -555,4 +572,16 @@ def _action_record(r: Any) -> ActionRecord:
     return ActionRecord(
         r.key, r.actuator, r.agent, r.args, r.status, r.result, r.error, r.attempts, r.event_id,
         r.started_at, r.finished_at,
+    )
+
+
+def _event_from_row(event_id: int, row: EventRow) -> Event:
+    """A just-committed row as the Event the loop would read back (payload through JSON, as stored)."""
+    return Event(
+        name=row.name,
+        payload=json.loads(row.payload_json),
+        id=event_id,
+        key=row.key,
+        source=row.source,
+        received_at=row.received_at,
     )
