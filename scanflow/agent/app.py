@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -165,7 +165,8 @@ def get_context(request: Request) -> Context:
     return runtime.ctx
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
+    # async on purpose: FastAPI runs a plain `def` dependency in its thread pool, one hop per request
     return request.app.state.runtime  # type: ignore[no-any-return]
 
 
@@ -212,7 +213,7 @@ def create_app(
     app.state.runtime = runtime
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     auth = require_token(settings.token, allow_anonymous=allow_anonymous)
-    mutating = [Depends(auth)]
+    mutating = [Depends(_on_loop(auth))]
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
@@ -374,6 +375,16 @@ def _json_safe_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
             e.pop("input")
         out.append(e)
     return out
+
+
+def _on_loop(check: Callable[..., None]) -> Callable[..., Awaitable[None]]:
+    """The token check as an async dependency. It only compares strings; as a plain `def` FastAPI
+    would run it in the thread pool, a thread hop (and a wait for a free core) on every mutating call."""
+
+    async def dependency(authorization: str | None = Header(default=None)) -> None:
+        check(authorization)
+
+    return dependency
 
 
 def _unsafe_methods_only(check: Callable[..., None]) -> Callable[..., Awaitable[None]]:
