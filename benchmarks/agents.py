@@ -92,6 +92,8 @@ class LeanClient:
         return r.status, r.read()
 
     def close(self) -> None:
+        """Also before each timed section: uvicorn closes a connection idle for 5 s, and
+        http.client only notices on the next send (BrokenPipeError); closed, it reconnects itself."""
         self.conn.close()
 
 
@@ -166,6 +168,10 @@ def roundtrip(n: int, reps: int) -> dict[str, float]:
                 for cname, kind in runs:  # interleaved: same conditions
                     client = clients[cname]
                     path = "/" + kind
+                    if isinstance(client, LeanClient):
+                        client.close()  # idle while the other client ran: a fresh connection
+                    for _ in range(5):  # untimed: the connection is open and warm
+                        client.post(path, {"name": "bench.warm", "payload": {}} if kind == "events" else {})
                     lat = []
                     c0 = cpu_seconds(proc.pid)
                     for _ in range(n):
