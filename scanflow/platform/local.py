@@ -811,8 +811,9 @@ class LocalPlatform:
         self._closed.set()
         with self._lock:
             supervisors = [s.supervisor for s in self._services.values() if s.supervisor is not None]
-        for thread in supervisors:  # a tick still in HTTP changes nothing once closed (_owns)
-            thread.join(timeout=5)
+        deadline = time.monotonic() + 5.0  # one bound for all: a tick still in HTTP changes nothing once closed (_owns)
+        for thread in supervisors:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         for name in list(self._services):
             self.delete(name)
         self._cg.remove_all()
