@@ -45,7 +45,7 @@ DEAD_COLUMNS = {1: (2,), 2: (2, 5), 3: (1, 3, 5)}
 BLEED_STRENGTH = {1: 0.5, 2: 0.7, 3: 0.9}
 # every sensor kind adds this mild Gaussian read noise (mild on purpose: sigma 0.2 destroys the
 # information in 8x8 images, so no retrain can undo it; docs/scenarios.md S1)
-SENSOR_NOISE_SIGMA = 0.05
+SENSOR_NOISE_SIGMA = 0.02
 
 # Fractions of the 1,797 images; the remainder is the feedback pool.
 SPLIT_FRACTIONS = {"train": 0.40, "calibration": 0.25, "test": 0.20}
