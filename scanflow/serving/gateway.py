@@ -27,19 +27,11 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
-from fastapi import Depends, FastAPI, HTTPException
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
-from scanflow.auth import require_token
 from scanflow.serving import batchwire
 from scanflow.serving.asgi import (
     BodyTooLarge,
@@ -52,7 +44,7 @@ from scanflow.serving.asgi import (
     send_raw,
 )
 from scanflow.serving.cliargs import env_value, url_list
-from scanflow.serving.replica import LATENCY_BUCKETS, run_server
+from scanflow.serving.hotmetrics import HotCounter, HotHistogram
 from scanflow.serving.routing import (
     MAX_ATTEMPTS,
     RouteMode,
@@ -64,6 +56,7 @@ from scanflow.serving.routing import (
     pick_for_batch,
     route_of,
 )
+from scanflow.serving.server import LATENCY_BUCKETS, HotPathApp, alive, base_api, run_server
 from scanflow.serving.upstream import UpstreamError, UpstreamPool
 
 log = logging.getLogger("scanflow.serving.gateway")
@@ -97,12 +90,12 @@ class GatewayConfig:
 class _Metrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
-        self.latency = Histogram(
-            "scanflow_gateway_request_latency_seconds", "predict latency through the gateway", registry=r,
-            buckets=LATENCY_BUCKETS,
+        # the two updated on every request: plain-int collectors (scanflow.serving.hotmetrics)
+        self.latency = HotHistogram(
+            "scanflow_gateway_request_latency_seconds", "predict latency through the gateway", LATENCY_BUCKETS, r
         )
-        self.requests = Counter(
-            "scanflow_gateway_requests", "predict requests by status and route", ["status", "route"], registry=r
+        self.requests = HotCounter(
+            "scanflow_gateway_requests", "predict requests by status and route", ["status", "route"], r
         )
         self.upstream_errors = Counter(
             "scanflow_gateway_upstream_errors", "failed upstream attempts", ["kind"], registry=r
@@ -163,7 +156,6 @@ class Gateway:
         self._no_batch: set[str] = set()  # replicas that answered 404/405 to /predict_batch (older ones)
         self._dispatch_scheduled = False
         self._batch_tasks: set[asyncio.Task[None]] = set()
-        self._request_counters: dict[tuple[str, str], Counter] = {}
 
     # ---- life cycle -------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -242,7 +234,7 @@ class Gateway:
             body = await read_body(scope, receive, self.config.max_body_bytes)
         except BodyTooLarge as exc:
             await send_error(send, 413, str(exc))
-            self.metrics.requests.labels("413", "none").inc()
+            self.metrics.requests.inc("413", "none")
             return
         except ClientGone:
             return
@@ -286,7 +278,7 @@ class Gateway:
             exclude = exclude | {up.url}
         if up is None and not payload:
             await send_error(send, 503, f"service {self.config.service!r} has no healthy replica and no backup")
-            self.metrics.requests.labels("503", "none").inc()
+            self.metrics.requests.inc("503", "none")
             return
         if not payload and status == 503:
             await send_error(send, 503, "upstream replicas failed; try again")
@@ -297,12 +289,7 @@ class Gateway:
         self.metrics.latency.observe(time.perf_counter() - t0)
 
     def _count(self, status: int, route: str) -> None:
-        """requests_total{status,route}.inc() with the labelled child cached (labels() costs ~2 us)."""
-        key = (str(status), route)
-        child = self._request_counters.get(key)
-        if child is None:
-            child = self._request_counters[key] = self.metrics.requests.labels(*key)
-        child.inc()
+        self.metrics.requests.inc(str(status), route)
 
     # ---- coalescing -------------------------------------------------------------------------
     def _coalescable(self, body: bytes) -> bool:
@@ -510,37 +497,23 @@ class Gateway:
         return generate_latest(self.metrics.registry)
 
 
-class GatewayApp:
+class GatewayApp(HotPathApp):
     """ASGI entry: POST /predict straight to the forwarder, the rest to FastAPI."""
 
     def __init__(self, gateway: Gateway, api: FastAPI) -> None:
+        super().__init__({"/predict": gateway.predict}, api)
         self.gateway = gateway
-        self.api = api
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/predict" and scope["method"] == "POST":
-            await self.gateway.predict(scope, receive, send)
-        else:
-            await self.api(scope, receive, send)
 
 
 def create_app(config: GatewayConfig) -> GatewayApp:
     gw = Gateway(config)
-    api = FastAPI(title=f"scanflow gateway {config.service}", lifespan=gw.lifespan)
-    admin = [Depends(require_token(config.token, allow_anonymous=config.allow_anonymous))]
-
-    @api.get("/health")
-    async def health() -> dict[str, object]:
-        return {"status": "alive", "pid": os.getpid(), "service": config.service}
+    api, admin = base_api(f"scanflow gateway {config.service}", gw.lifespan, gw.render_metrics,
+                          alive(service=config.service), config.token, config.allow_anonymous)
 
     @api.get("/ready")
     async def ready() -> JSONResponse:
         ok = any(r.healthy for r in gw.replicas) or (gw.backup is not None and gw.backup.healthy)
         return JSONResponse({"ready": ok, "routed_to": gw.routed_to}, status_code=200 if ok else 503)
-
-    @api.get("/metrics")
-    async def metrics() -> Response:
-        return Response(gw.render_metrics(), media_type=CONTENT_TYPE_LATEST)
 
     @api.get("/admin/state")
     async def state() -> dict[str, object]:
