@@ -7,7 +7,8 @@ per request competes with the loop for the one write lock; and every ~1000 WAL p
 automatic checkpoint runs two fsyncs (4-15 ms here) inside whichever commit crossed the line, under
 the write lock, so the request behind it stalls - that was the round trip's p99. So:
 
-- `InboxWriter`: callers enqueue a prepared row and get a Future; one thread takes everything queued,
+- `InboxWriter`: callers enqueue a prepared row (or a `Done` mark) and get a Future; one thread takes
+  everything queued,
   inserts it in one transaction (group commit: N concurrent requests, one commit), and resolves each
   Future only after COMMIT returned. Ids therefore follow commit order, and a known idempotency key
   resolves to its first id (duplicate=True), within a group too.
@@ -63,8 +64,17 @@ class EventRow:
         }
 
 
-Accepted = tuple[int, bool]  # (event id, duplicate)
-_Job = tuple[EventRow, "Future[Accepted]"]
+@dataclass(frozen=True)
+class Done:
+    """Mark an event done with nothing recorded beside it (no strategy matched): the loop's most
+    common write, grouped with the inserts rather than a thread-pool hop and a SQLAlchemy commit."""
+
+    event_id: int
+    at: float
+
+
+Accepted = tuple[int, bool]  # (event id, duplicate); a Done job resolves to (event_id, False)
+_Job = tuple["EventRow | Done", "Future[Accepted]"]
 
 # Look the key up first rather than INSERT .. ON CONFLICT DO NOTHING: the latter burns an
 # AUTOINCREMENT id on every duplicate. Safe: BEGIN IMMEDIATE holds SQLite's write lock meanwhile.
@@ -73,6 +83,7 @@ _SQLITE_INSERT = (
     "VALUES (?, ?, ?, ?, 'pending', ?)"
 )
 _SQLITE_ID_BY_KEY = "SELECT id FROM events WHERE idempotency_key = ?"
+_SQLITE_DONE = "UPDATE events SET status = 'done', processed_at = ? WHERE id = ?"
 
 
 def connect_sqlite(path: str) -> sqlite3.Connection:
@@ -118,8 +129,9 @@ class InboxWriter:
         self._thread = threading.Thread(target=self._run, name="scanflow-inbox-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, row: EventRow) -> Future[Accepted]:
-        """Enqueue one row; the Future resolves to (id, duplicate) once its group is committed."""
+    def submit(self, row: EventRow | Done) -> Future[Accepted]:
+        """Enqueue one row (or Done); the Future resolves to (id, duplicate) once its group is
+        committed. Jobs are applied in submission order."""
         fut: Future[Accepted] = Future()
         with self._cond:
             if self._closed:
@@ -156,7 +168,11 @@ class InboxWriter:
                     for _, fut in live:
                         fut.set_exception(exc)
                     continue
-                fresh = [(res[0], row) for (row, _), res in zip(live, results, strict=True) if not res[1]]
+                fresh = [
+                    (res[0], row)
+                    for (row, _), res in zip(live, results, strict=True)
+                    if isinstance(row, EventRow) and not res[1]
+                ]
                 for listener in list(self.listeners):
                     try:
                         listener(fresh)
@@ -176,6 +192,10 @@ class InboxWriter:
         conn.execute("BEGIN IMMEDIATE")
         try:
             for row, _ in group:
+                if isinstance(row, Done):
+                    conn.execute(_SQLITE_DONE, (row.at, row.event_id))
+                    out.append((row.event_id, False))
+                    continue
                 known = conn.execute(_SQLITE_ID_BY_KEY, (row.key,)).fetchone()
                 if known is not None:  # the key exists (earlier, or earlier in this group)
                     out.append((int(known[0]), True))
@@ -195,9 +215,16 @@ class InboxWriter:
         """The same, through SQLAlchemy Core (any database). One agent process owns a store, and
         this thread is its only event writer, so nothing inserts a key between lookup and insert."""
         out: list[Accepted] = []
-        by_key = sa.select(self._events.c.id).where(self._events.c.idempotency_key == sa.bindparam("k"))
+        ev = self._events
+        by_key = sa.select(ev.c.id).where(ev.c.idempotency_key == sa.bindparam("k"))
         with self._engine.begin() as conn:
             for row, _ in group:
+                if isinstance(row, Done):
+                    conn.execute(
+                        ev.update().where(ev.c.id == row.event_id).values(status="done", processed_at=row.at)
+                    )
+                    out.append((row.event_id, False))
+                    continue
                 known = conn.execute(by_key, {"k": row.key}).scalar_one_or_none()
                 if known is not None:
                     out.append((int(known), True))

@@ -322,7 +322,10 @@ class Runtime:
             self.metrics.handler_seconds.labels("engine", "decide").observe(time.perf_counter() - t0)
             finish_at = None if plan.intents else self.clock()  # nothing to do: done in the same commit
             changed = plan.states if plan.decisions else None  # nothing matched: states unchanged
-            await asyncio.to_thread(self.store.record_plan, event.id, plan.decisions, changed, finish_at)
+            if finish_at is not None and not plan.decisions:  # matched nothing: only mark it done
+                await asyncio.wrap_future(self.store.submit_done(event.id, finish_at))
+            else:
+                await asyncio.to_thread(self.store.record_plan, event.id, plan.decisions, changed, finish_at)
             self._max_decided = max(self._max_decided, event.id)
             self.strategy_states = plan.states
             for d in plan.decisions:

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scanflow.agent.engine import Decision, Intent, StrategyState
-from scanflow.agent.inbox import Accepted, Checkpointer, EventRow, InboxWriter
+from scanflow.agent.inbox import Accepted, Checkpointer, Done, EventRow, InboxWriter
 from scanflow.agent.jsonsafe import check_finite
 from scanflow.agent.types import Event
 
@@ -357,6 +357,11 @@ class Store:
             q = q.where(events.c.status == status)
         with self.engine.connect() as conn:
             return int(conn.execute(q).scalar_one())
+
+    def submit_done(self, event_id: int, now: float) -> Future[Accepted]:
+        """Mark an event done through the inbox writer (an event no strategy matched: nothing else
+        to record). Resolves once committed; `await asyncio.wrap_future(...)` from async code."""
+        return self._inbox().submit(Done(event_id, now))
 
     def finish_event(self, event_id: int, outcomes: Mapping[str, Any], now: float) -> None:
         """Mark an event done (after all its actions finished) and attach the outcomes to its decisions."""

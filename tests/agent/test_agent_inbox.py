@@ -125,3 +125,20 @@ async def test_loop_falls_back_to_the_table_when_the_memory_queue_overflows(
         await drained(c)
     assert seen == list(range(30))  # each once, in order, although most came back from the table
     assert any(after > 0 for after in reads), reads  # the overflow made the loop read past its cursor
+
+
+@pytest.mark.parametrize("where", ["file", "memory"])
+def test_done_marks_go_through_the_writer_in_order_with_inserts(tmp_path: Path, where: str) -> None:
+    # file: the sqlite3 driver path; memory: the SQLAlchemy Core path (any other database)
+    s = Store(f"sqlite:///{tmp_path / 'd.db'}" if where == "file" else "sqlite://")
+    try:
+        first = s.submit_event("a", {}, key="a")
+        done = s.submit_done(1, 42.0)  # queued behind the insert it refers to
+        second = s.submit_event("b", {}, key="b")
+        assert first.result(10) == (1, False) and done.result(10) == (1, False)
+        assert second.result(10) == (2, False)
+        assert [e.id for e in s.pending_events()] == [2]
+        row = s.list_events(status="done")[0]
+        assert (row["id"], row["processed_at"]) == (1, 42.0)
+    finally:
+        s.close()
