@@ -234,7 +234,7 @@ def main() -> None:
         print(json.dumps(asyncio.run(_asyncio_load(url, sys.stdin.read().encode(), int(c), float(s)))))
         return
     if args.empty_server:
-        from scanflow.serving.replica import run_server
+        from scanflow.serving.server import run_server
 
         run_server(_empty_app, "127.0.0.1", args.empty_server, "WARNING")
         return
