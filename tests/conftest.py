@@ -19,6 +19,40 @@ def port() -> int:
     return free_port()
 
 
+# --- parallel runs (pytest-xdist: `make test` runs `-n 2 --dist loadgroup`) --------------------------
+
+# Tests that run a whole embedded stack (MLflow, bootstrap training, four agents, replicas): two of them
+# at once on 2 cores would fight over the CPU their deadlines assume. They form one work unit that a
+# single worker runs one after another, while the other worker takes the rest of the suite.
+STACK_GROUP = "embedded-stack"
+STACK_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/test_notebooks.py::test_02")
+
+
+def stack_group_of(nodeid: str) -> str | None:
+    """The work unit of a test that must not overlap another one like it, by node id (pure)."""
+    return STACK_GROUP if nodeid.startswith(STACK_TESTS) else None
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: ignored where xdist is not installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadgroup` with the whole-stack tests as one group, by node id.
+
+    Why not `@pytest.mark.xdist_group`: xdist 3.8 groups by rewriting `item._nodeid`, which pytest 9
+    no longer reads (nodeids come from `item._id`), so its marks are silently ignored and two stacks
+    ran at once. The scope rule is applied here, on the controller, instead. LoadScope's reordering
+    (on by default) queues the largest unit first, so the longest serial chain starts at once.
+    """
+    if config.getoption("dist", None) != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class StackGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return stack_group_of(nodeid) or nodeid
+
+    return StackGroupScheduling(config, log)
+
+
 @pytest.fixture(autouse=True)
 def _restore_mlflow_tracking_uri():  # type: ignore[no-untyped-def]
     """Undo a test's `mlflow.set_tracking_uri(...)` (process-wide, and it also sets the env var).
