@@ -280,7 +280,8 @@ class Runtime:
                 if self._rescan:
                     self._rescan = False
                     batch = await asyncio.to_thread(self.store.pending_events, cursor, BATCH)
-                    self._rescan = len(batch) == BATCH  # more behind it
+                    # more behind it, or an overflow while this read ran: read again
+                    self._rescan = self._rescan or len(batch) == BATCH
                 else:
                     batch = []
                     while self._fresh and len(batch) < BATCH:
