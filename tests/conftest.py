@@ -19,7 +19,7 @@ def port() -> int:
     return free_port()
 
 
-# --- parallel runs (pytest-xdist: `make test` runs `-n 2 --dist loadgroup`) --------------------------
+# --- parallel runs (opt-in: `make test PYTEST_ARGS="-n 2 --dist loadgroup"` with pytest-xdist) ------
 
 # Tests that run a whole embedded stack (MLflow, bootstrap training, four agents, replicas): two of them
 # at once on 2 cores would fight over the CPU their deadlines assume. They form one work unit that a
