@@ -264,7 +264,9 @@ def _complete_job_when_created(plat: KubernetesPlatform, *, succeed: bool, run: 
     `run`, first run its container for real (the outcome then decides the condition)."""
 
     def work() -> None:
-        deadline = time.monotonic() + 10
+        # run_job first opens its MLflow run (a fresh SQLite store: seconds on a loaded machine), so
+        # the Job may appear late; a short deadline here left the test waiting for its own timeout.
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             jobs = plat.batch.list_namespaced_job(NS).items
             if jobs:
@@ -279,7 +281,7 @@ def _complete_job_when_created(plat: KubernetesPlatform, *, succeed: bool, run: 
                 cond = {"type": "Complete" if ok else "Failed", "status": "True", "reason": "Done"}
                 plat.batch.patch_namespaced_job_status(name, NS, {"status": {"conditions": [cond]}})
                 return
-            time.sleep(0.02)
+            time.sleep(0.1)  # kmock's cost per request grows with what it recorded: poll gently
 
     t = threading.Thread(target=work, daemon=True)
     t.start()

@@ -71,6 +71,7 @@ def test_sigkill_while_flushing_neither_loses_nor_duplicates(predictions_app, re
             deadline = time.monotonic() + 30
             while (now := app.stats())["watermark"] == start_wm:
                 assert time.monotonic() < deadline, "flusher made no progress"
+                time.sleep(0.01)  # leave the core to the flusher it waits on
         app.kill()
         pending_at_kill.append(now["pending"])
 
@@ -79,6 +80,7 @@ def test_sigkill_while_flushing_neither_loses_nor_duplicates(predictions_app, re
     deadline = time.monotonic() + 60
     while (s := app.stats())["pending"] > 0:
         assert time.monotonic() < deadline, f"flush did not drain: {s}"
+        time.sleep(0.05)
     run_id = s["run_id"]
     assert s["stored"] == len(acked)
     app.kill()
