@@ -12,7 +12,7 @@ import pytest
 from scanflow.serving import batchwire
 from scanflow.serving.batching import MicroBatcher
 from scanflow.serving.model import LoadedModel
-from scanflow.serving.payload import PayloadError, parse_many, parse_predict
+from scanflow.serving.payload import PayloadError, _parse_many_fast, parse_many, parse_predict
 from scanflow.serving.routing import (
     Upstream,
     can_batch,
@@ -229,3 +229,24 @@ def test_parse_many_answers_each_item_exactly_as_parse_predict(body: bytes) -> N
 
     got = parse_many([good, body, good], n_features=4, max_rows=10, max_body_bytes=300)
     assert [_outcome(r) for r in got] == [alone(good), alone(body), alone(good)]
+
+
+FAST_OK = [b'{"inputs": [[1, 2, 3, 4]]}', b'{"inputs": [[0.5, 0.5, 0.5, 0.5], [1, 2, 3, 4]], "labels": [1, 2]}',
+           b'{"inputs": [[1, 2, 3, 4]], "request_id": "r", "probabilities": true}']
+
+
+def test_parse_many_fast_path_takes_plain_batches_and_matches_parse_predict() -> None:
+    """All-valid batches take the joint conversion (one array for every row), with the same answers."""
+    fast = _parse_many_fast(FAST_OK, n_features=4, max_rows=10, max_body_bytes=300)
+    assert fast is not None
+    assert [_outcome(r) for r in fast] == [_outcome(parse_predict(b, n_features=4, max_rows=10)) for b in FAST_OK]
+
+
+@pytest.mark.parametrize("bad", [
+    b'{"inputs": [[true, false, true, true]]}',  # booleans only: 422 alone, would pass as float64 beside numbers
+    b'{"inputs": [[1, 2, 3, "4"]]}', b'{"inputs": [[1, 2, 3, null]]}', b'{"inputs": [[1, 2, 3, 4], [1, 2]]}',
+    b'{"inputs": [[NaN, 2, 3, 4]]}', b'{"inputs": [[1e39, 2, 3, 4]]}', b'{"inputs": [[1, 2, 3]]}',
+    b'{"inputs": [[1, 2, 3, 4]], "labels": [true]}', b'{"inputs": [[1, 2, 3, 4]]}' + b" " * 300,
+])
+def test_parse_many_fast_path_leaves_any_doubtful_batch_to_the_per_item_path(bad: bytes) -> None:
+    assert _parse_many_fast([*FAST_OK, bad], n_features=4, max_rows=10, max_body_bytes=300) is None
