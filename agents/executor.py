@@ -144,6 +144,10 @@ def _labelled_points(critical_ids: set[str], from_seq: int = 0) -> tuple[np.ndar
 PLAN_TAG = "scanflow.plan"
 KEY_TAG = "scanflow.idempotency_key"
 PATH_PARAM = "extra_points_path"
+# The plan's holdout of critical points (drifted rows, true labels, never trained on), passed to the
+# training job, which logs the challenger's accuracy on it (workflows/digits/train.py). Reported, not
+# decided on: the gate decides on gate_data, digits the traffic never carried.
+VALIDATION_PARAM = "validation_points_path"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,8 +205,8 @@ def train_once(plat: Any, job: Any, params: dict[str, Any], plan_key: str, idem_
     earlier = reusable_run(plan_runs(client, model_name, plan_key, str(params[PATH_PARAM])))
     if earlier is not None and earlier.version is not None:
         run = client.get_run(earlier.run_id)
-        outputs: dict[str, Any] = {k: run.data.metrics[k] for k in ("accuracy_clean", "accuracy_drifted")
-                                   if k in run.data.metrics}
+        reported = ("accuracy_clean", "accuracy_drifted", "accuracy_validation_drifted")
+        outputs: dict[str, Any] = {k: run.data.metrics[k] for k in reported if k in run.data.metrics}
         return earlier.version, earlier.run_id, outputs, True
     result = plat.run_job(job, params)
     if result.run_id:
@@ -235,13 +239,15 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     _prefetch_champion()  # while the job runs: evaluate_and_promote needs the champion next
     tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or ctx.settings.tracking_uri or ""
     version, run_id, outputs, reused = train_once(
-        platform(), job, {PATH_PARAM: str(extra), "alias": "challenger"}, str(plans_dir / f"plan-{pid}"),
+        platform(), job, {PATH_PARAM: str(extra), VALIDATION_PARAM: str(holdout), "alias": "challenger"},
+        str(plans_dir / f"plan-{pid}"),
         ctx.key, tracking_uri, _model_name())
     ctx.state.setdefault("plans", {})[pid] = {"version": version, "holdout": str(holdout),
                                               "n_train_extra": len(fit), "n_holdout": len(hold)}
     return {"plan": pid, "version": version, "run_id": run_id, "reused_run": reused, "n_extra": len(fit),
             "n_holdout": len(hold), "train_accuracy_clean": outputs.get("accuracy_clean"),
-            "train_accuracy_drifted": outputs.get("accuracy_drifted")}
+            "train_accuracy_drifted": outputs.get("accuracy_drifted"),
+            "train_accuracy_holdout": outputs.get("accuracy_validation_drifted")}
 
 
 # Models and clean data for evaluate_and_promote, loaded ahead: `retrain` starts loading the champion

@@ -12,14 +12,10 @@ import pytest
 
 @pytest.fixture(scope="session")
 def pools() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Traffic rows with TRUE labels: the feedback split clean, and the same images with noise (drift).
+    """Traffic rows with TRUE labels: S1's traffic digits clean, and the same digits through S1's drift
+    (the "new scanner" of workflows.digits.s1, 8 copies each with fresh read noise), so every S1 path
+    (this fixture, tests/e2e/test_s1_drift.py, benchmarks/s1.py) meets the same drift. Neither pool
+    holds the promotion gate's digits or the test split."""
+    from workflows.digits.s1 import traffic_pools
 
-    The drifted pool repeats the feedback images 8 times with fresh noise each time, so retraining
-    and evaluation see distinct rows. Neither pool overlaps the test split used for evaluation.
-    """
-    from workflows.digits.data import corrupt, load_splits
-
-    s = load_splits(0)
-    xs = np.concatenate([s.x_feedback] * 8)
-    ys = np.concatenate([s.y_feedback] * 8)
-    return {"clean": (s.x_feedback, s.y_feedback), "drifted": (corrupt(xs, "noise", 2, rng=7), ys)}
+    return traffic_pools()

@@ -37,8 +37,14 @@ def test_first_model_becomes_champion_and_retrain_on_critical_points_becomes_cha
     s = load_splits(0)
     points = tmp_path / "critical.npz"
     np.savez(points, x=corrupt(s.x_feedback, "noise", 2, rng=1), y=s.y_feedback)
-    second = train(tracking_uri=mlflow_server, model_name=model_name, extra_points_path=str(points), epochs=20)
+    holdout = tmp_path / "holdout.npz"  # drifted rows held out of training: reported, not trained on
+    np.savez(holdout, x=corrupt(s.x_test[:50], "noise", 2, rng=2), y=s.y_test[:50])
+    second = train(tracking_uri=mlflow_server, model_name=model_name, extra_points_path=str(points), epochs=20,
+                   validation_points_path=str(holdout))
     assert second["version"] == "2" and second["n_extra"] == len(s.x_feedback)
+    second_run = MlflowClient().get_run(second["run_id"])
+    assert second_run.data.metrics["accuracy_validation_drifted"] == pytest.approx(second["accuracy_validation_drifted"])
+    assert second_run.data.params["n_validation_drifted"] == "50" and "accuracy_validation_drifted" not in first
     assert get_alias_version(model_name, "challenger") == "2"
     assert get_alias_version(model_name, "champion") == "1"  # promotion is the Planner's decision
     assert second["accuracy_drifted"] > first["accuracy_drifted"]

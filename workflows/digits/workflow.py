@@ -19,7 +19,7 @@ SLO_DIGITS = SLO(latency_ms=50.0, percentile=99.0, error_rate=0.01)
 train_job = Job(
     name="train",
     entrypoint="workflows.digits.train:train",
-    params={"model_name": MODEL_NAME, "epochs": 30, "alias": "challenger"},
+    params={"model_name": MODEL_NAME, "epochs": 60, "alias": "challenger"},
     resources=Resources(cpu=1.0, memory="1Gi"),
     timeout_s=600.0,
 )

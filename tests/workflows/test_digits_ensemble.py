@@ -1,0 +1,50 @@
+"""The training job's model is the logit average of several MLPs, merged into one plain MLP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def test_merged_model_answers_the_mean_of_its_members_logits() -> None:
+    import torch
+
+    from workflows.digits.model import build_model, fit
+    from workflows.digits.train import average_logits
+
+    rng = np.random.default_rng(0)
+    x = rng.random((64, 64), dtype=np.float32)
+    y = rng.integers(0, 10, 64)
+    members = [build_model(hidden=h, seed=i) for i, h in enumerate((8, 16, 8))]
+    for i, m in enumerate(members):
+        fit(m, x, y, epochs=2, seed=i)
+    merged = average_logits(members)
+    assert isinstance(merged, torch.nn.Sequential) and merged[0].out_features == 32
+    xt = torch.from_numpy(x)
+    with torch.inference_mode():
+        mean = torch.stack([m(xt) for m in members]).mean(dim=0)
+        assert torch.allclose(merged(xt), mean, atol=1e-5)
+    before = [p.clone() for p in members[0].parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(before, members[0].parameters(), strict=True))
+
+
+def test_average_logits_refuses_what_is_not_the_digits_mlp() -> None:
+    import torch
+
+    from workflows.digits.train import average_logits
+
+    with pytest.raises(ValueError, match="at least one"):
+        average_logits([])
+    with pytest.raises(ValueError, match="Sequential"):
+        average_logits([torch.nn.Sequential(torch.nn.Linear(64, 10))])
+
+
+def test_train_model_merges_members_and_refuses_none() -> None:
+    from workflows.digits.data import load_splits
+    from workflows.digits.train import train_model
+
+    s = load_splits(0)
+    model, losses, val_acc = train_model(s, hidden=8, epochs=3, members=2)
+    assert model[0].out_features == 16 and len(losses) == 3 and 0.0 < val_acc <= 1.0
+    with pytest.raises(ValueError, match="members"):
+        train_model(s, members=0)
