@@ -277,7 +277,7 @@ class Replica:
         await send_json(send, 200, doc)
         latency = time.perf_counter() - t0
         self.metrics.latency.observe(latency)
-        self._record(req, request_id, result.outputs, result.version, latency)
+        self._record(req, request_id, req.inputs.tolist() if self.sink else [], result.outputs, result.version, latency)
         return 200
 
     def _answer(
@@ -290,8 +290,11 @@ class Replica:
             doc["probabilities"] = probabilities
         return request_id, doc
 
-    def _record(self, req: PredictRequest, request_id: str, outputs: list, version: str, latency: float) -> None:
-        """One Tracker record per client request (after its answer is built; never awaits)."""
+    def _record(
+        self, req: PredictRequest, request_id: str, inputs: list, outputs: list, version: str, latency: float
+    ) -> None:
+        """One Tracker record per client request (after its answer is built; never awaits).
+        `inputs`: the request's rows as lists (a coalesced call converts all its rows at once)."""
         if self.sink is None:
             return
         rec: dict[str, object] = {
@@ -299,7 +302,7 @@ class Replica:
             "request_id": request_id,
             "service": self.config.service,
             "replica_id": self.config.replica_id,
-            "inputs": req.inputs.tolist(),
+            "inputs": inputs,
             "outputs": outputs,
             "model_version": version,
             "latency_ms": round(latency * 1000.0, 3),
@@ -375,6 +378,7 @@ class Replica:
             else:
                 version = result.version
                 latency = time.perf_counter() - t0
+                rows = x.tolist() if self.sink is not None else []  # one conversion for every record
                 start = 0
                 for i, req in valid:
                     n = len(req.inputs)
@@ -383,7 +387,7 @@ class Replica:
                     start += n
                     request_id, doc = self._answer(req, outputs, probs, version)
                     answers[i] = (200, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
-                    self._record(req, request_id, outputs, version, latency)
+                    self._record(req, request_id, rows[start - n : start], outputs, version, latency)
         done = [a for a in answers if a is not None]
         await send_raw(send, 200, batchwire.encode_response(version, done), [(b"content-type", batchwire.CONTENT_TYPE)])
         for status, n in collections.Counter(status for status, _ in done).items():

@@ -81,15 +81,18 @@ def alive(**extra: object) -> Callable[[], dict[str, object]]:
 def run_server(app: ASGIApp | object, host: str, port: int, log_level: str) -> None:
     """One uvicorn process: uvloop + httptools, no access log (it would cost more than the model),
     no proxy-header rewriting (nothing here reads the client address), gc.freeze() once the
-    imports are done so the collector stops re-scanning the long-lived objects of torch/FastAPI."""
+    imports are done so the collector stops re-scanning the long-lived objects of torch/FastAPI,
+    and one socket write per answer (scanflow.serving.corked: uvicorn writes headers and body apart)."""
     import uvicorn
+
+    from scanflow.serving.corked import CorkedHttpToolsProtocol
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     gc.collect()
     gc.freeze()
     uvicorn.run(
         app,  # type: ignore[arg-type]
-        host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
+        host=host, port=port, loop="uvloop", http=CorkedHttpToolsProtocol, lifespan="on",
         access_log=False, log_level="warning", backlog=2048, timeout_keep_alive=60,
         proxy_headers=False,
     )
