@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 
 import httpx
+import numpy as np
 import orjson
 import pytest
 import uvicorn
@@ -205,3 +206,6 @@ async def test_records_reach_a_tracker_that_was_down_exactly_once(  # type: igno
     assert rec["service"] == "digits" and rec["labels"] == [1, 2] and rec["model_version"] == "1"
     assert rec["outputs"] == sent[3]["outputs"] and len(rec["inputs"]) == 2 and len(rec["inputs"][0]) == 64
     assert rec["latency_ms"] > 0 and rec["ts"] > 0
+    for i in (20, 24, 29):  # a coalesced call's records take their rows from one matrix: each gets its own
+        rec = next(x for x in stub.records if x["request_id"] == f"req-{i}")
+        assert np.allclose(rec["inputs"], np.asarray(digits_rows[i : i + 2], dtype=np.float32))
