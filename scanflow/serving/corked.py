@@ -6,7 +6,9 @@ once: two `send` syscalls and two TCP segments per answer, which the receiver al
 on the gateway under wrk (64 clients, docs/serving.md): CPU per request 121 -> 100 us for the gateway,
 75 -> 56 us for an empty endpoint. Here the transport is wrapped so that the writes made during one
 loop turn are queued (no copy: the list holds the caller's bytes) and handed to the real transport
-as one `writelines` (one `writev`) at the end of that turn. `close()` sends what is queued first.
+as one `writelines` (one `writev`) at the end of that turn. `close()` sends what is queued first;
+more than `FLUSH_BYTES` queued goes out at once, so a large or streamed answer still meets the real
+transport's flow control (pause_writing) as it would without the proxy.
 
 Who uses it: scanflow.serving.server.run_server (`http=CorkedHttpToolsProtocol`), so the gateway,
 the replicas and the benchmark's empty endpoint all run on it. It relies on uvicorn's protocol
@@ -21,6 +23,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+FLUSH_BYTES = 64 * 1024
+
 
 class CorkedTransport:
     """Transport proxy: `write` queues; the queue leaves as one `writelines` after this loop turn."""
@@ -29,6 +33,7 @@ class CorkedTransport:
         self._transport = transport
         self._loop = loop
         self._queued: list[bytes] = []
+        self._queued_bytes = 0
 
     def write(self, data: bytes) -> None:
         if not data:
@@ -36,6 +41,9 @@ class CorkedTransport:
         if not self._queued:
             self._loop.call_soon(self.flush)
         self._queued.append(data)
+        self._queued_bytes += len(data)
+        if self._queued_bytes > FLUSH_BYTES:
+            self.flush()
 
     def writelines(self, chunks: list[bytes]) -> None:
         for chunk in chunks:
@@ -43,11 +51,12 @@ class CorkedTransport:
 
     def flush(self) -> None:
         queued, self._queued = self._queued, []
+        self._queued_bytes = 0
         if queued and not self._transport.is_closing():
             self._transport.writelines(queued)
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(len(b) for b in self._queued)
+        return self._transport.get_write_buffer_size() + self._queued_bytes
 
     def close(self) -> None:
         self.flush()

@@ -12,7 +12,7 @@ from typing import Any
 
 import uvicorn
 
-from scanflow.serving.corked import CorkedHttpToolsProtocol, CorkedTransport
+from scanflow.serving.corked import FLUSH_BYTES, CorkedHttpToolsProtocol, CorkedTransport
 
 
 class _FakeTransport:
@@ -47,6 +47,17 @@ async def test_writes_of_one_turn_leave_together_in_order() -> None:
     t.write(b"late")
     await asyncio.sleep(0)
     assert len(fake.sent) == 2  # nothing written on a closed transport
+
+
+async def test_a_large_queue_goes_out_at_once() -> None:
+    """Past FLUSH_BYTES the queue is sent in the same turn, so the real transport's flow control sees it."""
+    fake = _FakeTransport()
+    t = CorkedTransport(fake, asyncio.get_running_loop())  # type: ignore[arg-type]
+    t.write(b"h")
+    t.write(b"x" * FLUSH_BYTES)
+    assert fake.sent == [[b"h", b"x" * FLUSH_BYTES]] and t.get_write_buffer_size() == 0
+    await asyncio.sleep(0)
+    assert len(fake.sent) == 1  # the scheduled flush finds nothing left to send
 
 
 async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
