@@ -79,7 +79,18 @@ def critical_rows(detector: object, x: np.ndarray, window: int, rng: np.random.G
     return flagged / n_windows, float(statistics.median(rates)), rows
 
 
-def measure(kind: str, severity: int, seed: int, ns: tuple[int, ...], old: object, detector: object) -> list[Row]:
+def executor_pick(x: np.ndarray, rows: list[int], seed: int) -> list[int]:
+    """The rows the Executor trains on: each input once (agents.executor.distinct_rows), minus its 30 %
+    holdout (a seeded permutation, as the Executor's per plan)."""
+    from agents.executor import HOLDOUT_FRACTION, distinct_rows
+
+    kept = [rows[i] for i in distinct_rows(x[rows])]
+    order = np.random.default_rng(seed).permutation(len(kept))
+    return [kept[i] for i in order[int(len(kept) * HOLDOUT_FRACTION):]]
+
+
+def measure(kind: str, severity: int, seed: int, ns: tuple[int, ...], old: object, detector: object,
+            as_executor: bool = False) -> list[Row]:
     from workflows.digits.model import accuracy
     from workflows.digits.s1 import traffic_pools, unseen_test
     from workflows.digits.train import train_model
@@ -91,7 +102,7 @@ def measure(kind: str, severity: int, seed: int, ns: tuple[int, ...], old: objec
     detected, rate, crit = critical_rows(detector, pool_x, WINDOW, np.random.default_rng(seed), N_WINDOWS)
     out = []
     for n in ns:
-        pick = crit[:n]
+        pick = executor_pick(pool_x, crit[:n], seed) if as_executor else crit[:n]
         model, _, _ = train_model(splits, (pool_x[pick], pool_y[pick]), seed=seed)
         out.append(Row(f"{kind}/{severity}", old_clean, old_drifted, detected, rate, len(pick),
                        accuracy(model, x_clean, y), accuracy(model, x_drift, y)))
@@ -126,6 +137,8 @@ def main() -> int:
     ap.add_argument("--candidates", default=",".join(["noise/2"] + [f"{k}/{s}" for k in SENSOR_KINDS
                                                                        for s in SEVERITIES]))
     ap.add_argument("--quick", action="store_true", help="1 seed, N=300 only")
+    ap.add_argument("--as-executor", action="store_true",
+                    help="train as the Executor does: the first N critical rows made distinct, minus a 30 %% holdout")
     args = ap.parse_args()
     seeds = 1 if args.quick else args.seeds
     ns = (300,) if args.quick else tuple(int(v) for v in args.n.split(","))
@@ -142,7 +155,7 @@ def main() -> int:
         det = AutoencoderDriftDetector(fpr=0.05, epochs=15, num_threads=1, seed=seed)
         det.fit(s.x_train, s.x_calibration)  # type: ignore[attr-defined]
         for kind, sev in cands:
-            for n, r in zip(ns, measure(kind, sev, seed, ns, old, det), strict=True):
+            for n, r in zip(ns, measure(kind, sev, seed, ns, old, det, args.as_executor), strict=True):
                 per.setdefault((r.candidate, n), []).append(r)
             print(f"seed {seed} {kind}/{sev} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     print(f"{'candidate':14s} {'N':>4s} {'old clean':>9s} {'old drift':>9s} {'drop':>5s} {'detect':>6s} "
