@@ -161,7 +161,7 @@ def autoscale_config(settings: dict[str, Any], svc: Service) -> tuple[autoscale.
     """(policy config, pending_s) from the planner's `autoscale` settings, bounded by the service's min/max
     replicas. Settings: AutoscaleConfig fields, `time_scale` (divides every duration: demos, tests),
     `guardrails` (Guardrails fields but the bounds), `pending_s` (how long a scale asked for may take to
-    show at the gateway, 60 s; real seconds, not divided by time_scale: replicas start in real time)."""
+    show at the gateway, 60 s)."""
     known = {f.name for f in dataclasses.fields(autoscale.AutoscaleConfig)} - {"guardrails"}
     time_scale = float(settings.get("time_scale", 1.0))
     cfg = autoscale.config_for(svc, time_scale=time_scale,
@@ -171,7 +171,7 @@ def autoscale_config(settings: dict[str, Any], svc: Service) -> tuple[autoscale.
     g = {k: v for k, v in dict(settings.get("guardrails") or {}).items() if k in gfields}
     if g:
         cfg = dataclasses.replace(cfg, guardrails=dataclasses.replace(cfg.guardrails, **g))
-    return cfg, float(settings.get("pending_s", 60.0))  # real seconds: replica start-up is not scaled
+    return cfg, float(settings.get("pending_s", 60.0)) / time_scale
 
 
 def scale_view(observed: int | None, healthy: int | None, asked: int | None, asked_at: float | None,

@@ -1,12 +1,11 @@
 """`scanflow demo`: S1-S4 on the embedded default, with rich progress, a summary table, MLflow logging.
 
 Order: the EmbeddedStack (MLflow, bootstrap, the four agents, the digits service and its backup)
-starts; S1 (drift), S4 (failover) and S2 (autoscale: a load step, the Planner's autoscale strategy
-turned on for it) run on its agents; S3 (tune) runs its own services on a LocalPlatform against the
-same MLflow. Then one MLflow run in the `scanflow-demo`
+starts; S1 (drift) and S4 (failover) run on its agents; S2 (autoscale) and S3 (tune) run their own
+services on a LocalPlatform against the same MLflow. Then one MLflow run in the `scanflow-demo`
 experiment gets every figure as a metric, the summary as JSON and the plots; the table goes to
 stdout, progress to stderr, and with --json the last stdout line is the summary JSON. If the agents
-cannot start, S1/S2/S4 fail with the reason and S3 still runs on a plain MLflow + bootstrap.
+cannot start, S1/S4 fail with the reason and S2/S3 still run on a plain MLflow + bootstrap.
 Each run writes under `home/<timestamp>/` (MLflow data stays there to browse later).
 Who calls: `scanflow demo` (scanflow/cli.py), tests/demo.
 """
@@ -38,26 +37,13 @@ def scenarios() -> list[tuple[str, str, Scenario]]:
             ("s2", "S2 autoscale", s2_autoscale.run), ("s3", "S3 tune", s3_tune.run)]
 
 
-# S2's autoscale settings: the guardrail durations divided by 10 so a scale-down follows within seconds
-# (down window 3 s, 5 ticks and 3 s of agreeing ticks, 6 s cooldown, no scale-down in the first 3 s), and
-# a scale-up after 3 ticks over the SLO in a row instead of 1: on 2 shared cores a 1 s window's p99 jumps
-# over the SLO at low load now and then (measured: 250-500 ms spikes against a 100-200 ms SLO at load
-# average 8-18, once two ticks in a row), and each such spike added a replica the step never needed.
-DEMO_AUTOSCALE: dict[str, Any] = {"time_scale": 10.0, "guardrails": {"up_ticks": 3}}
-
-
 def demo_workflow() -> Any:
     """The digits workflow without the Planner's autoscale strategy: on 2 shared cores every training
-    job breaches 50 ms p99, and S1/S4 are about drift and failover. S2 turns the strategy on over REST
-    for its load step, with the Planner's autoscale durations scaled down (DEMO_AUTOSCALE)."""
+    job breaches 50 ms p99, and S1/S4 are about drift and failover (S2 scales its own service)."""
     from workflows.digits.workflow import workflow
 
-    def planner(a: Any) -> Any:
-        settings = {**a.settings, "autoscale": {**dict(a.settings.get("autoscale", {})), **DEMO_AUTOSCALE}}
-        return a.model_copy(update={"strategies": [s for s in a.strategies if "autoscale" not in s.name],
-                                    "settings": settings})
-
-    agents = [planner(a) if a.role == "planner" else a for a in workflow.agents]
+    agents = [a.model_copy(update={"strategies": [s for s in a.strategies if "autoscale" not in s.name]})
+              if a.role == "planner" else a for a in workflow.agents]
     return workflow.model_copy(update={"agents": agents})
 
 
@@ -72,7 +58,7 @@ def knowledge_base(home: Path, quick: bool, say: Callable[[str], None]) -> Itera
         stack.__enter__()
     except (StackError, OSError, RuntimeError) as exc:
         why = f"stack did not start: {str(exc).splitlines()[0][:200]}"
-        say(why + "; S3 continues on MLflow alone")
+        say(why + "; S2/S3 continue on MLflow alone")
         with _bare_mlflow(home / "kb", quick) as uri:
             yield None, uri, why
         return

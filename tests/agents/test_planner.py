@@ -111,6 +111,6 @@ def test_autoscale_config_reads_time_scale_guardrails_and_bounds() -> None:
                                      "guardrails": {"cooldown_down_s": 20.0, "max_replicas": 99}}, svc)
     g = cfg.guardrails
     assert (g.min_replicas, g.max_replicas, g.time_scale, g.cooldown_down_s) == (1, 3, 10.0, 20.0)
-    assert cfg.latency_low == 0.4 and pending == 50.0  # real seconds: replica start-up is not time-scaled
+    assert cfg.latency_low == 0.4 and pending == 5.0
     default, pending_default = autoscale_config({}, svc)
     assert default.guardrails.time_scale == 1.0 and pending_default == 60.0

@@ -67,7 +67,7 @@ def test_reversals_counts_direction_changes() -> None:
 def test_calibrated_slo_never_below_the_service_slo() -> None:
     assert calibrated_slo(None) == 50.0
     assert calibrated_slo(5.0) == 50.0
-    assert calibrated_slo(40.0) == 80.0  # 2x the low-load p99 (one histogram bucket ~2-2.5x the last)
+    assert calibrated_slo(40.0) == 160.0
 
 
 def test_drift_series_keeps_checked_windows_in_order() -> None:
@@ -103,22 +103,3 @@ def test_plots_render_to_png(tmp_path) -> None:  # type: ignore[no-untyped-def]
         path = tmp_path / f"{name}.png"
         fig.savefig(path)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_s2_flaps_count_direction_changes_beyond_one_up_then_down() -> None:
-    from scanflow.demo.s2_autoscale import flaps
-
-    assert flaps([]) == 0 and flaps(["up"]) == 0 and flaps(["up", "up", "down"]) == 0
-    assert flaps(["up", "down", "up"]) == 1 and flaps(["down", "up"]) == 1
-    assert flaps(["up", "down", "up", "down"]) == 2 and flaps(["down"]) == 0
-
-
-def test_s2_scale_moves_and_calibration() -> None:
-    from scanflow.demo.s2_autoscale import calibrated_slo, median, scale_moves
-
-    plans = [{"policy": "autoscale", "at": 5.0, "action": "up"}, {"policy": "autoscale", "at": 6.0, "action": "hold"},
-             {"policy": "failover", "at": 7.0, "action": "up"}, {"policy": "autoscale", "at": 1.0, "action": "down"},
-             {"policy": "autoscale", "at": 9.0, "action": "down"}]
-    assert [p["at"] for p in scale_moves(plans, 2.0)] == [5.0, 9.0]
-    assert calibrated_slo(None) == 50.0 and calibrated_slo(10.0) == 50.0 and calibrated_slo(100.0) == 200.0
-    assert median([]) is None and median([3.0, 1.0, 2.0]) == 2.0 and median([1.0, 4.0]) == 2.5
