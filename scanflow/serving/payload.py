@@ -26,12 +26,24 @@ class PayloadError(ValueError):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PredictRequest:
+    """Not frozen: a frozen dataclass sets each field through object.__setattr__ (~4x the cost of
+    a plain one), paid once per item of every coalesced call; nothing mutates these."""
+
     inputs: np.ndarray  # float32, shape (n, n_features), all finite
     request_id: str | None
     labels: list[int] | None
     want_probabilities: bool
+
+
+@dataclass(slots=True)
+class ParsedBatch:
+    """The items of a coalesced call, answer for answer, and `x`: the float32 rows of every valid
+    item stacked in item order (None when no item is valid), ready for one model call."""
+
+    items: list[PredictRequest | PayloadError]
+    x: np.ndarray | None
 
 
 def decode_json(body: bytes) -> Any:
@@ -59,7 +71,14 @@ def parse_many(
     bodies: list[bytes], *, n_features: int | None, max_rows: int, max_body_bytes: int
 ) -> list[PredictRequest | PayloadError]:
     """`parse_predict` for each body of a coalesced call, answer for answer (same rules, statuses and
-    messages), with one range check and one float32 cast for all the valid rows together.
+    messages); `parse_batch` without the stacked rows."""
+    return parse_batch(bodies, n_features=n_features, max_rows=max_rows, max_body_bytes=max_body_bytes).items
+
+
+def parse_batch(bodies: list[bytes], *, n_features: int | None, max_rows: int, max_body_bytes: int) -> ParsedBatch:
+    """`parse_predict` for each body of a coalesced call, answer for answer (same rules, statuses and
+    messages), with one range check and one float32 cast for all the valid rows together, which are
+    also returned stacked (`ParsedBatch.x`) so the caller does not concatenate them again.
 
     Fast path first (`_parse_many_fast`): when every body is a plain valid request, all rows become
     one array in one conversion. Any body that is not (or any row the conversion refuses) sends the
@@ -79,7 +98,7 @@ def parse_many(
             out.append(exc)
     valid = [i for i, r in enumerate(out) if type(r) is PredictRequest]
     if not valid:
-        return out
+        return ParsedBatch(out, None)
     arrays = [out[i].inputs for i in valid]  # type: ignore[union-attr]
     x = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
     ok = not x.size or np.abs(x).max() <= _F32_MAX  # False: NaN, inf or a float32 overflow somewhere
@@ -96,12 +115,15 @@ def parse_many(
         else:
             out[i] = PredictRequest(inputs, req.request_id, req.labels, req.want_probabilities)
         start += n
-    return out
+    if x32 is None:  # some row was refused: stack what stayed valid
+        kept = [r.inputs for r in out if type(r) is PredictRequest]
+        x32 = None if not kept else kept[0] if len(kept) == 1 else np.concatenate(kept)
+    return ParsedBatch(out, x32)
 
 
 def _parse_many_fast(
     bodies: list[bytes], *, n_features: int | None, max_rows: int, max_body_bytes: int
-) -> list[PredictRequest | PayloadError] | None:
+) -> ParsedBatch | None:
     """Every body valid: one `np.asarray` over all their rows and one float32 cast; else None.
 
     Why: converting item by item (dtype discovery, array set-up, a dataclass per step) was most of a
@@ -152,7 +174,7 @@ def _parse_many_fast(
     for n, request_id, labels, probs in items:
         out.append(PredictRequest(x[start : start + n], request_id, labels, probs))
         start += n
-    return out
+    return ParsedBatch(out, x)
 
 
 def _to_float32(arr: np.ndarray) -> np.ndarray:

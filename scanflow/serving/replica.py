@@ -46,12 +46,12 @@ from scanflow.serving.asgi import (
     send_json,
     send_raw,
 )
-from scanflow.serving.batching import MicroBatcher, ModelNotReady
+from scanflow.serving.batching import BatchResult, MicroBatcher, ModelNotReady
 from scanflow.serving.cliargs import env_value
 from scanflow.serving.cpuwatch import CpuLimitReader, threads_for_cores
 from scanflow.serving.hotmetrics import HotCounter, HotHistogram
 from scanflow.serving.model import LoadedModel, ModelLoadError, load_model
-from scanflow.serving.payload import PayloadError, PredictRequest, parse_many, parse_predict
+from scanflow.serving.payload import PayloadError, PredictRequest, parse_batch, parse_predict
 from scanflow.serving.server import LATENCY_BUCKETS, HotPathApp, alive, base_api, run_server
 from scanflow.serving.sink import TrackerSink
 
@@ -349,21 +349,21 @@ class Replica:
             return
         except ClientGone:
             return
-        answers: list[tuple[int, bytes] | None] = []
-        valid: list[tuple[int, PredictRequest]] = []
-        parsed = parse_many(
+        parsed = parse_batch(
             bodies, n_features=model.n_features, max_rows=self.config.max_rows,
             max_body_bytes=self.config.max_body_bytes,
         )
-        for i, req in enumerate(parsed):
+        answers: list[tuple[int, bytes] | None] = []
+        valid: list[tuple[int, PredictRequest]] = []
+        for i, req in enumerate(parsed.items):
             if isinstance(req, PayloadError):
                 answers.append((req.status, _error_body(req.message)))
             else:
                 answers.append(None)
                 valid.append((i, req))
         version: str | None = None
-        if valid:
-            x = valid[0][1].inputs if len(valid) == 1 else np.concatenate([r.inputs for _, r in valid])
+        if parsed.x is not None:
+            x = parsed.x  # the valid items' rows, already stacked in item order
             try:
                 result = await self.batcher.submit(x)
             except ModelNotReady as exc:
@@ -374,26 +374,42 @@ class Replica:
                 err = _error_body(f"model call failed: {type(exc).__name__}: {exc}")
                 for i, _ in valid:
                     answers[i] = (500, err)
-                valid = []
             else:
                 version = result.version
-                latency = time.perf_counter() - t0
-                rows = x.tolist() if self.sink is not None else []  # one conversion for every record
-                start = 0
-                for i, req in valid:
-                    n = len(req.inputs)
-                    outputs = result.outputs[start : start + n]
-                    probs = None if result.probabilities is None else result.probabilities[start : start + n]
-                    start += n
-                    request_id, doc = self._answer(req, outputs, probs, version)
-                    answers[i] = (200, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
-                    self._record(req, request_id, rows[start - n : start], outputs, version, latency)
+                self._answer_items(valid, answers, x, result, time.perf_counter() - t0)
         done = [a for a in answers if a is not None]
         await send_raw(send, 200, batchwire.encode_response(version, done), [(b"content-type", batchwire.CONTENT_TYPE)])
         for status, n in collections.Counter(status for status, _ in done).items():
             self.metrics.requests.inc(str(status), amount=n)
         if version is not None:  # one observation per coalesced call: its items share that latency
             self.metrics.latency.observe(time.perf_counter() - t0)
+
+    def _answer_items(
+        self,
+        valid: list[tuple[int, PredictRequest]],
+        answers: list[tuple[int, bytes] | None],
+        x: np.ndarray,
+        result: BatchResult,
+        latency: float,
+    ) -> None:
+        """Fill `answers[i]` for each valid item from the one shared model call (rows in item order),
+        and queue one Tracker record per item. Slices the probabilities and converts the rows only
+        for items and replicas that use them: this loop runs once per client request."""
+        version, outputs, probs = result.version, result.outputs, result.probabilities
+        rows = x.tolist() if self.sink is not None else None  # one conversion for every record
+        dumps, opt = orjson.dumps, orjson.OPT_SERIALIZE_NUMPY
+        start = 0
+        for i, req in valid:
+            end = start + len(req.inputs)
+            out = outputs[start:end]
+            request_id = req.request_id or self._new_id()
+            doc: dict[str, object] = {"outputs": out, "model_version": version, "request_id": request_id}
+            if req.want_probabilities and probs is not None:
+                doc["probabilities"] = probs[start:end]
+            answers[i] = (200, dumps(doc, option=opt))
+            if rows is not None:
+                self._record(req, request_id, rows[start:end], out, version, latency)
+            start = end
 
     def _count(self, status: int) -> None:
         self.metrics.requests.inc(str(status))

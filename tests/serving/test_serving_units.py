@@ -12,7 +12,14 @@ import pytest
 from scanflow.serving import batchwire
 from scanflow.serving.batching import MicroBatcher
 from scanflow.serving.model import LoadedModel
-from scanflow.serving.payload import PayloadError, _parse_many_fast, parse_many, parse_predict
+from scanflow.serving.payload import (
+    PayloadError,
+    PredictRequest,
+    _parse_many_fast,
+    parse_batch,
+    parse_many,
+    parse_predict,
+)
 from scanflow.serving.routing import (
     Upstream,
     can_batch,
@@ -239,7 +246,19 @@ def test_parse_many_fast_path_takes_plain_batches_and_matches_parse_predict() ->
     """All-valid batches take the joint conversion (one array for every row), with the same answers."""
     fast = _parse_many_fast(FAST_OK, n_features=4, max_rows=10, max_body_bytes=300)
     assert fast is not None
-    assert [_outcome(r) for r in fast] == [_outcome(parse_predict(b, n_features=4, max_rows=10)) for b in FAST_OK]
+    assert [_outcome(r) for r in fast.items] == [_outcome(parse_predict(b, n_features=4, max_rows=10)) for b in FAST_OK]
+
+
+@pytest.mark.parametrize("body", MANY_CASES)
+def test_parse_batch_stacks_exactly_the_valid_items_rows_in_order(body: bytes) -> None:
+    """`x` is what one model call gets: every valid item's rows, in item order, float32; None if none."""
+    good = json.dumps({"inputs": [ROW, ROW]}).encode()
+    one = json.dumps({"inputs": [[0.25, 0.5, 0.75, 1.0]]}).encode()
+    parsed = parse_batch([good, body, one], n_features=4, max_rows=10, max_body_bytes=300)
+    valid = [r for r in parsed.items if isinstance(r, PredictRequest)]
+    assert parsed.x is not None and parsed.x.dtype == np.float32
+    assert parsed.x.tolist() == [row for r in valid for row in r.inputs.tolist()]
+    assert parse_batch([b"nope"], n_features=4, max_rows=10, max_body_bytes=300).x is None
 
 
 @pytest.mark.parametrize("bad", [
