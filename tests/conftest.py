@@ -28,6 +28,26 @@ STACK_GROUP = "embedded-stack"
 STACK_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/test_notebooks.py::test_02")
 
 
+# Whole-stack scenario tests (each starts MLflow, trains a bootstrap model, runs four agents and replica
+# processes; minutes each on 2 cores). `make test` leaves them out so the suite stays under ~10 minutes;
+# `make test-e2e` runs them, and CI runs both (.ci/run). Marked by path so a new scenario test under
+# tests/e2e/ cannot be forgotten.
+E2E_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/")
+
+
+def is_e2e(nodeid: str) -> bool:
+    """Whether a test belongs to the whole-stack `e2e` set, by node id (pure)."""
+    return nodeid.startswith(E2E_TESTS)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own `-m` deselection reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the whole-stack tests `e2e` (see E2E_TESTS) before `-m` selects."""
+    for item in items:
+        if is_e2e(item.nodeid):
+            item.add_marker(pytest.mark.e2e)
+
+
 def stack_group_of(nodeid: str) -> str | None:
     """The work unit of a test that must not overlap another one like it, by node id (pure)."""
     return STACK_GROUP if nodeid.startswith(STACK_TESTS) else None
