@@ -90,13 +90,14 @@ def executor_pick(x: np.ndarray, rows: list[int], seed: int) -> list[int]:
 
 
 def measure(kind: str, severity: int, seed: int, ns: tuple[int, ...], old: object, detector: object,
-            as_executor: bool = False) -> list[Row]:
+            as_executor: bool = False, calibration_fraction: float | None = None) -> list[Row]:
     from workflows.digits.model import accuracy
     from workflows.digits.s1 import traffic_pools, unseen_test
     from workflows.digits.train import train_model
 
     splits = _splits()
-    pool_x, pool_y = traffic_pools(kind, severity, splits=splits)["drifted"]  # type: ignore[arg-type]
+    extra = {} if calibration_fraction is None else {"calibration_fraction": calibration_fraction}
+    pool_x, pool_y = traffic_pools(kind, severity, splits=splits, **extra)["drifted"]  # type: ignore[arg-type]
     x_clean, x_drift, y = unseen_test(kind, severity, rng=1000 + seed, splits=splits)  # type: ignore[arg-type]
     old_clean, old_drifted = accuracy(old, x_clean, y), accuracy(old, x_drift, y)
     detected, rate, crit = critical_rows(detector, pool_x, WINDOW, np.random.default_rng(seed), N_WINDOWS)
@@ -104,7 +105,8 @@ def measure(kind: str, severity: int, seed: int, ns: tuple[int, ...], old: objec
     for n in ns:
         pick = executor_pick(pool_x, crit[:n], seed) if as_executor else crit[:n]
         model, _, _ = train_model(splits, (pool_x[pick], pool_y[pick]), seed=seed)
-        out.append(Row(f"{kind}/{severity}", old_clean, old_drifted, detected, rate, len(pick),
+        name = f"{kind}/{severity}" + ("" if calibration_fraction is None else f"+cal{calibration_fraction:g}")
+        out.append(Row(name, old_clean, old_drifted, detected, rate, len(pick),
                        accuracy(model, x_clean, y), accuracy(model, x_drift, y)))
     return out
 
@@ -139,7 +141,12 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="1 seed, N=300 only")
     ap.add_argument("--as-executor", action="store_true",
                     help="train as the Executor does: the first N critical rows made distinct, minus a 30 %% holdout")
+    ap.add_argument("--calibration-traffic", default=None,
+                    help="comma-separated shares of the calibration split the traffic also holds "
+                         "(workflows.digits.s1.CALIBRATION_TRAFFIC_FRACTION; default: that constant)")
     args = ap.parse_args()
+    fractions: list[float | None] = ([None] if args.calibration_traffic is None
+                                     else [float(v) for v in args.calibration_traffic.split(",")])
     seeds = 1 if args.quick else args.seeds
     ns = (300,) if args.quick else tuple(int(v) for v in args.n.split(","))
     cands = [(c.split("/")[0], int(c.split("/")[1])) for c in args.candidates.split(",")]
@@ -154,17 +161,19 @@ def main() -> int:
         old, _, _ = train_model(s, seed=seed)
         det = AutoencoderDriftDetector(fpr=0.05, epochs=15, num_threads=1, seed=seed)
         det.fit(s.x_train, s.x_calibration)  # type: ignore[attr-defined]
-        for kind, sev in cands:
-            for n, r in zip(ns, measure(kind, sev, seed, ns, old, det, args.as_executor), strict=True):
+        for (kind, sev), frac in ((c, f) for c in cands for f in fractions):
+            for n, r in zip(ns, measure(kind, sev, seed, ns, old, det, args.as_executor, frac), strict=True):
                 per.setdefault((r.candidate, n), []).append(r)
-            print(f"seed {seed} {kind}/{sev} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-    print(f"{'candidate':14s} {'N':>4s} {'old clean':>9s} {'old drift':>9s} {'drop':>5s} {'detect':>6s} "
+                print(f"seed {seed} {r.candidate} N {n}: trained on {r.n}, gap {r.gap:.1f} "
+                      f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    print(f"{'candidate':20s} {'N':>4s} {'old clean':>9s} {'old drift':>9s} {'drop':>5s} {'detect':>6s} "
           f"{'crit':>5s} {'new clean':>9s} {'new drift':>9s} {'gap':>5s} {'gap_self':>8s}")
     table = []
     for rows in per.values():
         m = medians(rows)
-        table.append({**asdict(m), "drop": m.drop, "gap": m.gap, "gap_self": m.gap_self, "seeds": len(rows)})
-        print(f"{m.candidate:14s} {m.n:4d} {m.old_clean:9.3f} {m.old_drifted:9.3f} {m.drop:5.1f} {m.detected:6.2f} "
+        table.append({**asdict(m), "drop": m.drop, "gap": m.gap, "gap_self": m.gap_self, "seeds": len(rows),
+                      "gaps": [round(r.gap, 1) for r in rows], "trained_on": [r.n for r in rows]})
+        print(f"{m.candidate:20s} {m.n:4d} {m.old_clean:9.3f} {m.old_drifted:9.3f} {m.drop:5.1f} {m.detected:6.2f} "
               f"{m.critical_rate:5.2f} {m.new_clean:9.3f} {m.new_drifted:9.3f} {m.gap:5.1f} {m.gap_self:8.1f}")
     print(json.dumps({"seeds": seeds, "seconds": round(time.perf_counter() - t0, 1), "rows": table}))
     return 0

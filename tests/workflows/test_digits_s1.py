@@ -11,6 +11,7 @@ from workflows.digits.s1 import (
     DRIFT_KIND,
     GATE_COPIES,
     TRAFFIC_COPIES,
+    calibration_traffic,
     feedback_slices,
     gate_data,
     traffic_pools,
@@ -51,6 +52,23 @@ def test_gate_digits_never_travel_in_the_traffic() -> None:
     # unseen test digits are in neither
     _, x_unseen, _ = unseen_test(splits=s)
     assert _rows(x_unseen).isdisjoint(_rows(gate.x_drifted) | _rows(pools["drifted"][0]))
+
+
+def test_calibration_traffic_is_stratified_and_adds_distinct_digits_outside_train_test_and_gate() -> None:
+    s = load_splits(0)
+    picked = calibration_traffic(s.y_calibration, 0.4)
+    assert len(set(picked.tolist())) == len(picked)
+    for label in range(10):
+        assert int((s.y_calibration[picked] == label).sum()) == int(np.ceil(0.4 * (s.y_calibration == label).sum()))
+    assert len(calibration_traffic(s.y_calibration, 0.0)) == 0
+    with pytest.raises(ValueError, match="fraction"):
+        calibration_traffic(s.y_calibration, 1.5)
+    only_feedback = traffic_pools(splits=s)["clean"][0]  # the default (measured: more digits did not help)
+    assert _rows(only_feedback) == _rows(s.x_feedback[feedback_slices(s.y_feedback)[0]])
+    clean = traffic_pools(splits=s, calibration_fraction=0.4)["clean"][0]
+    # with 0.4 the traffic holds the feedback traffic digits and about twice as many distinct digits
+    assert _rows(only_feedback) <= _rows(clean) and len(_rows(clean)) > 1.9 * len(_rows(only_feedback))
+    assert _rows(clean).isdisjoint(_rows(s.x_train) | _rows(s.x_test) | _rows(gate_data(splits=s).x_clean))
 
 
 @pytest.mark.parametrize("kind", SENSOR_KINDS)

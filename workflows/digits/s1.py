@@ -7,7 +7,8 @@ The drift is a new scanner (`DRIFT_KIND` at `DRIFT_SEVERITY`): a systematic chan
 hundred labelled points can learn, unlike sigma-0.2 pixel noise, which destroys the information in
 8x8 images (docs/scenarios.md, S1). The feedback split (270 labelled digits) is cut in two, once:
 - traffic: the rows the load sends (clean, then corrupted copies); the Checker picks critical points
-  among them and the retrain trains on those, with their true labels;
+  among them and the retrain trains on those, with their true labels (`calibration_traffic` can add
+  calibration digits to them: measured, not used, see `CALIBRATION_TRAFFIC_FRACTION`);
 - gate: rows never sent, never offered as critical points, never trained on. The promotion gate
   compares challenger and champion on them, clean and corrupted, so a challenger that only memorised
   pool rows is not promoted for it.
@@ -28,6 +29,14 @@ DRIFT_SEVERITY = 2
 GATE_FRACTION = 1 / 3  # of the feedback split: 90 digits, 9 per class
 TRAFFIC_COPIES = 8  # corrupted copies of each traffic digit (fresh read noise per copy)
 GATE_COPIES = 4
+# Share of the calibration split (per label) the load may also send as traffic (0.4 = 180 of 449 digits:
+# ~360 distinct traffic digits instead of 180). Off: measured, it did not help. The lead was that a
+# plan's ~440 critical points held only ~100-120 distinct digits; offline with 0.4 (benchmarks/
+# s1_corruptions.py --as-executor --calibration-traffic 0,0.4, 10 detector seeds) the trained-on points
+# went 113 -> 179 but the median gap went 1.1 -> 2.6 points (8 of 9 usable seeds worse), and with 800+
+# points it was no better than without (docs/scenarios.md S1). Kept as a parameter so that is repeatable.
+# Calibration rows, not a bigger feedback split, so the training and test splits stay as they are.
+CALIBRATION_TRAFFIC_FRACTION = 0.0
 SPLIT_SEED = 0
 TRAFFIC_RNG, GATE_RNG, UNSEEN_RNG = 7, 11, 123
 
@@ -57,16 +66,34 @@ def feedback_slices(y_feedback: Labels, gate_fraction: float = GATE_FRACTION) ->
     return np.flatnonzero(~mask), np.flatnonzero(mask)
 
 
+def calibration_traffic(y_calibration: Labels, fraction: float = CALIBRATION_TRAFFIC_FRACTION) -> np.ndarray:
+    """Pure: indices of the calibration rows the load also sends, stratified by label: the last
+    ceil(fraction * count) rows of each label (in split order). `fraction` 0 sends none."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    picked: list[int] = []
+    for label in np.unique(y_calibration):
+        rows = np.flatnonzero(y_calibration == label)
+        n = int(np.ceil(fraction * len(rows)))
+        picked.extend(rows[len(rows) - n:].tolist() if n else [])
+    return np.sort(np.asarray(picked, dtype=np.int64))
+
+
 def _splits() -> Splits:
     return load_splits(SPLIT_SEED)
 
 
 def traffic_pools(kind: CorruptionKind = DRIFT_KIND, severity: int = DRIFT_SEVERITY,
-                  copies: int = TRAFFIC_COPIES, splits: Splits | None = None) -> dict[str, tuple[Array, Labels]]:
-    """The load's labelled rows: {"clean": traffic digits, "drifted": `copies` corrupted copies of them}."""
+                  copies: int = TRAFFIC_COPIES, splits: Splits | None = None,
+                  calibration_fraction: float = CALIBRATION_TRAFFIC_FRACTION) -> dict[str, tuple[Array, Labels]]:
+    """The load's labelled rows: {"clean": traffic digits, "drifted": `copies` corrupted copies of them}.
+
+    Traffic digits: the feedback split's traffic slice, then `calibration_traffic(calibration_fraction)`."""
     s = splits or _splits()
     traffic, _ = feedback_slices(s.y_feedback)
-    x, y = s.x_feedback[traffic], s.y_feedback[traffic]
+    cal = calibration_traffic(s.y_calibration, calibration_fraction)
+    x = np.concatenate([s.x_feedback[traffic], s.x_calibration[cal]])
+    y = np.concatenate([s.y_feedback[traffic], s.y_calibration[cal]])
     xs, ys = np.concatenate([x] * copies), np.concatenate([y] * copies)
     return {"clean": (x, y), "drifted": (corrupt(xs, kind, severity, rng=TRAFFIC_RNG), ys)}
 
