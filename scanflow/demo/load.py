@@ -9,10 +9,17 @@ Who calls: scanflow.demo.s2_autoscale, s3_tune, s4_failover; notebooks.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Self
 
 import numpy as np
 
@@ -103,3 +110,96 @@ def orjson_body(row: np.ndarray) -> bytes:
     import orjson
 
     return orjson.dumps({"inputs": [row.tolist()]})
+
+
+@dataclass(frozen=True)
+class Second:
+    """One second of the open-loop generator's report (scanflow.demo.openload); latencies in ms from the
+    scheduled send time, `unsent`: arrivals it could not send (every connection busy)."""
+
+    t: float  # time.monotonic() of the report (same clock as this process on Linux)
+    rate: float
+    sent: int
+    ok: int
+    failed: int
+    unsent: int
+    p50_ms: float | None
+    p99_ms: float | None
+    in_flight: int
+
+
+class OpenLoad:
+    """`with OpenLoad(url, rows) as load: load.rate(200); ...; load.seconds()`: an open-loop arrival-rate
+    generator in a child process (scanflow.demo.openload), steered over its stdin; its per-second reports
+    are collected by a reader thread. `closed(n)` runs n connections back to back instead (a capacity probe).
+    """
+
+    def __init__(self, url: str, rows: np.ndarray, workdir: Path, *, max_connections: int = 2048,
+                 timeout_s: float = 10.0) -> None:
+        self.url = url.rstrip("/") + "/predict"
+        self.bodies_path = Path(workdir) / "openload-rows.npy"
+        self.bodies_path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(self.bodies_path, np.asarray(rows, dtype=np.float32)[:512])
+        self.argv = [sys.executable, "-m", "scanflow.demo.openload", self.url, str(self.bodies_path),
+                     "--max-connections", str(max_connections), "--timeout-s", str(timeout_s)]
+        self._proc: subprocess.Popen[str] | None = None
+        self._seconds: list[Second] = []
+        self._lock = threading.Lock()
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> Self:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                             os.environ.get("PYTHONPATH", "")]))
+        self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env)
+        self._reader = threading.Thread(target=self._read, name="openload-reader", daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            try:
+                d = json.loads(line)
+                s = Second(float(d["t"]), float(d["rate"]), int(d["sent"]), int(d["ok"]), int(d["failed"]),
+                           int(d["unsent"]), d["p50_ms"], d["p99_ms"], int(d["in_flight"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+            with self._lock:
+                self._seconds.append(s)
+
+    def _send(self, cmd: dict[str, object]) -> None:
+        if self._proc is None or self._proc.stdin is None or self._proc.poll() is not None:
+            raise RuntimeError("the open-loop generator is not running")
+        self._proc.stdin.write(json.dumps(cmd) + "\n")
+        self._proc.stdin.flush()
+
+    def rate(self, per_s: float) -> None:
+        """Send `per_s` requests/s, evenly spaced, from now on (0: idle)."""
+        self._send({"rate": float(per_s)})
+
+    def closed(self, clients: int) -> None:
+        """Run `clients` connections back to back (no rate) from now on: a capacity probe."""
+        self._send({"closed": int(clients)})
+
+    def seconds(self, since: float = 0.0) -> list[Second]:
+        with self._lock:
+            return [s for s in self._seconds if s.t >= since]
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        try:
+            self._send({"stop": True})
+            self._proc.wait(timeout=15.0)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired):
+            self._proc.kill()
+            self._proc.wait(timeout=5.0)
+        if self._reader is not None:
+            self._reader.join(timeout=5.0)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -37,13 +37,26 @@ def scenarios() -> list[tuple[str, str, Scenario]]:
             ("s2", "S2 autoscale", s2_autoscale.run), ("s3", "S3 tune", s3_tune.run)]
 
 
+# S2's autoscale settings (the strategy itself is off until S2 turns it on over REST): the guardrail
+# durations divided by 10 so a scale-down follows within seconds (down window 3 s, 5 ticks and 3 s of
+# agreeing ticks, 6 s cooldown); `pending_s` 600 / 10 = 60 real seconds for a replica asked for to show
+# at the gateway (replicas start in real time: python, torch, the model from MLflow); a scale-up after 2
+# ticks over the SLO in a row, so one noisy second of the shared machine adds no replica.
+DEMO_AUTOSCALE: dict[str, Any] = {"time_scale": 10.0, "pending_s": 600.0, "guardrails": {"up_ticks": 2}}
+
+
 def demo_workflow() -> Any:
     """The digits workflow without the Planner's autoscale strategy: on 2 shared cores every training
-    job breaches 50 ms p99, and S1/S4 are about drift and failover (S2 scales its own service)."""
+    job breaches 50 ms p99, and S1/S4 are about drift and failover. S2 turns the strategy on over REST
+    for its load step, with the Planner's autoscale durations scaled down (DEMO_AUTOSCALE)."""
     from workflows.digits.workflow import workflow
 
-    agents = [a.model_copy(update={"strategies": [s for s in a.strategies if "autoscale" not in s.name]})
-              if a.role == "planner" else a for a in workflow.agents]
+    def planner(a: Any) -> Any:
+        settings = {**a.settings, "autoscale": {**dict(a.settings.get("autoscale", {})), **DEMO_AUTOSCALE}}
+        return a.model_copy(update={"strategies": [s for s in a.strategies if "autoscale" not in s.name],
+                                    "settings": settings})
+
+    agents = [planner(a) if a.role == "planner" else a for a in workflow.agents]
     return workflow.model_copy(update={"agents": agents})
 
 

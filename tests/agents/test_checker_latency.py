@@ -35,3 +35,10 @@ def test_a_lower_bound_at_the_slo_is_a_breach() -> None:
     at_top = latency_event(SEEN, Percentile(50.0, True), 50.0, 1)
     assert at_top is not None and at_top["breached"] and at_top["latency_lower_bound"]
     assert latency_event(SEEN, Percentile(50.0, False), 50.0, 1) is None  # exactly at the SLO: fine
+
+
+def test_the_slo_override_wins_over_the_declared_one() -> None:
+    from agents.checker import slo_latency_ms
+
+    assert slo_latency_ms(None, 50.0) == 50.0 and slo_latency_ms(200.0, 50.0) == 200.0
+    assert slo_latency_ms(None, None) is None

@@ -65,9 +65,50 @@ def test_reversals_counts_direction_changes() -> None:
 
 
 def test_calibrated_slo_never_below_the_service_slo() -> None:
+    from scanflow.demo import s2_inprocess
+
     assert calibrated_slo(None) == 50.0
     assert calibrated_slo(5.0) == 50.0
-    assert calibrated_slo(40.0) == 160.0
+    assert calibrated_slo(40.0) == 80.0  # through the agents: 2x the low-load gateway p99 (one bucket ~2x)
+    assert s2_inprocess.calibrated_slo(40.0) == 160.0  # in-process: 4x the client-side p99
+
+
+def test_s2_flaps_count_direction_changes_beyond_one_up_then_down() -> None:
+    from scanflow.demo.s2_autoscale import flaps
+
+    assert flaps([]) == 0 and flaps(["up"]) == 0 and flaps(["up", "up", "down"]) == 0
+    assert flaps(["up", "down", "up"]) == 1 and flaps(["down", "up"]) == 1
+    assert flaps(["up", "down", "up", "down"]) == 2 and flaps(["down"]) == 0
+
+
+def test_s2_scale_moves_keep_autoscale_moves_since_the_start() -> None:
+    from scanflow.demo.s2_autoscale import median, scale_moves
+
+    plans = [{"policy": "autoscale", "at": 5.0, "action": "up"}, {"policy": "autoscale", "at": 6.0, "action": "hold"},
+             {"policy": "failover", "at": 7.0, "action": "up"}, {"policy": "autoscale", "at": 1.0, "action": "down"},
+             {"policy": "autoscale", "at": 9.0, "action": "down"}]
+    assert [p["at"] for p in scale_moves(plans, 2.0)] == [5.0, 9.0]
+    assert median([]) is None and median([3.0, 1.0, 2.0]) == 2.0 and median([1.0, 4.0]) == 2.5
+
+
+def test_s2_capacity_is_the_knee_of_the_cpu_ramp() -> None:
+    from scanflow.demo.s2_autoscale import capacity, probe_rates, rates
+
+    ramp: list[tuple[float, float, float | None]] = [(10.0, 0.03, 15.0), (26.0, 0.05, 25.0), (66.0, 0.10, 25.0),
+                                                     (105.0, 0.16, 50.0), (168.0, 0.18, 100.0)]
+    # 0.85 x 0.2 = 0.17 cores: between 105 rps (0.16) and 168 rps (0.18), interpolated
+    assert capacity(ramp, 0.2) == pytest.approx(136.5)
+    assert capacity(ramp[:1], 0.2) == pytest.approx(10.0 * 0.17 / 0.03, abs=0.1)  # never saturated: scaled
+    assert capacity([(50.0, 0.5, None)], 0.2) == 50.0  # saturated at the first rate
+    # a machine too busy to give the replica its limit: the last rate before the gateway p99 broke the SLO
+    assert capacity([(10.0, 0.03, 25.0), (16.0, 0.05, 50.0), (26.0, 0.07, 100.0)], 0.2) == 16.0
+    assert capacity([], 0.2) is None and capacity([(10.0, 0.0, None)], 0.2) is None
+    r = rates(100.0)
+    assert r is not None and (r.capacity, r.low, r.high) == (100.0, 25.0, 250.0)
+    assert rates(1000.0) is not None and rates(1000.0).high == 400.0  # type: ignore[union-attr]  # MAX_RATE
+    assert rates(None) is None and rates(0.0) is None
+    ramp_rates = probe_rates(10.0)
+    assert ramp_rates[0] == 10.0 and ramp_rates == sorted(ramp_rates) and max(ramp_rates) <= 400.0
 
 
 def test_drift_series_keeps_checked_windows_in_order() -> None:
