@@ -13,16 +13,20 @@ How "exactly once" holds (docs/tracking.md explains it at length):
    (`pg_advisory_xact_lock`), so appends take their seqs and commit one after another. Other
    databases are refused.
 2. Flush: the pending rows are those with seq > watermark. A batch takes the next rows in seq order and
-   is written as `predictions/batch-<first seq>.parquet` in the log's MLflow run; only after the upload
+   is written as `predictions/<shard>/<shard>/batch-<first seq>.parquet` in the log's MLflow run (the
+   shards are prefixes of the 12-digit first seq, `shard_dirs`: a path fixed by the first seq alone,
+   and no directory below the root holds more than 1,000 entries); only after the upload
    does the watermark advance (a compare-and-set in the same DB). A SIGKILL between upload and commit
    leaves the watermark where it was, so the re-flush starts at the same first seq, produces the same
    artifact name and overwrites that file: nothing is lost, nothing is stored twice. At most one
    uncommitted artifact exists at any moment (always the one at watermark + 1).
 3. Read: `read_since(run_id, watermark)` returns rows with seq > watermark. It re-reads the batch that
    contains the caller's watermark (the only one that may have been overwritten with more rows since)
-   and every later batch, and filters by seq, so a consumer never misses or repeats a row. It lists
-   every batch artifact of the run on each call (one list request, metadata only: its size grows with
-   the run's batch count) but downloads only the batches it needs.
+   and every later batch, and filters by seq, so a consumer never misses or repeats a row. It lists the
+   root and, per shard level, only the shard holding the watermark and later ones (plus the previous
+   shard when the batch holding the watermark began there), so a caught-up consumer's cost does not
+   grow with the run's history, and downloads only the batches it needs. Runs written before shards
+   (flat `predictions/batch-*.parquet`) are read as well, alone or mixed with sharded batches.
 4. Compaction: rows are also the dedup record of their `request_id`, so flushed rows are kept for a
    retention window (`retention_s`, default 1 hour: the dedup horizon) and deleted after it, by the
    flush path, in bounded chunks. A re-send later than that after its first flush is stored again.
@@ -40,7 +44,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -68,6 +72,12 @@ from sqlalchemy.sql import Executable
 log = logging.getLogger(__name__)
 
 ARTIFACT_DIR = "predictions"
+SEQ_DIGITS = 12  # batch names carry their first seq zero-padded to this width
+# Shard levels under ARTIFACT_DIR, as digits of the 12-digit first seq: a level-1 directory spans 10**6
+# seqs, a level-2 one 10**3, so below the root no directory holds more than 1,000 entries, and the
+# root gains one per million seqs. Part of the stored format: changing it strands existing runs.
+SHARD_DIGITS: tuple[int, ...] = (6, 9)
+_SHARD_RE = re.compile(r"[0-9]{1,18}")
 DEFAULT_RETENTION_S = 3600.0  # flushed rows kept this long: the request_id dedup horizon
 COMPACT_CHUNK = 2_000  # rows deleted per transaction (appends wait on the write lock only this long)
 COMPACT_MAX_ROWS = 50_000  # rows deleted per flush call at most (the rest at the next flush)
@@ -148,6 +158,7 @@ class PredictionBatch:
     seqs: list[int]
     watermark: int
     batches_read: int = 0
+    listings: int = 0  # artifact directory listings the read made (one MLflow request each)
     _inputs: np.ndarray | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -240,7 +251,121 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 def batch_artifact_name(first_seq: int) -> str:
     """Deterministic file name of the batch starting at `first_seq` (re-flush overwrites, never adds)."""
-    return f"batch-{first_seq:012d}.parquet"
+    return f"batch-{first_seq:0{SEQ_DIGITS}d}.parquet"
+
+
+def shard_dirs(first_seq: int, digits: Sequence[int] | None = None) -> list[str]:
+    """The shard directories, outermost first, of the batch starting at `first_seq`. Pure.
+
+    Level i is named by the first `digits[i]` digits of the zero-padded first seq (a prefix of the
+    batch's own name, so names sort as seqs do): with (6, 9), batch 1234567 lives in
+    `000001/000001234/`. Deterministic in `first_seq` alone, so a re-flush after a crash between upload
+    and commit overwrites the same path.
+    """
+    widths = SHARD_DIGITS if digits is None else digits
+    return [f"{first_seq // 10 ** (SEQ_DIGITS - w):0{w}d}" for w in widths]
+
+
+def batch_artifact_path(first_seq: int, digits: Sequence[int] | None = None) -> str:
+    """Where the batch starting at `first_seq` is written, relative to the run's artifact root. Pure."""
+    return "/".join([ARTIFACT_DIR, *shard_dirs(first_seq, digits), batch_artifact_name(first_seq)])
+
+
+def shard_start(name: str, width: int) -> int | None:
+    """The first seq a level directory named `name` may hold (it spans 10**(SEQ_DIGITS - width) seqs),
+    or None if `name` is not a shard directory. Pure. Goes by the level's width, not the name's
+    length, so prefixes of seqs beyond 12 digits still order correctly."""
+    if not _SHARD_RE.fullmatch(name):
+        return None
+    return int(name) * 10 ** (SEQ_DIGITS - width)
+
+
+def shard_plan(starts: Sequence[int], watermark: int) -> tuple[list[int], list[int]]:
+    """Which shard directories of one level a consumer at `watermark` lists. Pure.
+
+    Returns (now, fallback). `now`: the last shard starting at or before the watermark (it holds the
+    watermark) and every later one, ascending. `fallback`: the earlier shards, nearest first, listed
+    one by one only while no batch starting at or before the watermark was found: a batch is a seq
+    range, so the batch holding the watermark may start in an earlier shard than the watermark's own
+    (a batch whose first seq is in shard k can hold seqs of shard k+1).
+    """
+    ordered = sorted(starts)
+    now = batches_to_read(ordered, watermark)
+    return now, ordered[: len(ordered) - len(now)][::-1]
+
+
+# one artifact directory listing: (path relative to the run's artifact root, is_dir) of each entry
+Lister = Callable[[str], Sequence[tuple[str, bool]]]
+
+
+def locate_batches(
+    list_dir: Lister, watermark: int, *, limit: int | None = None, digits: Sequence[int] | None = None
+) -> dict[int, str]:
+    """first seq -> artifact path of every batch a consumer at `watermark` must read, in both layouts.
+
+    Lists only the root and, at each shard level, the shard holding the watermark and later ones (and
+    an earlier one when a batch straddles the edge), so a caught-up consumer's cost does not grow with
+    the run's history. Flat `predictions/batch-*.parquet` files (the layout before shards) are read
+    at the root as before. `limit`: stop listing later shards once that many batches are known (a
+    consumer reading at most `limit` batches). `list_dir` is the only I/O, so tests can pass a fake.
+    """
+    widths = tuple(SHARD_DIGITS if digits is None else digits)
+    found = _locate(list_dir, ARTIFACT_DIR, 0, watermark, limit, widths)
+    wanted = batches_to_read(list(found), watermark)
+    return {s: found[s] for s in (wanted if limit is None else wanted[: max(1, limit)])}
+
+
+def _locate(
+    list_dir: Lister, path: str, depth: int, wm: int, limit: int | None, widths: tuple[int, ...]
+) -> dict[int, str]:
+    entries = list_dir(path)
+    files = {s: p for p, is_dir in entries if not is_dir and (s := _first_seq_of(p)) is not None}
+    found = {s: files[s] for s in batches_to_read(list(files), wm)}
+    if depth == len(widths):
+        return found
+    shards = {
+        start: p
+        for p, is_dir in entries
+        if is_dir and (start := shard_start(Path(p).name, widths[depth])) is not None
+    }
+    now, fallback = shard_plan(list(shards), wm)
+    below: dict[int, str] = {}
+    for start in now:
+        if limit is not None and sum(1 for s in below if s > wm) >= limit:
+            break  # later shards hold only later batches: the consumer stops before them
+        below.update(_locate(list_dir, shards[start], depth + 1, wm, limit, widths))
+    for start in fallback:
+        if any(s <= wm for s in below):
+            break
+        below.update(_locate(list_dir, shards[start], depth + 1, wm, limit, widths))
+    # the same first seq flat and sharded: a batch re-flushed after an upgrade, the sharded copy is
+    # the newer one and holds every row the flat one did (the same seqs, from the same log)
+    found.update(below)
+    return found
+
+
+def all_batch_artifacts(list_dir: Lister, path: str = ARTIFACT_DIR) -> list[str]:
+    """Every batch file under `path`, both layouts, duplicates included: what MLflow really holds
+    (for audits and tests; a consumer uses `locate_batches`)."""
+    out: list[str] = []
+    for p, is_dir in list_dir(path):
+        if is_dir:
+            out += all_batch_artifacts(list_dir, p)
+        elif _first_seq_of(p) is not None:
+            out.append(p)
+    return out
+
+
+def mlflow_lister(run_id: str) -> Lister:
+    """A `Lister` over one run's artifacts through MLflow's client (one request per call)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+
+    def list_dir(path: str) -> list[tuple[str, bool]]:
+        return [(f.path, bool(f.is_dir)) for f in client.list_artifacts(run_id, path)]
+
+    return list_dir
 
 
 def _first_seq_of(artifact_path: str) -> int | None:
@@ -502,11 +627,11 @@ class PredictionLog:
                 if not rows:
                     break
                 first, last = rows[0][0], rows[-1][0]
-                name = batch_artifact_name(first)
+                artifact = batch_artifact_path(first)
                 with tempfile.TemporaryDirectory(prefix="scanflow-flush-") as tmp:
-                    path = Path(tmp) / name
+                    path = Path(tmp) / batch_artifact_name(first)
                     path.write_bytes(_to_parquet(rows))
-                    client.log_artifact(run_id, str(path), ARTIFACT_DIR)
+                    client.log_artifact(run_id, str(path), artifact.rsplit("/", 1)[0])
                 now_ms = int(time.time() * 1000)
                 flushed += len(rows)
                 client.log_batch(
@@ -519,7 +644,7 @@ class PredictionLog:
                 self._commit_watermark(wm, last, flushed)
                 batches += 1
                 total += len(rows)
-                names.append(f"{ARTIFACT_DIR}/{name}")
+                names.append(artifact)
             self._mark_flushed(time.time())
             self.compact()
         return FlushResult(
@@ -634,7 +759,9 @@ def batches_to_read(first_seqs: Sequence[int], watermark: int) -> list[int]:
 def read_since(run_id: str, watermark: int = 0, *, max_batches: int | None = None) -> PredictionBatch:
     """Records flushed to `run_id` with seq > `watermark`, in seq order, and the next watermark. Blocking.
 
-    `max_batches` bounds one call's work (a Checker catching up after a long outage).
+    `max_batches` bounds one call's work (a Checker catching up after a long outage). Lists the shard
+    directories at and after the watermark only (`locate_batches`): a caught-up consumer's cost does
+    not grow with the run's history. Reads runs written before shards existed too.
     """
     import os
 
@@ -643,11 +770,16 @@ def read_since(run_id: str, watermark: int = 0, *, max_batches: int | None = Non
     # a consumer polls in a loop: per-download progress bars would flood agent logs
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     client = MlflowClient()
-    listed = client.list_artifacts(run_id, ARTIFACT_DIR)
-    by_first = {s: f.path for f in listed if (s := _first_seq_of(f.path)) is not None}
-    wanted = batches_to_read(list(by_first), watermark)
-    if max_batches is not None:
-        wanted = wanted[: max(1, max_batches)]
+    lister = mlflow_lister(run_id)
+    listings = 0
+
+    def counted(path: str) -> Sequence[tuple[str, bool]]:
+        nonlocal listings
+        listings += 1
+        return lister(path)
+
+    by_first = locate_batches(counted, watermark, limit=max_batches)
+    wanted = sorted(by_first)
     records: list[PredictionRecord] = []
     seqs: list[int] = []
     seen: set[int] = set()
@@ -667,4 +799,5 @@ def read_since(run_id: str, watermark: int = 0, *, max_batches: int | None = Non
         seqs=[seqs[i] for i in order],
         watermark=new_wm,
         batches_read=len(wanted),
+        listings=listings,
     )

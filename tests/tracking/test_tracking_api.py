@@ -87,9 +87,9 @@ def test_sigkill_while_flushing_neither_loses_nor_duplicates(predictions_app, re
 
     client = MlflowClient()
     in_mlflow: list[str] = []
-    for f in client.list_artifacts(run_id, P.ARTIFACT_DIR):
+    for path in P.all_batch_artifacts(P.mlflow_lister(run_id)):
         in_mlflow += (
-            pq.read_table(client.download_artifacts(run_id, f.path, str(tmp_path)))
+            pq.read_table(client.download_artifacts(run_id, path, str(tmp_path)))
             .column("request_id")
             .to_pylist()
         )
