@@ -4,8 +4,8 @@
   last m windows, no retrain running, cooldown). When it says retrain, it emits `drift.detected`
   carrying the critical points of the drifted windows; the workflow's `retrain-on-drift` strategy
   (its own cooldown) then runs `submit_plan`, which hands the plan to the Executor's inbox. A retrain
-  waits until the drifted windows gave `min_points` critical points (800 quick): fewer cannot train a
-  challenger that beats the champion, or leave it a few points short on the drift.
+  waits until the drifted windows gave `min_points` critical points (400 quick): fewer cannot train a
+  challenger that beats the champion.
 - `plan_failover` (on `service.checked`): failover policy with hysteresis (fail over after N failed
   checks, return after M healthy ones) -> a `route` plan for the Executor.
 - `plan_scale` (on `latency.checked`): autoscale policy (latency vs SLO, queue depth) -> `scale`. It
@@ -56,13 +56,12 @@ def _payload(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 def min_points() -> int:
     """Critical points to gather before a retrain: fewer make a challenger that cannot beat the champion
-    (2 quick windows gave ~120 points, 35 held out: a tie, no promotion). 800 quick, not 400: S1's
-    traffic replays its digits, so 440 points held only ~100-120 distinct ones to train on, and a
-    detector that names a class seldom left it a handful of points; offline (4 detector seeds x 2
-    training seeds, docs/scenarios.md S1) 880 points cut the mean gap 3.5 -> 1.7 points, for ~3 s more
-    of gathering at 150 rps."""
+    (2 quick windows gave ~120 points, 35 held out: a tie, no promotion). 800 quick was measured and
+    not kept: offline over 10 seeds the median gap was 1.1 points at 440 and 1.3 at 880 (the distinct
+    digits trained on rose only 113 -> 119: the traffic replays 180 digits), for ~4-6 s more of
+    gathering at 150 rps (docs/scenarios.md S1)."""
     c = dict(CFG.get("retrain", {}))
-    return int(c.get("quick_min_points" if quick() else "min_points", 800 if quick() else 1000))
+    return int(c.get("quick_min_points" if quick() else "min_points", 400 if quick() else 1000))
 
 
 def gate_on_points(decision: retrain.RetrainDecision, new: retrain.RetrainState, waiting: retrain.RetrainState,
