@@ -356,14 +356,23 @@ def all_batch_artifacts(list_dir: Lister, path: str = ARTIFACT_DIR) -> list[str]
     return out
 
 
-def mlflow_lister(run_id: str) -> Lister:
-    """A `Lister` over one run's artifacts through MLflow's client (one request per call)."""
+def run_artifact_repo(run_id: str) -> Any:
+    """The run's artifact repository, resolved once (one get_run). Why not `MlflowClient.list_artifacts`
+    / `download_artifacts`: they go through a `runs:/` URI, which re-resolves the run and searches the
+    experiment's logged models on every call: 4 HTTP requests per listing instead of 1, 5 per download
+    instead of 2."""
     from mlflow import MlflowClient
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
-    client = MlflowClient()
+    return get_artifact_repository(MlflowClient().get_run(run_id).info.artifact_uri)
+
+
+def mlflow_lister(run_id: str, repo: Any = None) -> Lister:
+    """A `Lister` over one run's artifacts (one HTTP request per call with the default server)."""
+    artifacts = run_artifact_repo(run_id) if repo is None else repo
 
     def list_dir(path: str) -> list[tuple[str, bool]]:
-        return [(f.path, bool(f.is_dir)) for f in client.list_artifacts(run_id, path)]
+        return [(f.path, bool(f.is_dir)) for f in artifacts.list_artifacts(path)]
 
     return list_dir
 
@@ -765,12 +774,10 @@ def read_since(run_id: str, watermark: int = 0, *, max_batches: int | None = Non
     """
     import os
 
-    from mlflow import MlflowClient
-
     # a consumer polls in a loop: per-download progress bars would flood agent logs
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    client = MlflowClient()
-    lister = mlflow_lister(run_id)
+    repo = run_artifact_repo(run_id)
+    lister = mlflow_lister(run_id, repo)
     listings = 0
 
     def counted(path: str) -> Sequence[tuple[str, bool]]:
@@ -786,7 +793,7 @@ def read_since(run_id: str, watermark: int = 0, *, max_batches: int | None = Non
     new_wm = watermark
     with tempfile.TemporaryDirectory(prefix="scanflow-read-") as tmp:
         for first in wanted:
-            local = client.download_artifacts(run_id, by_first[first], tmp)
+            local = repo.download_artifacts(by_first[first], tmp)
             for seq, rec in _from_parquet(Path(local)):
                 if seq > watermark and seq not in seen:
                     seen.add(seq)
