@@ -79,18 +79,21 @@ def critical_rows(detector: object, x: np.ndarray, window: int, rng: np.random.G
     return flagged / n_windows, float(statistics.median(rates)), rows
 
 
-def executor_pick(x: np.ndarray, rows: list[int], seed: int) -> list[int]:
-    """The rows the Executor trains on: each input once (agents.executor.distinct_rows), minus its 30 %
-    holdout (a seeded permutation, as the Executor's per plan)."""
+def executor_pick(x: np.ndarray, rows: list[int], seed: int, holdout: float | None = None) -> list[int]:
+    """The rows the Executor trains on: each input once (agents.executor.distinct_rows), minus its
+    holdout (`holdout`, default agents.executor.HOLDOUT_FRACTION; a seeded permutation, as the
+    Executor's per plan)."""
     from agents.executor import HOLDOUT_FRACTION, distinct_rows
 
+    frac = HOLDOUT_FRACTION if holdout is None else holdout
     kept = [rows[i] for i in distinct_rows(x[rows])]
     order = np.random.default_rng(seed).permutation(len(kept))
-    return [kept[i] for i in order[int(len(kept) * HOLDOUT_FRACTION):]]
+    return [kept[i] for i in order[int(len(kept) * frac):]]
 
 
 def measure(kind: str, severity: int, seed: int, ns: tuple[int, ...], old: object, detector: object,
-            as_executor: bool = False, calibration_fraction: float | None = None) -> list[Row]:
+            as_executor: bool = False, calibration_fraction: float | None = None,
+            holdout: float | None = None) -> list[Row]:
     from workflows.digits.model import accuracy
     from workflows.digits.s1 import traffic_pools, unseen_test
     from workflows.digits.train import train_model
@@ -103,9 +106,10 @@ def measure(kind: str, severity: int, seed: int, ns: tuple[int, ...], old: objec
     detected, rate, crit = critical_rows(detector, pool_x, WINDOW, np.random.default_rng(seed), N_WINDOWS)
     out = []
     for n in ns:
-        pick = executor_pick(pool_x, crit[:n], seed) if as_executor else crit[:n]
+        pick = executor_pick(pool_x, crit[:n], seed, holdout) if as_executor else crit[:n]
         model, _, _ = train_model(splits, (pool_x[pick], pool_y[pick]), seed=seed)
-        name = f"{kind}/{severity}" + ("" if calibration_fraction is None else f"+cal{calibration_fraction:g}")
+        name = (f"{kind}/{severity}" + ("" if calibration_fraction is None else f"+cal{calibration_fraction:g}")
+                + ("" if holdout is None else f"+hold{holdout:g}"))
         out.append(Row(name, old_clean, old_drifted, detected, rate, len(pick),
                        accuracy(model, x_clean, y), accuracy(model, x_drift, y)))
     return out
@@ -144,7 +148,11 @@ def main() -> int:
     ap.add_argument("--calibration-traffic", default=None,
                     help="comma-separated shares of the calibration split the traffic also holds "
                          "(workflows.digits.s1.CALIBRATION_TRAFFIC_FRACTION; default: that constant)")
+    ap.add_argument("--holdout", default=None,
+                    help="with --as-executor: comma-separated holdout fractions to compare "
+                         "(default: agents.executor.HOLDOUT_FRACTION)")
     args = ap.parse_args()
+    holdouts: list[float | None] = [None] if args.holdout is None else [float(v) for v in args.holdout.split(",")]
     fractions: list[float | None] = ([None] if args.calibration_traffic is None
                                      else [float(v) for v in args.calibration_traffic.split(",")])
     seeds = 1 if args.quick else args.seeds
@@ -161,8 +169,8 @@ def main() -> int:
         old, _, _ = train_model(s, seed=seed)
         det = AutoencoderDriftDetector(fpr=0.05, epochs=15, num_threads=1, seed=seed)
         det.fit(s.x_train, s.x_calibration)  # type: ignore[attr-defined]
-        for (kind, sev), frac in ((c, f) for c in cands for f in fractions):
-            for n, r in zip(ns, measure(kind, sev, seed, ns, old, det, args.as_executor, frac), strict=True):
+        for (kind, sev), frac, hold in ((c, f, h) for c in cands for f in fractions for h in holdouts):
+            for n, r in zip(ns, measure(kind, sev, seed, ns, old, det, args.as_executor, frac, hold), strict=True):
                 per.setdefault((r.candidate, n), []).append(r)
                 print(f"seed {seed} {r.candidate} N {n}: trained on {r.n}, gap {r.gap:.1f} "
                       f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
