@@ -42,7 +42,11 @@ def scenarios() -> list[tuple[str, str, Scenario]]:
 # agreeing ticks, 6 s cooldown); `pending_s` 600 / 10 = 60 real seconds for a replica asked for to show
 # at the gateway (replicas start in real time: python, torch, the model from MLflow); a scale-up after 2
 # ticks over the SLO in a row, so one noisy second of the shared machine adds no replica.
-DEMO_AUTOSCALE: dict[str, Any] = {"time_scale": 10.0, "pending_s": 600.0, "guardrails": {"up_ticks": 2}}
+# latency_low 0.6: scale down below 0.6x the SLO (30 ms at 50 ms), not 0.5x; the Checker reports a p99
+# as its bucket's bound, and at 0.5x two replicas at the low rate on a busy 2-core box often sat just above
+# it (docs/scenarios.md, S2). The band up to the SLO still holds replicas, so a step down never re-breaches.
+DEMO_AUTOSCALE: dict[str, Any] = {"time_scale": 10.0, "pending_s": 600.0, "latency_low": 0.6,
+                                  "guardrails": {"up_ticks": 2}}
 
 
 def demo_workflow() -> Any:

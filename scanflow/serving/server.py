@@ -26,7 +26,11 @@ from scanflow.auth import require_token
 from scanflow.serving.asgi import ASGIApp, Receive, Scope, Send
 
 # Seconds; shared by the replica's and the gateway's latency histograms so their quantiles line up.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+# Steps of <= 1.5x from 10 to 100 ms: the Checker reports a percentile as its bucket's upper bound, and an
+# SLO of 50-100 ms with a scale-down below half of it needs bounds near both (0.025/0.05/0.1 alone turned a
+# 26 ms p99 into "50 ms", and hid the overload of a replica capped near one 100 ms CFS period).
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
+                   0.06, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0)
 
 HotPaths = Mapping[str, Callable[[Scope, Receive, Send], Any]]
 

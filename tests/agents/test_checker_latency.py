@@ -42,3 +42,34 @@ def test_the_slo_override_wins_over_the_declared_one() -> None:
 
     assert slo_latency_ms(None, 50.0) == 50.0 and slo_latency_ms(200.0, 50.0) == 200.0
     assert slo_latency_ms(None, None) is None
+
+
+def _gateway_p99(latencies_s: list[float]) -> Percentile | None:
+    """The p99 the Checker's watch computes from the gateway's real latency histogram (its exposition)."""
+    from prometheus_client import generate_latest
+
+    from scanflow.embedded.latency import histogram, percentile_ms
+    from scanflow.serving.gateway import _Metrics
+
+    m = _Metrics()
+    for v in latencies_s:
+        m.latency.observe(v)
+    text = generate_latest(m.registry).decode()
+    return percentile_ms({}, histogram(text, "scanflow_gateway_request_latency_seconds"), 0.99)
+
+
+def test_the_gateway_buckets_resolve_the_p99_near_the_slo() -> None:
+    """S2's decisions sit at 0.6x and 1x a 50-70 ms SLO (scanflow.demo.runner.DEMO_AUTOSCALE, s2_autoscale):
+    with the gateway's LATENCY_BUCKETS the Checker reports a 27 ms p99 as 30 ms (low enough to scale down;
+    the old 25/50/100 ms bounds said 50) and an overloaded replica's 80 ms as 100 (over a 70 ms SLO)."""
+    from scanflow.demo.runner import DEMO_AUTOSCALE
+    from scanflow.demo.s2_autoscale import SLO_CAP_MS, SLO_MS
+
+    calm = _gateway_p99([0.005] * 95 + [0.027] * 5)
+    assert calm == Percentile(30.0, False)
+    assert calm.ms <= float(DEMO_AUTOSCALE["latency_low"]) * SLO_MS  # the policy: low at or under it
+    assert latency_event({**SEEN, "replicas": 2}, calm, SLO_MS, 1)["breached"] is False  # type: ignore[index]
+    overloaded = _gateway_p99([0.02] * 90 + [0.08] * 10)
+    assert overloaded == Percentile(100.0, False)
+    assert latency_event(SEEN, overloaded, SLO_CAP_MS, 1) is not None
+    assert latency_event(SEEN, _gateway_p99([0.02] * 90 + [0.055] * 10), SLO_CAP_MS, 1) is None  # 60 ms: within
