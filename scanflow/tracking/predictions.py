@@ -13,12 +13,12 @@ How "exactly once" holds (docs/tracking.md explains it at length):
    (`pg_advisory_xact_lock`), so appends take their seqs and commit one after another. Other
    databases are refused.
 2. Flush: the pending rows are those with seq > watermark. A batch takes the next rows in seq order and
-   is written as `predictions/<shard>/<shard>/batch-<first seq>.parquet` in the log's MLflow run (the
-   shards are prefixes of the 12-digit first seq, `shard_dirs`: a path fixed by the first seq alone,
-   and no directory below the root holds more than 1,000 entries); only after the upload
+   is written as `predictions/<shard>/<shard>/<shard>/batch-<first seq>.parquet` in the log's MLflow run
+   (the shards are prefixes of the 12-digit first seq, `shard_dirs`: a path fixed by the first seq
+   alone, and no directory holds more than 1,000 entries); only after the upload
    does the watermark advance (a compare-and-set in the same DB). A SIGKILL between upload and commit
    leaves the watermark where it was, so the re-flush starts at the same first seq, produces the same
-   artifact name and overwrites that file: nothing is lost, nothing is stored twice. At most one
+   artifact path and overwrites that file: nothing is lost, nothing is stored twice. At most one
    uncommitted artifact exists at any moment (always the one at watermark + 1).
 3. Read: `read_since(run_id, watermark)` returns rows with seq > watermark. It re-reads the batch that
    contains the caller's watermark (the only one that may have been overwritten with more rows since)
@@ -73,10 +73,10 @@ log = logging.getLogger(__name__)
 
 ARTIFACT_DIR = "predictions"
 SEQ_DIGITS = 12  # batch names carry their first seq zero-padded to this width
-# Shard levels under ARTIFACT_DIR, as digits of the 12-digit first seq: a level-1 directory spans 10**6
-# seqs, a level-2 one 10**3, so below the root no directory holds more than 1,000 entries, and the
-# root gains one per million seqs. Part of the stored format: changing it strands existing runs.
-SHARD_DIGITS: tuple[int, ...] = (6, 9)
+# Shard levels under ARTIFACT_DIR, as digits of the 12-digit first seq: level-1 directories span 10**9
+# seqs, level-2 10**6, level-3 10**3, so no directory holds more than 1,000 entries (the root gains one
+# per billion seqs). Part of the stored format: changing it strands existing runs.
+SHARD_DIGITS: tuple[int, ...] = (3, 6, 9)
 _SHARD_RE = re.compile(r"[0-9]{1,18}")
 DEFAULT_RETENTION_S = 3600.0  # flushed rows kept this long: the request_id dedup horizon
 COMPACT_CHUNK = 2_000  # rows deleted per transaction (appends wait on the write lock only this long)
@@ -258,8 +258,8 @@ def shard_dirs(first_seq: int, digits: Sequence[int] | None = None) -> list[str]
     """The shard directories, outermost first, of the batch starting at `first_seq`. Pure.
 
     Level i is named by the first `digits[i]` digits of the zero-padded first seq (a prefix of the
-    batch's own name, so names sort as seqs do): with (6, 9), batch 1234567 lives in
-    `000001/000001234/`. Deterministic in `first_seq` alone, so a re-flush after a crash between upload
+    batch's own name, so names sort as seqs do): with (3, 6, 9), batch 1234567 lives in
+    `000/000001/000001234/`. Deterministic in `first_seq` alone, so a re-flush after a crash between upload
     and commit overwrites the same path.
     """
     widths = SHARD_DIGITS if digits is None else digits

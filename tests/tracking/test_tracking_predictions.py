@@ -72,7 +72,7 @@ def test_flush_and_read_since(mlflow_server: str, tmp_path: Path, record, unique
     log.append(recs(record, range(25)))
     res = log.flush_to_mlflow(unique_name, batch_size=10)
     assert (res.batches, res.records, res.watermark) == (3, 25, 25)
-    assert res.artifacts[0] == "predictions/000000/000000000/batch-000000000001.parquet"
+    assert res.artifacts[0] == "predictions/000/000000/000000000/batch-000000000001.parquet"
     assert P.prediction_run_id(unique_name) == res.run_id
     assert log.flush_to_mlflow(unique_name).batches == 0  # nothing pending: nothing written
 
@@ -146,18 +146,20 @@ def test_flush_takes_what_was_stored_when_it_started(
 @pytest.mark.parametrize(
     ("first", "want"),
     [
-        (1, "predictions/000000/000000000/batch-000000000001.parquet"),
-        (999, "predictions/000000/000000000/batch-000000000999.parquet"),
-        (1000, "predictions/000000/000000001/batch-000000001000.parquet"),  # first seq of the next shard
-        (999_999, "predictions/000000/000000999/batch-000000999999.parquet"),
-        (1_000_000, "predictions/000001/000001000/batch-000001000000.parquet"),
-        (1_234_567, "predictions/000001/000001234/batch-000001234567.parquet"),
+        (1, "predictions/000/000000/000000000/batch-000000000001.parquet"),
+        (999, "predictions/000/000000/000000000/batch-000000000999.parquet"),
+        (1000, "predictions/000/000000/000000001/batch-000000001000.parquet"),  # first seq of the next shard
+        (999_999, "predictions/000/000000/000000999/batch-000000999999.parquet"),
+        (1_000_000, "predictions/000/000001/000001000/batch-000001000000.parquet"),
+        (999_999_999_999, "predictions/999/999999/999999999/batch-999999999999.parquet"),
+        (1_234_567, "predictions/000/000001/000001234/batch-000001234567.parquet"),
     ],
 )
 def test_batch_artifact_path(first: int, want: str) -> None:
     assert P.batch_artifact_path(first) == want
     # a shard name is read back as the first seq it may hold
-    *_, lvl1, lvl2, _ = want.split("/")
+    *_, lvl0, lvl1, lvl2, _ = want.split("/")
+    assert P.shard_start(lvl0, 3) == first // 10**9 * 10**9
     assert P.shard_start(lvl1, 6) == first // 10**6 * 10**6
     assert P.shard_start(lvl2, 9) == first // 1000 * 1000
 
@@ -214,11 +216,11 @@ def firsts_of(sizes: list[int]) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("digits", [(6, 9), (10, 11), (9, 11)])
-@pytest.mark.parametrize("sizes", [[7] * 9, [3, 25, 1, 1, 12, 40, 2], [10] * 6, [100]])
+@pytest.mark.parametrize("digits", [(3, 6, 9), (10, 11), (9, 11), (11,)])
+@pytest.mark.parametrize("sizes", [[7] * 9, [3, 25, 1, 1, 12, 40, 2], [10] * 6, [100], [95, 10, 3]])
 def test_locate_batches_matches_the_flat_rule_at_every_watermark(digits: tuple[int, ...], sizes: list[int]) -> None:
     """Sharded or not, a consumer gets exactly the batches the flat rule names: batches straddling shard
-    edges (size 25 over 10-seq shards, 100 over 100-seq ones) and watermarks on every edge included."""
+    edges (size 25 over 10-seq shards, 100 over 100-seq ones, 96-105 over a level-1 edge) and watermarks on every edge included."""
     firsts = firsts_of(sizes)
     fake = FakeArtifacts([P.batch_artifact_path(f, digits) for f in firsts])
     for wm in range(sum(sizes) + 2):
@@ -233,10 +235,10 @@ def test_locate_batches_straddling_batch_is_found_in_the_previous_shard() -> Non
     assert sorted(P.locate_batches(fake, 1002)) == [995, 1005, 1015]
     fake.listings = 0
     assert sorted(P.locate_batches(fake, 1000)) == [995, 1005, 1015]  # exactly at the edge
-    assert fake.listings == 4  # root, 000000, 000000001, then 000000000 for the straddling batch
+    assert fake.listings == 5  # root, 000, 000000, 000000001, then 000000000 for the straddling batch
     fake.listings = 0
     assert sorted(P.locate_batches(fake, 1005)) == [1005, 1015]  # batch starts on the watermark
-    assert fake.listings == 3  # the previous shard is not listed
+    assert fake.listings == 4  # the previous shard is not listed
 
 
 def test_locate_batches_reads_the_flat_layout_and_a_mixed_one() -> None:
@@ -263,9 +265,9 @@ def test_locate_batches_cost_does_not_grow_with_history() -> None:
         got = P.locate_batches(fake, firsts[-1] + 3)
         assert list(got) == [firsts[-1]]
         costs.append((fake.listings, fake.entries))
-    assert all(listings <= 3 for listings, _ in costs)
-    # root (one shard per 10**6 seqs: 1 here) + one level-1 shard (<= 1,000 leaves) + one leaf (<= 1,000)
-    assert max(entries for _, entries in costs) <= 1 + 1000 + 1000
+    assert all(listings <= 4 for listings, _ in costs)
+    # root (one shard per 10**9 seqs) + one shard per level, <= 1,000 entries each
+    assert max(entries for _, entries in costs) <= 1 + 1 + 1000 + 1000
     flat_fake = FakeArtifacts([flat(s) for s in firsts])
     P.locate_batches(flat_fake, firsts[-1] + 3)
     assert flat_fake.entries == 50_000  # the old layout listed every batch
@@ -276,7 +278,7 @@ def test_locate_batches_limit_stops_listing_later_shards() -> None:
     fake = FakeArtifacts([P.batch_artifact_path(s) for s in firsts])
     got = P.locate_batches(fake, 15, limit=3)
     assert sorted(got) == [11, 21, 31]
-    assert fake.listings == 3  # root, level 1, the first leaf only
+    assert fake.listings == 4  # root, levels 1 and 2, the first leaf only
 
 
 def test_sharded_flush_and_read_across_shard_edges(
