@@ -310,9 +310,10 @@ def locate_batches(
     consumer reading at most `limit` batches). `list_dir` is the only I/O, so tests can pass a fake.
     """
     widths = tuple(SHARD_DIGITS if digits is None else digits)
+    limit = None if limit is None else max(1, limit)  # as before shards: at least the first batch
     found = _locate(list_dir, ARTIFACT_DIR, 0, watermark, limit, widths)
     wanted = batches_to_read(list(found), watermark)
-    return {s: found[s] for s in (wanted if limit is None else wanted[: max(1, limit)])}
+    return {s: found[s] for s in (wanted if limit is None else wanted[:limit])}
 
 
 def _locate(

@@ -279,6 +279,8 @@ def test_locate_batches_limit_stops_listing_later_shards() -> None:
     got = P.locate_batches(fake, 15, limit=3)
     assert sorted(got) == [11, 21, 31]
     assert fake.listings == 4  # root, levels 1 and 2, the first leaf only
+    for limit in (0, -3):  # as before shards: at least one batch, the one holding the watermark
+        assert sorted(P.locate_batches(fake, 15, limit=limit)) == [11]
 
 
 def test_sharded_flush_and_read_across_shard_edges(
