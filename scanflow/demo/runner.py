@@ -1,8 +1,10 @@
 """`scanflow demo`: S1-S4 on the embedded default, with rich progress, a summary table, MLflow logging.
 
 Order: the EmbeddedStack (MLflow, bootstrap, the four agents, the digits service and its backup)
-starts; S1 (drift) and S4 (failover) run on its agents; S2 (autoscale) and S3 (tune) run their own
-services on a LocalPlatform against the same MLflow. Then one MLflow run in the `scanflow-demo`
+starts; S1 (drift), S4 (failover) and S2 (autoscale: the Planner's strategy turned on for a load step,
+in-process on a LocalPlatform of its own when the stack or cgroup CPU limits are missing, or with
+SCANFLOW_DEMO_S2=inprocess) run on its agents; S3 (tune) runs its own services on a LocalPlatform against
+the same MLflow. Then one MLflow run in the `scanflow-demo`
 experiment gets every figure as a metric, the summary as JSON and the plots; the table goes to
 stdout, progress to stderr, and with --json the last stdout line is the summary JSON. If the agents
 cannot start, S1/S4 fail with the reason and S2/S3 still run on a plain MLflow + bootstrap.
