@@ -47,8 +47,12 @@ def scenarios() -> list[tuple[str, str, Scenario]]:
 # latency_low 0.6: scale down below 0.6x the SLO (30 ms at 50 ms), not 0.5x; the Checker reports a p99
 # as its bucket's bound, and at 0.5x two replicas at the low rate on a busy 2-core box often sat just above
 # it (docs/scenarios.md, S2). The band up to the SLO still holds replicas, so a step down never re-breaches.
+# down_window_s 200 (20 real s, the policy's 30 s / 10 was 3 s): a scale-down goes no lower than the most
+# replicas needed in the last 20 s, longer than S2's step; with 3 s, two replicas at 2x one's capacity
+# served at a low p99 (the gateway batches) on a machine at load 8 and the Planner removed one mid-step,
+# then re-added it (a flap, docs/scenarios.md S2). The HPA's own window is 300 s.
 DEMO_AUTOSCALE: dict[str, Any] = {"time_scale": 10.0, "pending_s": 600.0, "latency_low": 0.6,
-                                  "guardrails": {"up_ticks": 2}}
+                                  "down_window_s": 200.0, "guardrails": {"up_ticks": 2}}
 
 
 def demo_workflow() -> Any:

@@ -146,3 +146,25 @@ def test_plots_render_to_png(tmp_path) -> None:  # type: ignore[no-untyped-def]
         path = tmp_path / f"{name}.png"
         fig.savefig(path)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_autoscale_keeps_the_replica_through_a_calm_step_and_removes_it_after() -> None:
+    """The Planner's policy with the demo's settings (runner.DEMO_AUTOSCALE, as agents/planner.py reads
+    them): after a breach added a replica, low-p99 ticks (the gateway batches, so two replicas at twice one's
+    capacity can look calm) remove it only once the 20 s down window holds no tick that needed it."""
+    from agents.planner import autoscale_config
+    from scanflow.demo.runner import DEMO_AUTOSCALE, demo_workflow
+    from scanflow.embedded.env import primary_service
+    from scanflow.policies.autoscale import AutoscaleContext, AutoscaleState, decide
+
+    cfg, _ = autoscale_config(dict(DEMO_AUTOSCALE), primary_service(demo_workflow()))
+    state, replicas, moves = AutoscaleState(), 1, []
+    for t in range(60):  # one tick a second: 3 s over the SLO, then 57 s at 15 ms
+        p99 = 80.0 if t < 3 else 15.0
+        d, state = decide(AutoscaleContext(now=1000.0 + t, current_replicas=replicas, slo_latency_ms=50.0,
+                                           latency_ms=p99, in_flight=1.0, config=cfg, state=state))
+        if d.action != "hold":
+            moves.append((t, d.action))
+            replicas = d.replicas
+    assert [a for _, a in moves] == ["up", "down"], moves
+    assert moves[1][0] >= 20, moves  # not before the down window has passed since the last needed tick
