@@ -5,8 +5,9 @@ Who calls: scanflow.demo.runner builds one `DemoContext`; each scenario module t
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,3 +49,14 @@ def wait_for(cond: Callable[[], bool], timeout_s: float, interval_s: float = 0.2
             return True
         time.sleep(interval_s)
     return cond()
+
+
+def reversals(replicas: Sequence[int]) -> int:
+    """Pure: direction changes in a replica series (up then down counts 1)."""
+    last, n = 0, 0
+    for a, b in itertools.pairwise(replicas):
+        if a != b:
+            d = 1 if b > a else -1
+            n += int(last != 0 and d != last)
+            last = d
+    return n

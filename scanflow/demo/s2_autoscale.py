@@ -44,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from scanflow.demo.common import DemoContext, clean_rows, wait_for
+from scanflow.demo.common import DemoContext, clean_rows, reversals, wait_for
 from scanflow.demo.load import OpenLoad, Second
 from scanflow.demo.report import ScenarioResult
 from scanflow.demo.sim import SimConfig, Trace, compare
@@ -126,17 +126,6 @@ def calibrated_slo(baseline_p99_ms: float | None) -> float:
 def phases(quick: bool) -> tuple[float, float, float]:
     """(low before the step, the step, the most to wait after it for the scale-down), seconds."""
     return (4.0, 20.0, 60.0) if quick else (8.0, 30.0, 90.0)
-
-
-def reversals(replicas: Sequence[int]) -> int:
-    """Direction changes in a replica series (up then down counts 1)."""
-    last, n = 0, 0
-    for a, b in itertools.pairwise(replicas):
-        if a != b:
-            d = 1 if b > a else -1
-            n += int(last != 0 and d != last)
-            last = d
-    return n
 
 
 def flaps(directions: Sequence[str]) -> int:

@@ -13,12 +13,11 @@ Who calls: scanflow.demo.s2_autoscale.run (no stack, or no cgroup CPU limits).
 
 from __future__ import annotations
 
-import itertools
 import secrets
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from scanflow.demo.common import DemoContext, clean_rows
+from scanflow.demo.common import DemoContext, clean_rows, reversals
 from scanflow.demo.load import Load
 from scanflow.demo.report import ScenarioResult
 from scanflow.demo.sim import SimConfig, Trace, compare
@@ -49,17 +48,6 @@ def policy_config(time_scale: float) -> autoscale.AutoscaleConfig:
     return autoscale.AutoscaleConfig(guardrails=Guardrails(
         min_replicas=1, max_replicas=MAX_REPLICAS, up_ticks=1, down_ticks=5, down_delay_s=30.0,
         cooldown_down_s=60.0, max_step_down=1, cold_start_s=30.0, time_scale=time_scale))
-
-
-def reversals(replicas: list[int]) -> int:
-    """Direction changes in a replica series (up then down counts 1)."""
-    last, n = 0, 0
-    for a, b in itertools.pairwise(replicas):
-        if a != b:
-            d = 1 if b > a else -1
-            n += int(last != 0 and d != last)
-            last = d
-    return n
 
 
 def run(ctx: DemoContext, note: str = "") -> ScenarioResult:
