@@ -44,6 +44,7 @@ from scanflow.spec import Workflow
 log = logging.getLogger(__name__)
 
 ROLES = ("tracker", "checker", "planner", "executor")
+BIND_RETRIES = 3  # restarts of an agent whose port was briefly taken (see _wait_healthy)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -82,6 +83,7 @@ class EmbeddedStack:
         self.workflow = workflow.model_copy(update={"services": services})
         self.ports = {role: free_port() for role in ROLES}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._log_from: dict[str, int] = {}  # per role: the log offset where its current process began
         self.mlflow: Any = None
         self.tracking_uri = ""
         self.bootstrap_result: dict[str, Any] = {}
@@ -192,28 +194,55 @@ class EmbeddedStack:
 
     def _spawn(self, role: str) -> None:
         self.agent_home(role).mkdir(parents=True, exist_ok=True)
-        with open(self.log_path(role), "ab") as out:
+        log = self.log_path(role)
+        self._log_from[role] = log.stat().st_size if log.exists() else 0  # this process's output starts here
+        with open(log, "ab") as out:
             self.procs[role] = subprocess.Popen(
                 self._argv(role), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self._env(role), cwd=REPO_ROOT, start_new_session=True,
             )
 
     def _wait_healthy(self, role: str, timeout_s: float | None = None) -> None:
+        """Wait until THIS agent answers /health on its port.
+
+        Why the name check and the respawn: the ports are picked (free right then) before the bootstrap,
+        and the agent binds its port later; in that window the port can be taken, e.g. as the ephemeral
+        source port of an outgoing connection. A CI run saw the Checker fail to bind twice while the stack
+        carried on without it. So /health must name the expected agent, and an agent that exited because
+        its port was in use is started again (BIND_RETRIES times, a second apart: such a socket is short-lived).
+        """
         deadline = time.monotonic() + (timeout_s or self.ready_timeout_s)
         url = self.agent_urls[role] + "/health"
+        expected = next((a.name for a in self.workflow.agents if a.role == role), None)
+        respawns = 0
         while time.monotonic() < deadline:
             p = self.procs[role]
             if p.poll() is not None:
+                if "address already in use" in self._output_since_spawn(role) and respawns < BIND_RETRIES:
+                    respawns += 1
+                    time.sleep(1.0)  # nothing to await: the port's other holder is not ours
+                    self._spawn(role)
+                    continue
                 raise StackError(f"agent {role} exited with {p.returncode}; see {self.log_path(role)}:\n"
                                  f"{_tail(self.log_path(role))}")
             try:
-                if httpx.get(url, timeout=2.0).status_code == 200:
+                r = httpx.get(url, timeout=2.0)
+                if r.status_code == 200 and (expected is None or r.json().get("agent") == expected):
                     return
-            except httpx.HTTPError:
+            except (httpx.HTTPError, ValueError, AttributeError):
                 pass
             time.sleep(0.2)
         raise StackError(f"agent {role} not healthy within {timeout_s or self.ready_timeout_s:.0f}s; "
                          f"see {self.log_path(role)}:\n{_tail(self.log_path(role))}")
+
+    def _output_since_spawn(self, role: str) -> str:
+        """What the agent's current process wrote to its log (the log is shared by its restarts)."""
+        try:
+            with open(self.log_path(role), "rb") as f:
+                f.seek(self._log_from.get(role, 0))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     # -- chaos -----------------------------------------------------------------------------------
     def kill_agent(self, role: str) -> None:
