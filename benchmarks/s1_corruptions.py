@@ -7,7 +7,8 @@ For each candidate corruption (kind/severity of workflows.digits.data.corrupt), 
 2. the drift detector as the S1 bootstrap fits it (autoencoder, quick: 15 epochs, on train/calibration);
    200-row windows of the corrupted traffic pool (workflows.digits.s1.traffic_pools): the share of
    windows flagged, and the critical rows they name, in window order, as the Checker hands them on;
-3. the retrain: `train_model` on the clean training split + the first N critical rows with TRUE labels;
+3. the retrain: `train_model` on the clean training split + the first N critical rows with TRUE labels
+   (+ synthetic drifted copies of the clean rows with --adapt moments, the job's default);
 4. accuracy on UNSEEN digits: the clean test split and a freshly corrupted copy (absent from training,
    traffic and the promotion gate).
 Figures are medians over seeds. gap = old champion's clean accuracy - new model's drifted accuracy
@@ -93,7 +94,7 @@ def executor_pick(x: np.ndarray, rows: list[int], seed: int, holdout: float | No
 
 def measure(kind: str, severity: int, seed: int, ns: tuple[int, ...], old: object, detector: object,
             as_executor: bool = False, calibration_fraction: float | None = None,
-            holdout: float | None = None) -> list[Row]:
+            holdout: float | None = None, adapt: str = "moments") -> list[Row]:
     from workflows.digits.model import accuracy
     from workflows.digits.s1 import traffic_pools, unseen_test
     from workflows.digits.train import train_model
@@ -107,9 +108,9 @@ def measure(kind: str, severity: int, seed: int, ns: tuple[int, ...], old: objec
     out = []
     for n in ns:
         pick = executor_pick(pool_x, crit[:n], seed, holdout) if as_executor else crit[:n]
-        model, _, _ = train_model(splits, (pool_x[pick], pool_y[pick]), seed=seed)
+        model, _, _ = train_model(splits, (pool_x[pick], pool_y[pick]), seed=seed, adapt=adapt)
         name = (f"{kind}/{severity}" + ("" if calibration_fraction is None else f"+cal{calibration_fraction:g}")
-                + ("" if holdout is None else f"+hold{holdout:g}"))
+                + ("" if holdout is None else f"+hold{holdout:g}") + ("" if adapt == "moments" else f"+{adapt}"))
         out.append(Row(name, old_clean, old_drifted, detected, rate, len(pick),
                        accuracy(model, x_clean, y), accuracy(model, x_drift, y)))
     return out
@@ -151,7 +152,11 @@ def main() -> int:
     ap.add_argument("--holdout", default=None,
                     help="with --as-executor: comma-separated holdout fractions to compare "
                          "(default: agents.executor.HOLDOUT_FRACTION)")
+    ap.add_argument("--adapt", default="moments",
+                    help="comma-separated retrain recipes to compare: moments (synthetic drifted copies of the "
+                         "clean rows, the job's default) and/or none (workflows.digits.train.training_rows)")
     args = ap.parse_args()
+    adapts = args.adapt.split(",")
     holdouts: list[float | None] = [None] if args.holdout is None else [float(v) for v in args.holdout.split(",")]
     fractions: list[float | None] = ([None] if args.calibration_traffic is None
                                      else [float(v) for v in args.calibration_traffic.split(",")])
@@ -169,8 +174,10 @@ def main() -> int:
         old, _, _ = train_model(s, seed=seed)
         det = AutoencoderDriftDetector(fpr=0.05, epochs=15, num_threads=1, seed=seed)
         det.fit(s.x_train, s.x_calibration)  # type: ignore[attr-defined]
-        for (kind, sev), frac, hold in ((c, f, h) for c in cands for f in fractions for h in holdouts):
-            for n, r in zip(ns, measure(kind, sev, seed, ns, old, det, args.as_executor, frac, hold), strict=True):
+        for (kind, sev), frac, hold, adapt in ((c, f, h, a) for c in cands for f in fractions for h in holdouts
+                                               for a in adapts):
+            for n, r in zip(ns, measure(kind, sev, seed, ns, old, det, args.as_executor, frac, hold, adapt),
+                            strict=True):
                 per.setdefault((r.candidate, n), []).append(r)
                 print(f"seed {seed} {r.candidate} N {n}: trained on {r.n}, gap {r.gap:.1f} "
                       f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)

@@ -48,3 +48,25 @@ def test_train_model_merges_members_and_refuses_none() -> None:
     assert model[0].out_features == 16 and len(losses) == 3 and 0.0 < val_acc <= 1.0
     with pytest.raises(ValueError, match="members"):
         train_model(s, members=0)
+
+
+def test_training_rows_add_one_drifted_copy_per_clean_row_only_when_there_are_critical_points() -> None:
+    from workflows.digits.data import corrupt, load_splits
+    from workflows.digits.train import training_rows
+
+    s = load_splits(0)
+    x, y, n = training_rows(s, None)
+    assert n == 0 and len(x) == len(s.x_train)  # the first model: clean rows only
+    drifted = corrupt(s.x_feedback[:60], "contrast", 2, rng=1)
+    x, y, n = training_rows(s, (drifted, s.y_feedback[:60]))
+    clean_n = len(s.x_train)
+    assert n == clean_n and len(x) == 2 * clean_n + 60 and len(y) == len(x)
+    assert np.array_equal(y[clean_n + 60:], s.y_train)  # each copy keeps its clean row's label
+    copies = x[clean_n + 60:]
+    assert copies.min() >= 0.0 and copies.max() <= 1.0
+    # the copies look like the drift (washed out: values pulled towards the middle), not like clean rows
+    assert copies.std() == pytest.approx(drifted.std(), rel=0.15) and copies.std() < 0.6 * s.x_train.std()
+    x, _, n = training_rows(s, (drifted, s.y_feedback[:60]), adapt="none")
+    assert n == 0 and len(x) == clean_n + 60
+    with pytest.raises(ValueError, match="adapt"):
+        training_rows(s, None, adapt="coral")

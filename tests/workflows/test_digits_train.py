@@ -45,6 +45,9 @@ def test_first_model_becomes_champion_and_retrain_on_critical_points_becomes_cha
     second_run = MlflowClient().get_run(second["run_id"])
     assert second_run.data.metrics["accuracy_validation_drifted"] == pytest.approx(second["accuracy_validation_drifted"])
     assert second_run.data.params["n_validation_drifted"] == "50" and "accuracy_validation_drifted" not in first
+    # the retrain also fits one synthetic drifted copy of each clean training row (workflows.digits.train)
+    assert second_run.data.params["adapt"] == "moments"
+    assert second_run.data.params["n_synthetic"] == str(len(s.x_train)) and run.data.params["n_synthetic"] == "0"
     assert get_alias_version(model_name, "challenger") == "2"
     assert get_alias_version(model_name, "champion") == "1"  # promotion is the Planner's decision
     assert second["accuracy_drifted"] > first["accuracy_drifted"]

@@ -68,7 +68,8 @@ def test_missing_or_garbage_extra_points_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("kw", "message"), [({"drift_kind": "blur"}, "drift_kind"), ({"epochs": 0}, "epochs"),
-                                             ({"drift_severity": 7}, "drift_severity")])
+                                             ({"drift_severity": 7}, "drift_severity"),
+                                             ({"adapt": "coral"}, "adapt")])
 def test_train_refuses_bad_parameters_before_touching_mlflow(kw: dict[str, object], message: str) -> None:
     from workflows.digits.train import train
 

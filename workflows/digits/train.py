@@ -95,10 +95,42 @@ def average_logits(members: list[Any]) -> Any:
     return torch.nn.Sequential(first, torch.nn.ReLU(), last).eval()
 
 
+ADAPT_CHOICES = ("moments", "none")
+
+
+def training_rows(splits: Any, extra: tuple[np.ndarray, np.ndarray] | None = None, *, adapt: str = "moments",
+                  seed: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+    """Pure: the rows a retrain fits on, as (x, y, how many of them are synthetic).
+
+    The clean training split, plus `extra` (the labelled drifted critical points), plus with
+    adapt="moments" one synthetic drifted copy of every clean training row
+    (`scanflow.drift.adapt.moment_matched_copies`: per pixel, the clean rows' mean and spread moved to
+    the critical points'), labelled as its clean row. Why: ~100 labelled drifted digits alone left the
+    retrain's drifted accuracy at the mercy of which digits they were; the copies carry the drift to
+    all ~1,000 clean digits (offline, 10 seeds: median gap 1.1 -> 0.0 points, worst usable seed
+    6.7 -> 2.8; docs/scenarios.md S1). No extra points, no copies: the first model trains on clean only."""
+    from scanflow.drift.adapt import MIN_TARGET_ROWS, moment_matched_copies  # loads torch: only when training
+
+    if adapt not in ADAPT_CHOICES:
+        raise ValueError(f"adapt must be one of {list(ADAPT_CHOICES)}, got {adapt!r}")
+    x, y = splits.x_train, splits.y_train
+    if extra is None or len(extra[0]) == 0:
+        return x, y, 0
+    parts_x, parts_y = [x, extra[0]], [y, extra[1]]
+    n_synthetic = 0
+    if adapt == "moments" and len(extra[0]) >= MIN_TARGET_ROWS:
+        parts_x.append(moment_matched_copies(x, extra[0], rng=seed, bounds=(0.0, 1.0)))
+        parts_y.append(y)
+        n_synthetic = len(x)
+    return (np.concatenate(parts_x).astype(np.float32, copy=False), np.concatenate(parts_y), n_synthetic)
+
+
 def train_model(splits: Any, extra: tuple[np.ndarray, np.ndarray] | None = None, *, hidden: int = 64,
-                epochs: int = 60, lr: float = 1e-2, seed: int = 0, members: int = 5) -> tuple[Any, list[float], float]:
-    """The model part of `train`, without MLflow: `members` MLPs (seeds seed, seed+1, ...) fitted on the
-    clean training split plus `extra` (x, y), merged into one model that averages their logits
+                epochs: int = 60, lr: float = 1e-2, seed: int = 0, members: int = 5,
+                adapt: str = "moments") -> tuple[Any, list[float], float]:
+    """The model part of `train`, without MLflow: `members` MLPs (seeds seed, seed+1, ...) fitted on
+    `training_rows` (the clean training split, `extra` (x, y) and, with adapt="moments", synthetic
+    drifted copies of the clean rows), merged into one model that averages their logits
     (`average_logits`). Returns (model, the first member's losses, accuracy on the calibration split).
 
     Why an average and not the best of a few restarts on clean calibration (the previous recipe):
@@ -110,9 +142,7 @@ def train_model(splits: Any, extra: tuple[np.ndarray, np.ndarray] | None = None,
     Public so offline experiments (benchmarks/s1_corruptions.py) measure exactly what the job trains."""
     if members < 1:
         raise ValueError(f"members must be >= 1, got {members}")
-    x, y = splits.x_train, splits.y_train
-    if extra is not None:
-        x, y = np.concatenate([x, extra[0]]), np.concatenate([y, extra[1]])
+    x, y, _ = training_rows(splits, extra, adapt=adapt, seed=seed)
     fitted: list[Any] = []
     losses: list[float] = []
     for i in range(members):
@@ -138,6 +168,7 @@ def train(
     experiment: str = EXPERIMENT,
     members: int = 5,
     validation_points_path: str | None = None,
+    adapt: str = "moments",
 ) -> dict[str, Any]:
     """Train, evaluate, log and register a digits model; set `alias` (the very first one: 'champion').
 
@@ -146,6 +177,8 @@ def train(
     of training (the Executor's holdout of a plan's critical points, same .npz format as the extra
     points), logged so the run records how the model does on the drift it was trained for; nothing
     is selected on them (too few rows to choose by, see `train_model`).
+    `adapt`: "moments" (default) adds synthetic drifted copies of the clean rows when there are extra
+    points (`training_rows`); "none" trains on clean + extra only.
     `tracking_uri` None keeps MLflow's configured URI (MLFLOW_TRACKING_URI).
     """
     # Bad input fails first, before the slow imports and any MLflow call.
@@ -154,6 +187,8 @@ def train(
     if drift_kind not in ALL_KINDS or drift_severity not in SEVERITIES:
         raise ValueError(f"drift_kind must be one of {list(ALL_KINDS)} and drift_severity one of "
                          f"{list(SEVERITIES)}, got {drift_kind!r}, {drift_severity!r}")
+    if adapt not in ADAPT_CHOICES:
+        raise ValueError(f"adapt must be one of {list(ADAPT_CHOICES)}, got {adapt!r}")
     if epochs < 1 or hidden < 1 or lr <= 0 or members < 1:
         raise ValueError(f"need epochs >= 1, hidden >= 1, lr > 0 and members >= 1, got {epochs}, {hidden}, {lr}, "
                          f"{members}")
@@ -170,8 +205,9 @@ def train(
     t0 = time.perf_counter()
     splits = load_splits(seed)
     n_extra = 0 if extra is None else len(extra[0])
+    n_synthetic = training_rows(splits, extra, adapt=adapt, seed=seed)[2]
     model, losses, val_acc = train_model(splits, extra, hidden=hidden, epochs=epochs, lr=lr, seed=seed,
-                                         members=members)
+                                         members=members, adapt=adapt)
     x_drifted = corrupt(splits.x_test, drift_kind, drift_severity, rng=seed)  # type: ignore[arg-type]
     acc_clean = accuracy(model, splits.x_test, splits.y_test)
     acc_drifted = accuracy(model, x_drifted, splits.y_test)
@@ -183,7 +219,8 @@ def train(
     first = get_alias_version(model_name, CHAMPION) is None
     params = {"epochs": epochs, "seed": seed, "hidden": hidden, "lr": lr, "n_train": len(splits.x_train),
               "n_extra": n_extra, "drift_kind": drift_kind, "drift_severity": drift_severity, "alias": alias,
-              "members": members, "n_validation_drifted": 0 if validation is None else len(validation[0])}
+              "members": members, "adapt": adapt, "n_synthetic": n_synthetic,
+              "n_validation_drifted": 0 if validation is None else len(validation[0])}
     active = mlflow.active_run()  # under the job runner (Platform.run_job) the job's run is active: log there
     with (mlflow.start_run(experiment_id=ensure_experiment(experiment)) if active is None
           else contextlib.nullcontext(active)) as run:
@@ -216,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=60)
     parser.add_argument("--members", type=int, default=5, help="MLPs whose logits the model averages")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--adapt", choices=ADAPT_CHOICES, default="moments",
+                        help="synthetic drifted copies of the clean rows when extra points are given")
     parser.add_argument("--alias", default="challenger")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
