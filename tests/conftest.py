@@ -32,7 +32,8 @@ STACK_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/tes
 # processes; minutes each on 2 cores). `make test` leaves them out so the suite stays under ~10 minutes;
 # `make test-e2e` runs them, and CI runs both (.ci/run). Marked by path so a new scenario test under
 # tests/e2e/ cannot be forgotten.
-E2E_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/")
+E2E_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/",
+             "tests/embedded/test_stack_ports.py::test_whole_stack")
 
 
 def is_e2e(nodeid: str) -> bool:

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import httpx
 
@@ -45,11 +45,41 @@ log = logging.getLogger(__name__)
 
 ROLES = ("tracker", "checker", "planner", "executor")
 BIND_RETRIES = 3  # restarts of an agent whose port was briefly taken (see _wait_healthy)
+BIND_RETRY_DELAY_S = 1.0  # before such a restart: the port's other holder is not ours to await
+ADDR_IN_USE = "address already in use"  # uvicorn's bind failure: "[Errno 98] error while attempting to bind ..."
+BindAction = Literal["respawn", "fail"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class StackError(RuntimeError):
     """The stack could not start (the message names the part and its log file)."""
+
+
+def bind_failure_action(output: str, returncode: int, respawns: int, retries: int = BIND_RETRIES) -> BindAction:
+    """What to do about an agent process that exited while the stack waited for it (pure).
+
+    `output`: what that process wrote (only it: the log is shared by restarts); `returncode`: its exit
+    status; `respawns`: how often this role was already started again in this wait. "respawn" only for
+    a failed bind (a non-zero exit whose output says the address is in use), at most `retries` times:
+    the port was picked free before the bootstrap and briefly taken since (e.g. as the source port of an
+    outgoing connection), which a later attempt survives. Anything else is a real failure: a clean exit
+    (0) or a signal (< 0) is not a port clash, and a crash is not cured by trying again.
+    """
+    if returncode <= 0 or respawns >= retries:
+        return "fail"
+    return "respawn" if ADDR_IN_USE in output.lower() else "fail"
+
+
+def health_agent(status_code: int, body: object) -> str | None:
+    """The agent name a /health answer gives, or None when it is no agent's healthy answer (pure).
+
+    Why the name matters: something else can answer on the port the stack picked for an agent (another
+    stack's agent, any HTTP server); a bare 200 would let the stack carry on without its own agent.
+    """
+    if status_code != 200 or not isinstance(body, dict):
+        return None
+    name = body.get("agent")
+    return name if isinstance(name, str) else None
 
 
 class EmbeddedStack:
@@ -209,31 +239,45 @@ class EmbeddedStack:
         and the agent binds its port later; in that window the port can be taken, e.g. as the ephemeral
         source port of an outgoing connection. A CI run saw the Checker fail to bind twice while the stack
         carried on without it. So /health must name the expected agent, and an agent that exited because
-        its port was in use is started again (BIND_RETRIES times, a second apart: such a socket is short-lived).
+        its port was in use is started again (see bind_failure_action).
         """
-        deadline = time.monotonic() + (timeout_s or self.ready_timeout_s)
+        timeout_s = timeout_s or self.ready_timeout_s
+        deadline = time.monotonic() + timeout_s
         url = self.agent_urls[role] + "/health"
         expected = next((a.name for a in self.workflow.agents if a.role == role), None)
         respawns = 0
+        answered: str | None = None  # the last agent name seen on the port (a foreign one, if any)
         while time.monotonic() < deadline:
             p = self.procs[role]
             if p.poll() is not None:
-                if "address already in use" in self._output_since_spawn(role) and respawns < BIND_RETRIES:
+                output = self._output_since_spawn(role)
+                if bind_failure_action(output, p.returncode, respawns) == "respawn":
                     respawns += 1
-                    time.sleep(1.0)  # nothing to await: the port's other holder is not ours
+                    log.warning("agent %s could not bind port %d; starting it again (%d/%d)",
+                                role, self.ports[role], respawns, BIND_RETRIES)
+                    time.sleep(BIND_RETRY_DELAY_S)
                     self._spawn(role)
                     continue
-                raise StackError(f"agent {role} exited with {p.returncode}; see {self.log_path(role)}:\n"
-                                 f"{_tail(self.log_path(role))}")
-            try:
-                r = httpx.get(url, timeout=2.0)
-                if r.status_code == 200 and (expected is None or r.json().get("agent") == expected):
-                    return
-            except (httpx.HTTPError, ValueError, AttributeError):
-                pass
+                clash = (f" (port {self.ports[role]} still in use after {respawns} restarts)"
+                         if ADDR_IN_USE in output.lower() else "")
+                raise StackError(f"agent {role} exited with {p.returncode}{clash}{_foreign(answered, expected)}; "
+                                 f"see {self.log_path(role)}:\n{_tail(self.log_path(role))}")
+            name = self._health_name(url)
+            if name is not None and (expected is None or name == expected):
+                return
+            answered = name or answered
             time.sleep(0.2)
-        raise StackError(f"agent {role} not healthy within {timeout_s or self.ready_timeout_s:.0f}s; "
+        raise StackError(f"agent {role} not healthy within {timeout_s:.0f}s{_foreign(answered, expected)}; "
                          f"see {self.log_path(role)}:\n{_tail(self.log_path(role))}")
+
+    @staticmethod
+    def _health_name(url: str) -> str | None:
+        """GET /health; the agent name it gives, or None (no answer, not 200, not an agent's JSON)."""
+        try:
+            r = httpx.get(url, timeout=2.0)
+            return health_agent(r.status_code, r.json())
+        except (httpx.HTTPError, ValueError):
+            return None
 
     def _output_since_spawn(self, role: str) -> str:
         """What the agent's current process wrote to its log (the log is shared by its restarts)."""
@@ -291,6 +335,11 @@ def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
             p.send_signal(sig)
         except ProcessLookupError:
             pass
+
+
+def _foreign(answered: str | None, expected: str | None) -> str:
+    """The part of a StackError that says another agent (or server) held the role's port."""
+    return f" (its port answers /health as {answered!r}, not {expected!r})" if answered is not None else ""
 
 
 def _tail(path: Path, n: int = 25) -> str:
