@@ -1,0 +1,180 @@
+"""CPU per client request of each serving process, from /proc/<pid>/stat around a wrk run.
+
+    flock /tmp/scanflow-bench.lock .venv/bin/python benchmarks/serving_cpu.py [--rounds 3] [--seconds 3] \
+        [--concurrency 64 128]
+
+Why: `benchmarks/serving.py` gives the throughput and `fraction_of_limit`; this says where the CPU
+of one client request goes (gateway, each replica, wrk; the empty endpoint and its wrk), which is the
+evidence for the CPU bound of the gateway path on a small machine (docs/serving.md, fifth pass). It
+starts the same processes as serving.py (throw-away MLflow, the digits MLP, gateway + N single-thread
+replicas, the empty endpoint on the same HTTP stack), then measures interleaved rounds: for each
+concurrency, the gateway path, then the empty endpoint. CPU is utime+stime of the whole process (all
+threads) from /proc/<pid>/stat, wrk's own from wait4's rusage. The last line printed is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from serving import WRK_LUA, Started, free_port, register_model, spawned
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of a whole process (every thread), seconds."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # fields 14 and 15 of proc(5), after pid and comm
+
+
+def per_request_us(cpu_s: float, requests: int) -> float:
+    """CPU microseconds per client request (pure: the arithmetic the table prints)."""
+    return cpu_s / requests * 1e6 if requests else float("nan")
+
+
+def wrk_measured(url: str, script: Path, concurrency: int, seconds: int, pids: dict[str, int]) -> dict[str, float]:
+    """One wrk run; rps, p99, and CPU us per request of each process in `pids` and of wrk itself."""
+    before = {k: proc_cpu_s(p) for k, p in pids.items()}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        ["wrk", "-t1", f"-c{concurrency}", f"-d{seconds}s", "--timeout", "5s", "-s", str(script), url],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    after = {k: proc_cpu_s(p) for k, p in pids.items()}
+    if proc.returncode != 0:
+        raise RuntimeError(f"wrk exited with {proc.returncode}")
+    doc = json.loads(next(line for line in out.splitlines() if line.startswith("WRKJSON "))[8:])
+    n = int(doc["requests"])
+    row = {"rps": n / (doc["duration_us"] / 1e6), "p99_ms": doc["p99_us"] / 1000.0,
+           "errors": doc["errors"] + doc["non2xx"]}
+    total = 0.0
+    for k in pids:
+        row[f"{k}_us"] = per_request_us(after[k] - before[k], n)
+        row[f"{k}_cores"] = (after[k] - before[k]) / wall
+        total += row[f"{k}_us"]
+    row["wrk_us"] = per_request_us(usage.ru_utime + usage.ru_stime, n)
+    row["total_us"] = total + row["wrk_us"]
+    return row
+
+
+def start_path(
+    stack: ExitStack, tag: str, uri: str, replicas: int, env: dict[str, str], work: Path,
+    gateway_args: list[str], cwd: Path | None,
+) -> tuple[str, dict[str, int], list[Started]]:
+    """Gateway + `replicas` single-thread replicas (from the source tree `cwd`, default this one):
+    (predict URL, {process name: pid}, waiters)."""
+    py = sys.executable
+    rports = [free_port() for _ in range(replicas)]
+    gport = free_port()
+    pids: dict[str, int] = {}
+    ready: list[Started] = []
+    for i, rp in enumerate(rports):
+        srv = stack.enter_context(spawned(
+            [py, "-m", "scanflow.serving.replica", "--model-uri", uri, "--port", str(rp),
+             "--threads", "1", "--service", "bench", "--replica-id", f"r{i}"],
+            f"http://127.0.0.1:{rp}/ready", work / f"{tag}-replica-{i}.log", env, cwd=cwd))
+        ready.append(srv)
+        pids[f"replica{i}"] = srv.pid
+    gw = stack.enter_context(spawned(
+        [py, "-m", "scanflow.serving.gateway", "--port", str(gport), "--service", "bench",
+         *[a for rp in rports for a in ("--replica", f"http://127.0.0.1:{rp}")], *gateway_args],
+        f"http://127.0.0.1:{gport}/ready", work / f"{tag}-gateway.log", env, cwd=cwd))
+    ready.append(gw)
+    pids["gateway"] = gw.pid
+    return f"http://127.0.0.1:{gport}/predict", pids, ready
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=int, default=3)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[64, 128])
+    p.add_argument("--gateway-arg", action="append", default=[], help="extra flag for the gateway (repeatable)")
+    p.add_argument("--model-uri", default=None,
+                   help="a model the replicas load as is (e.g. a local MLflow model directory): no MLflow server")
+    p.add_argument("--baseline-tree", type=Path, default=None,
+                   help="another checkout: its gateway + replicas measured in the same rounds (paired A/B)")
+    args = p.parse_args()
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk is required (apt-get install -y wrk)")
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from scanflow.tracking.server import MlflowServer
+
+    py = sys.executable
+    row = (load_digits().data[:1] / 16.0).astype(np.float32).tolist()
+    body = json.dumps({"inputs": row})
+    runs: dict[str, dict[int, list[dict[str, float]]]] = {}
+    with tempfile.TemporaryDirectory(prefix="scanflow-cpu-") as tmp, ExitStack() as stack:
+        work = Path(tmp)
+        script = work / "post.lua"
+        script.write_text(WRK_LUA % body)
+        env = {"PATH": f"{Path(py).parent}:{os.environ.get('PATH', '')}", "SCANFLOW_LOG_LEVEL": "WARNING"}
+        uri = args.model_uri
+        if uri is None:
+            import mlflow
+
+            mlflow_srv = stack.enter_context(MlflowServer(work / "mlflow"))
+            mlflow.set_tracking_uri(mlflow_srv.url)
+            uri = register_model("cpu-digits")
+            env["MLFLOW_TRACKING_URI"] = mlflow_srv.url
+        paths = {"gateway_path": start_path(stack, "new", uri, args.replicas, env, work, args.gateway_arg, None)}
+        if args.baseline_tree is not None:
+            paths["baseline_path"] = start_path(stack, "old", uri, args.replicas, env, work, args.gateway_arg,
+                                                args.baseline_tree.resolve())
+        eport = free_port()
+        empty = stack.enter_context(spawned(
+            [py, str(ROOT / "benchmarks" / "serving.py"), "--empty-server", str(eport)],
+            f"http://127.0.0.1:{eport}/", work / "empty.log"))
+        for _, _, waiters in paths.values():
+            for w in waiters:
+                w()
+        empty()
+        targets = {name: (url, pids) for name, (url, pids, _) in paths.items()}
+        targets["empty"] = (f"http://127.0.0.1:{eport}/", {"empty": empty.pid})
+        for r in range(args.rounds):
+            for c in args.concurrency:
+                # alternate the order each round so neither path always runs first
+                order = list(targets.items()) if r % 2 == 0 else list(reversed(targets.items()))
+                for name, (url, pids) in order:
+                    runs.setdefault(name, {}).setdefault(c, []).append(
+                        wrk_measured(url, script, c, args.seconds, pids))
+    table = {k: {c: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for c, rs in v.items()}
+             for k, v in runs.items()}
+    print(f"load average {os.getloadavg()[0]:.2f}; medians of {args.rounds} rounds, {args.seconds} s each")
+    for name, per_c in table.items():
+        for c, med in per_c.items():
+            cells = ", ".join(f"{k[:-3]} {v:.1f}" for k, v in med.items() if k.endswith("_us"))
+            cores = ", ".join(f"{k[:-6]} {v:.2f}" for k, v in med.items() if k.endswith("_cores"))
+            print(f"{name:>12} c={c:<4} {med['rps']:8.0f} rps  p99 {med['p99_ms']:6.1f} ms | us/request: {cells}"
+                  f" | cores: {cores}")
+    print(json.dumps({"load_average": os.getloadavg(), "rounds": args.rounds, "seconds": args.seconds,
+                      "medians": {k: {str(c): {m: round(x, 2) for m, x in r.items()} for c, r in v.items()}
+                                  for k, v in table.items()},
+                      "runs": {k: {str(c): rs for c, rs in v.items()} for k, v in runs.items()}}))
+
+
+if __name__ == "__main__":
+    main()
