@@ -25,7 +25,8 @@ def port() -> int:
 # at once on 2 cores would fight over the CPU their deadlines assume. They form one work unit that a
 # single worker runs one after another, while the other worker takes the rest of the suite.
 STACK_GROUP = "embedded-stack"
-STACK_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/test_notebooks.py::test_02")
+STACK_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/test_notebooks.py::test_02",
+               "tests/embedded/test_stack_ports.py::test_whole_stack")
 
 
 # Whole-stack scenario tests (each starts MLflow, trains a bootstrap model, runs four agents and replica

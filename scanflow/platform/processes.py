@@ -7,6 +7,7 @@ OS does it". Who calls: scanflow.platform.local, benchmarks/tuning.py, tests.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,9 +21,48 @@ import httpx
 
 from scanflow.platform.topology import parse_cpu_list
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_LISTEN_PORT = 10000  # below: well-known and registered services' ports
+_PICK_TRIES = 64
+
+
+def listen_port_range(ephemeral: tuple[int, int]) -> tuple[int, int]:
+    """Pure: the ports `free_port` picks from, [low, high), given the OS's ephemeral range.
+
+    Why outside the ephemeral range: a port is picked before the process that listens on it starts
+    (seconds later for an agent or a replica), and in that window any outgoing connection of any
+    process may take it as its source port. That happened in CI (an agent failed to bind twice). Below
+    the ephemeral range, only another listener can take it. When the ephemeral range leaves no room
+    below it (it starts under LOWEST_LISTEN_PORT + 1024), the range above it is used."""
+    low, high = ephemeral
+    if low - LOWEST_LISTEN_PORT >= 1024:
+        return LOWEST_LISTEN_PORT, low
+    if 65536 - (high + 1) >= 1024:
+        return high + 1, 65536
+    return 0, 0  # no room outside it: let the OS pick
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(v) for v in EPHEMERAL_RANGE_FILE.read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` right now (the OS picks it)."""
+    """A TCP port free on `host` right now, outside the OS's ephemeral range (see `listen_port_range`);
+    the OS's pick when none is found there."""
+    low, high = listen_port_range(_ephemeral_range())
+    rng = random.SystemRandom()
+    for _ in range(_PICK_TRIES if high > low else 0):
+        port = rng.randrange(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])

@@ -48,9 +48,10 @@ class MlflowServerError(RuntimeError):
 
 
 def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host if host not in ("0.0.0.0", "") else "127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """Outside the ephemeral range, like every port the platform picks (see processes.free_port)."""
+    from scanflow.platform.processes import free_port
+
+    return free_port(host if host not in ("0.0.0.0", "") else "127.0.0.1")
 
 
 def allowed_hosts(host: str, extra: Sequence[str] = ()) -> list[str]:
