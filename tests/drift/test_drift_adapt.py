@@ -64,3 +64,29 @@ def test_apply_refuses_rows_of_another_width() -> None:
     affine = FeatureAffine(gain=np.ones(3), offset=np.zeros(3), noise_std=np.zeros(3))
     with pytest.raises(ValueError, match="fitted on 3"):
         affine.apply(np.zeros((2, 4)))
+
+
+def test_class_balanced_moments_do_not_read_a_skewed_class_mix_as_drift() -> None:
+    """No drift at all, but the target rows are mostly of one class (a detector's skewed picks): plain
+    moments see a shift; class-balanced moments over the shared classes see the identity map."""
+    gen = np.random.default_rng(0)
+    centres = np.array([[0.2, 0.8], [0.8, 0.2], [0.5, 0.5]])
+    ys = np.repeat([0, 1, 2], 200)
+    source = centres[ys] + gen.normal(0, 0.05, size=(600, 2))
+    yt = np.array([0] * 90 + [1] * 10)  # class 2 absent, class 0 over-represented
+    target = centres[yt] + gen.normal(0, 0.05, size=(100, 2))
+    plain = fit_feature_affine(source, target)
+    balanced = fit_feature_affine(source, target, source_labels=ys, target_labels=yt)
+    assert abs(plain.offset).max() > 0.1  # the class mix read as drift
+    assert balanced.gain == pytest.approx([1.0, 1.0], abs=0.1)
+    assert balanced.offset == pytest.approx([0.0, 0.0], abs=0.06)
+
+
+def test_labels_must_come_in_pairs_and_match_the_rows() -> None:
+    x = _clean(20, 3)
+    with pytest.raises(ValueError, match="both"):
+        fit_feature_affine(x, x, source_labels=np.zeros(20))
+    with pytest.raises(ValueError, match="one entry per row"):
+        fit_feature_affine(x, x, source_labels=np.zeros(19), target_labels=np.zeros(20))
+    with pytest.raises(ValueError, match="too few"):
+        fit_feature_affine(x, x, source_labels=np.zeros(20), target_labels=np.ones(20))

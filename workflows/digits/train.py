@@ -105,10 +105,10 @@ def training_rows(splits: Any, extra: tuple[np.ndarray, np.ndarray] | None = Non
     The clean training split, plus `extra` (the labelled drifted critical points), plus with
     adapt="moments" one synthetic drifted copy of every clean training row
     (`scanflow.drift.adapt.moment_matched_copies`: per pixel, the clean rows' mean and spread moved to
-    the critical points'), labelled as its clean row. Why: ~100 labelled drifted digits alone left the
+    the critical points', class-balanced over the digits both hold), labelled as its clean row. Why: ~100 labelled drifted digits alone left the
     retrain's drifted accuracy at the mercy of which digits they were; the copies carry the drift to
-    all ~1,000 clean digits (offline, 10 seeds: median gap 1.1 -> 0.0 points, worst usable seed
-    6.7 -> 2.8; docs/scenarios.md S1). No extra points, no copies: the first model trains on clean only."""
+    all ~1,000 clean digits (offline, docs/scenarios.md S1: the median gap and its worst seeds fell
+    by 1 to 5 points). No extra points, no copies: the first model trains on clean only."""
     from scanflow.drift.adapt import MIN_TARGET_ROWS, moment_matched_copies  # loads torch: only when training
 
     if adapt not in ADAPT_CHOICES:
@@ -119,7 +119,8 @@ def training_rows(splits: Any, extra: tuple[np.ndarray, np.ndarray] | None = Non
     parts_x, parts_y = [x, extra[0]], [y, extra[1]]
     n_synthetic = 0
     if adapt == "moments" and len(extra[0]) >= MIN_TARGET_ROWS:
-        parts_x.append(moment_matched_copies(x, extra[0], rng=seed, bounds=(0.0, 1.0)))
+        parts_x.append(moment_matched_copies(x, extra[0], rng=seed, bounds=(0.0, 1.0), source_labels=y,
+                                             target_labels=extra[1]))
         parts_y.append(y)
         n_synthetic = len(x)
     return (np.concatenate(parts_x).astype(np.float32, copy=False), np.concatenate(parts_y), n_synthetic)
