@@ -113,6 +113,8 @@ def main() -> None:
     p.add_argument("--gateway-arg", action="append", default=[], help="extra flag for the gateway (repeatable)")
     p.add_argument("--model-uri", default=None,
                    help="a model the replicas load as is (e.g. a local MLflow model directory): no MLflow server")
+    p.add_argument("--direct", action="store_true",
+                   help="also wrk each path's first replica directly (POST /predict, no gateway)")
     p.add_argument("--baseline-tree", type=Path, default=None,
                    help="another checkout: its gateway + replicas measured in the same rounds (paired A/B)")
     args = p.parse_args()
@@ -153,6 +155,10 @@ def main() -> None:
                 w()
         empty()
         targets = {name: (url, pids) for name, (url, pids, _) in paths.items()}
+        if args.direct:
+            for name, (_, pids, waiters) in paths.items():
+                targets[name.replace("_path", "_direct")] = (waiters[0].ready_url.replace("/ready", "/predict"),
+                                                             {"replica0": pids["replica0"]})
         targets["empty"] = (f"http://127.0.0.1:{eport}/", {"empty": empty.pid})
         for r in range(args.rounds):
             for c in args.concurrency:

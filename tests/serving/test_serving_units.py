@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from scanflow.serving import batchwire
-from scanflow.serving.batching import MicroBatcher
+from scanflow.serving.batching import MicroBatcher, ModelNotReady, ModelThread
 from scanflow.serving.model import LoadedModel
 from scanflow.serving.payload import (
     PayloadError,
@@ -168,6 +168,48 @@ async def test_a_lone_client_does_not_pay_the_batch_wait() -> None:
         await b.stop()
     assert calls == [1, 1, 1]
     assert elapsed < 1.0  # waiting for company would have cost >= 3 s
+
+
+async def test_model_thread_runs_calls_off_the_loop_in_order_and_hands_back_errors() -> None:
+    """The model thread keeps the promise of the executor it replaced: never the loop's thread,
+    one call at a time in submission order, results and exceptions to the awaiting coroutine."""
+    mt = ModelThread("test-model")
+    seen: list[tuple[int, str]] = []
+
+    def work(i: int) -> int:
+        seen.append((i, threading.current_thread().name))
+        return i * 2
+
+    def boom() -> None:
+        raise ValueError("model failed")
+
+    try:
+        results = await asyncio.gather(*(mt.call(work, i) for i in range(20)))
+        with pytest.raises(ValueError, match="model failed"):
+            await mt.call(boom)
+        assert await mt.call(work, 21) == 42  # an error does not stop the thread
+    finally:
+        mt.shutdown()
+    assert results == [i * 2 for i in range(20)]
+    assert [i for i, _ in seen] == [*range(20), 21]
+    assert {name for _, name in seen} == {"test-model"} != {threading.current_thread().name}
+    with pytest.raises(ModelNotReady):
+        await mt.call(work, 1)  # after shutdown: refused, never run
+    assert [i for i, _ in seen] == [*range(20), 21]
+
+
+async def test_model_thread_drops_the_result_of_a_cancelled_call() -> None:
+    """A cancelled awaiter does not break the thread: the call runs, its result goes nowhere."""
+    mt = ModelThread()
+    gate = threading.Event()
+    try:
+        blocked = mt.call(gate.wait, 5)
+        blocked.cancel()
+        gate.set()
+        assert await mt.call(lambda: "next") == "next"  # the thread is still serving, in order
+    finally:
+        mt.shutdown()
+    assert blocked.cancelled()
 
 
 def test_batch_wire_round_trip_keeps_order_and_bytes() -> None:
