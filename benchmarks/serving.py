@@ -1,6 +1,6 @@
 """Serving benchmark: Scanflow (gateway + N replicas) against `mlflow models serve` on the same cores.
 
-    .venv/bin/python benchmarks/serving.py --quick     # ~1.5-3 minutes on a 2-core machine (5 systems x 3 concurrencies x 3 rounds, plus start-up)
+    .venv/bin/python benchmarks/serving.py --quick     # ~1.5-3 minutes on 2 cores
 
 The same registered digits MLP (torch, pickle format) is served by
 - mlflow: `mlflow models serve --env-manager local --workers 1` (the baseline), POST /invocations;
