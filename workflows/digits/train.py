@@ -128,7 +128,8 @@ def training_rows(splits: Any, extra: tuple[np.ndarray, np.ndarray] | None = Non
 
 def train_model(splits: Any, extra: tuple[np.ndarray, np.ndarray] | None = None, *, hidden: int = 64,
                 epochs: int = 60, lr: float = 1e-2, seed: int = 0, members: int = 5,
-                adapt: str = "moments") -> tuple[Any, list[float], float]:
+                adapt: str = "moments",
+                rows: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[Any, list[float], float]:
     """The model part of `train`, without MLflow: `members` MLPs (seeds seed, seed+1, ...) fitted on
     `training_rows` (the clean training split, `extra` (x, y) and, with adapt="moments", synthetic
     drifted copies of the clean rows), merged into one model that averages their logits
@@ -140,10 +141,12 @@ def train_model(splits: Any, extra: tuple[np.ndarray, np.ndarray] | None = None,
     while the average of 5 cut the median gap from 4.7 to ~2 points (13 detector seeds, docs/scenarios.md
     S1). 60 epochs: drifted accuracy was still rising at 30. Cost: 5 x 60 epochs, ~2-5 s here.
 
-    Public so offline experiments (benchmarks/s1_corruptions.py) measure exactly what the job trains."""
+    Public so offline experiments (benchmarks/s1_corruptions.py) measure exactly what the job trains.
+    `rows`: the (x, y) of `training_rows` when the caller already built them (then `extra` and `adapt`
+    are not used)."""
     if members < 1:
         raise ValueError(f"members must be >= 1, got {members}")
-    x, y, _ = training_rows(splits, extra, adapt=adapt, seed=seed)
+    x, y = rows if rows is not None else training_rows(splits, extra, adapt=adapt, seed=seed)[:2]
     fitted: list[Any] = []
     losses: list[float] = []
     for i in range(members):
@@ -206,9 +209,9 @@ def train(
     t0 = time.perf_counter()
     splits = load_splits(seed)
     n_extra = 0 if extra is None else len(extra[0])
-    n_synthetic = training_rows(splits, extra, adapt=adapt, seed=seed)[2]
-    model, losses, val_acc = train_model(splits, extra, hidden=hidden, epochs=epochs, lr=lr, seed=seed,
-                                         members=members, adapt=adapt)
+    x_fit, y_fit, n_synthetic = training_rows(splits, extra, adapt=adapt, seed=seed)
+    model, losses, val_acc = train_model(splits, hidden=hidden, epochs=epochs, lr=lr, seed=seed, members=members,
+                                         rows=(x_fit, y_fit))
     x_drifted = corrupt(splits.x_test, drift_kind, drift_severity, rng=seed)  # type: ignore[arg-type]
     acc_clean = accuracy(model, splits.x_test, splits.y_test)
     acc_drifted = accuracy(model, x_drifted, splits.y_test)
