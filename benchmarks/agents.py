@@ -18,13 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from scanflow.platform.processes import free_port
 
 TOKEN = "bench-token"
 
@@ -53,12 +54,6 @@ def serve(port: int, home: str) -> None:
     from scanflow.settings import Settings
 
     run(bench_agent(), Settings(token=TOKEN, home=Path(home), log_level="WARNING"), port=port)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def percentile(xs: list[float], q: float) -> float:

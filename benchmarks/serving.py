@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
+
+from scanflow.platform.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -54,12 +55,6 @@ done = function(summary, latency, requests)
     latency:percentile(99), e.connect + e.read + e.write + e.timeout, e.status))
 end
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:

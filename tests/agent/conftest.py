@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from scanflow.agent import Agent, Store, create_app
+from scanflow.platform.processes import free_port
 from scanflow.settings import Settings
 
 TOKEN = "test-token-123"
@@ -153,10 +154,4 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
             p.stop()
 
 
-def free_port_for() -> int:
-    """A free loopback port (re-exported from the root conftest for the process tests)."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+free_port_for = free_port  # a free loopback port for the process tests

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -14,11 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from scanflow.platform.processes import free_port  # noqa: F401 - re-exported for the serving tests
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 @dataclass
 class Proc:

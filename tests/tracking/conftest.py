@@ -13,15 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-
-def free_port() -> int:
-    """Same as tests/conftest.py's (not importable from here: tests/ is not a package)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
+from scanflow.platform.processes import free_port
 
 # `digits` (the data) and `make_mlp` (the model factory) are the session's shared ones in tests/conftest.py.
 

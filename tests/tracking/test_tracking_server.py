@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,14 +14,9 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
+from scanflow.platform.processes import free_port
 from scanflow.settings import Settings
 from scanflow.tracking.server import MlflowServer, allowed_hosts, ensure_tracking, is_healthy
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_allowed_hosts_lists_loopback_bind_host_and_extras() -> None:
