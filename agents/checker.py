@@ -1,9 +1,10 @@
 """Checker: analyses what the Tracker logged (drift) and what the service does (SLO, availability).
 
 - `check_drift` (called by the Tracker's strategy): reads the records logged since its own watermark
-  from MLflow, runs the autoencoder drift detector (fitted at bootstrap, loaded from MLflow at
-  startup) and emits `drift.checked` (score, p-value, drift flag, drift rate, the request ids of the
-  critical points). Idempotent: the watermark moves only with the action's success.
+  from MLflow, runs the drift detector of the model version serving now (scanflow.drift.lifecycle:
+  fitted from that version's reference data at bootstrap, or right after a promotion, and logged in
+  MLflow; the Checker reloads it whenever the champion changes) and emits `drift.checked` (score,
+  p-value, drift flag, drift rate, the request ids of the critical points). Idempotent: the watermark moves only with the action's success.
 - sensor `watch`: polls the primary service's gateway (/admin/state, /metrics); emits
   `service.checked` while something is wrong or being repaired (for the Planner's failover
   hysteresis) and `latency.checked` (the SLO percentile latency of the last interval, `breached`
@@ -23,7 +24,7 @@ import httpx
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
 from scanflow.embedded import outbox
-from scanflow.embedded.env import agent_spec, current_workflow, primary_service, service_url
+from scanflow.embedded.env import agent_spec, current_workflow, primary_service, quick, service_url
 from scanflow.embedded.latency import Percentile, histogram, percentile_ms
 
 SPEC = agent_spec("checker")
@@ -34,23 +35,32 @@ for _s in SPEC.strategies:
     agent.add_strategy(_s)
 
 _detector: Any = None
+_detector_version: str | None = None  # the champion version the loaded detector was fitted for
 
 
-def _load_detector() -> Any:
-    from scanflow.drift import AutoencoderDriftDetector
-    from scanflow.embedded.bootstrap import find_detector_uri
+def _current_detector() -> tuple[Any, str]:
+    """The detector of the model version serving now (the `champion` alias), loaded from MLflow, or fitted
+    from that version's reference and logged when none exists yet (just after a promotion). Blocking."""
+    from scanflow.drift.lifecycle import ensure_detector, load_detector
+    from scanflow.embedded.bootstrap import detector_options, model_name_of
+    from scanflow.tracking.registry import CHAMPION, get_alias_version
 
-    uri = find_detector_uri(current_workflow().name)
-    if uri is None:
-        raise TemporaryError("no drift detector logged yet (bootstrap not done)", delay_s=2.0)
-    return AutoencoderDriftDetector.load_from_mlflow(uri)
+    global _detector, _detector_version
+    wf = current_workflow()
+    model = model_name_of(wf)
+    champion = get_alias_version(model, CHAMPION)
+    if champion is None:
+        raise TemporaryError(f"no champion of {model!r} yet (bootstrap not done)", delay_s=2.0)
+    if _detector is None or _detector_version != champion:
+        uri = ensure_detector(wf.name, model, champion, detector_options(wf, quick()))
+        _detector, _detector_version = load_detector(uri), champion
+    return _detector, champion
 
 
 @agent.on_startup
 def load_detector(ctx: Context) -> None:
-    global _detector
     try:
-        _detector = _load_detector()
+        _current_detector()
     except TemporaryError as exc:
         ctx.log.warning("%s; will load on first check", exc)
 
@@ -60,9 +70,7 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Run the detector on the records logged since the last check; emit `drift.checked`."""
     from scanflow.tracking.predictions import prediction_run_id, read_since
 
-    global _detector
-    if _detector is None:
-        _detector = await asyncio.to_thread(_load_detector)
+    detector, version = await asyncio.to_thread(_current_detector)
     run_id = await asyncio.to_thread(prediction_run_id, current_workflow().name, current_workflow().name)
     if run_id is None:
         return {"skipped": "no predictions logged yet"}
@@ -72,7 +80,7 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if len(x) < int(args.get("min_rows", 20)):
         return {"skipped": f"only {len(x)} new rows", "watermark": wm}
     try:
-        report = await asyncio.to_thread(_detector.predict, x)
+        report = await asyncio.to_thread(detector.predict, x)
     except ValueError as exc:
         raise PermanentError(f"drift check refused the window: {exc}") from None
     row_owner = [r.request_id for r in batch.records for _ in r.inputs]
@@ -80,7 +88,7 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     payload = {
         "drift": bool(report.is_drift), "score": report.score, "p_value": report.p_value,
         "drift_rate": report.drift_rate, "n": report.n, "critical_ids": critical,
-        "from_seq": wm, "to_seq": batch.watermark, "run_id": run_id,
+        "from_seq": wm, "to_seq": batch.watermark, "run_id": run_id, "detector_version": version,
     }
     await ctx.emit("drift.checked", payload)
     ctx.state["watermark"] = batch.watermark

@@ -3,15 +3,18 @@ kubernetes in SCANFLOW_NAMESPACE) and deploys the workflow's services at startup
 
 Plans arrive in its inbox as `plan.approved` (from the Planner); the workflow's strategies run:
 - plan 'retrain' -> `retrain`, `evaluate_and_promote`, `swap_model`, in order:
-  retrain: the training job on the clean training data + the critical points of the drifted windows
-    with their TRUE labels (the labels the load sent with each request, stored by the Tracker);
-    30% of those labelled points are held out for evaluation. The new model becomes `challenger`.
-    Once per plan: the job's MLflow run is tagged with the plan (`scanflow.plan`); a retry after a
-    crash reuses a finished run of the plan and its registered version instead of training again.
-  evaluate_and_promote: challenger vs champion on the workflow's held-out evaluation data, clean AND
-    drifted (digits: workflows.digits.s1.gate_data, feedback digits never sent as traffic, so never a
-    critical point nor trained on); promoted to `champion` only if the promotion policy says it is
-    better (the reason is recorded in the alias history in MLflow).
+  retrain: the training job on its clean data plus the plan's critical points that feedback labelled
+    (true labels clients sent to the Tracker's POST /feedback, joined by request id; never the model's
+    own outputs); a share of them (`holdout_fraction`) is held out for the gate. The job also gets the
+    recent unlabelled inputs since the drift. The new model becomes `challenger`. Once per plan: the
+    job's MLflow run is tagged with the plan (`scanflow.plan`); a retry after a crash reuses a finished
+    run of the plan and its registered version instead of training again.
+  evaluate_and_promote: challenger vs champion on the champion's clean reference holdout (logged by
+    its training job, scanflow.tracking.reference) AND the plan's labelled drifted holdout; accuracy
+    for classifiers, R^2 for regression; promoted to `champion` only if the promotion policy says it
+    is better (the reason is recorded in the alias history in MLflow). Before the alias moves, the
+    new champion's serving reference (the recent drifted inputs) is logged, so the Checker fits its
+    detector on what the new model serves and the loop converges.
   swap_model: every service serving this model hot-swaps to the new champion (no failed request).
 - plan 'route' -> `route`, 'scale' -> `scale`, 'resources' -> `set_resources`.
 Every actuator is idempotent under its key (the runtime never re-runs a finished one; a step cut by a
@@ -39,10 +42,7 @@ from scanflow.platform.base import PlatformError
 
 SPEC = agent_spec("executor")
 HOLDOUT_FRACTION = 0.3
-# Rows whose root-mean-square pixel difference is at most this are the same input seen again (replayed
-# traffic: the same digit through the same scanner, read noise sigma 0.02 apart: RMS 0.028, at most 0.036
-# over S1's traffic pool, while its distinct digits are >= 0.042 apart).
-DUPLICATE_TOLERANCE = 0.04
+CHAMPION_ALIAS = "champion"
 agent = Agent(SPEC.name, role="executor", description="runs jobs, promotes models, scales, routes")
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
@@ -121,22 +121,60 @@ def stop_platform(ctx: Context) -> None:
 
 
 # -- S1 ------------------------------------------------------------------------------------------
-def _labelled_points(critical_ids: set[str], from_seq: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Inputs and TRUE labels of the logged requests in `critical_ids` (records without labels skipped),
-    read from the prediction log after `from_seq` (the plan's first drifted window: fewer downloads)."""
+def _setting(key: str, default: Any) -> Any:
+    return SPEC.settings.get(key, default)
+
+
+def _tracker(ctx: Context) -> tuple[str, str | None]:
+    url = ctx.peers.get("tracker")
+    if url is None:
+        raise PermanentError("the Executor needs the Tracker as a peer (--peer tracker=URL) to read feedback labels")
+    return url, (ctx.settings.token.get_secret_value() if ctx.settings.token else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class DriftRows:
+    """What the prediction log and the feedback log hold about a plan's drift."""
+
+    x_labelled: np.ndarray  # rows of the plan's critical requests that feedback labelled
+    y_labelled: np.ndarray  # their true labels (classes) or targets (regression)
+    x_recent: np.ndarray  # the most recent inputs since the drift (unlabelled): what the new model will serve
+    critical_requests: int
+    labelled_requests: int
+
+
+def _drift_rows(ctx: Context, critical_ids: set[str], from_seq: int, task: str) -> DriftRows:
+    """Read the prediction log after `from_seq` (the plan's first drifted window) and join the critical
+    requests with their feedback labels (the Tracker's feedback log, by request id). Labels come only from
+    feedback: never from the model's own outputs, never from inside a predict request."""
+    from scanflow.tracking.feedback import FeedbackError, lookup_feedback
     from scanflow.tracking.predictions import prediction_run_id, read_since
 
-    run_id = prediction_run_id(current_workflow().name, current_workflow().name)
+    wf = current_workflow()
+    run_id = prediction_run_id(wf.name, wf.name)
     if run_id is None:
-        return np.zeros((0, 0), np.float32), np.zeros(0, np.int64)
+        raise PermanentError("no prediction log in MLflow yet: nothing to retrain on")
     batch = read_since(run_id, max(0, from_seq))
+    critical = [r for r in batch.records if r.request_id in critical_ids]
+    url, token = _tracker(ctx)
+    try:
+        labels = lookup_feedback(url, token, [r.request_id for r in critical])
+    except FeedbackError as exc:
+        raise TemporaryError(f"feedback lookup at the Tracker failed: {exc}", delay_s=2.0) from None
     xs: list[list[float]] = []
-    ys: list[int] = []
-    for r in batch.records:
-        if r.request_id in critical_ids and r.labels is not None and len(r.labels) == len(r.inputs):
+    ys: list[Any] = []
+    for r in critical:
+        got = labels.get(r.request_id)
+        if got is not None and len(got) == len(r.inputs):
             xs.extend(r.inputs)
-            ys.extend(int(v) for v in r.labels)
-    return np.asarray(xs, np.float32), np.asarray(ys, np.int64)
+            ys.extend(got)
+    recent = batch.inputs()[-int(_setting("reference_rows", 2000)):]
+    y = np.asarray(ys, dtype=np.float64 if task == "regression" else None)
+    if task != "regression" and y.dtype.kind == "f" and len(y) and np.all(np.mod(y, 1) == 0):
+        y = y.astype(np.int64)
+    width = recent.shape[1] if recent.ndim == 2 and recent.size else 0
+    return DriftRows(np.asarray(xs, np.float32).reshape(len(xs), width), y, recent,
+                     len(critical), sum(r.request_id in labels for r in critical))
 
 
 # A retried `retrain` must not train (and register) a second model for the same plan. The platform
@@ -148,10 +186,11 @@ def _labelled_points(critical_ids: set[str], from_seq: int = 0) -> tuple[np.ndar
 PLAN_TAG = "scanflow.plan"
 KEY_TAG = "scanflow.idempotency_key"
 PATH_PARAM = "extra_points_path"
-# The plan's holdout of critical points (drifted rows, true labels, never trained on), passed to the
-# training job, which logs the challenger's accuracy on it (workflows/digits/train.py). Reported, not
-# decided on: the gate decides on gate_data, digits the traffic never carried.
+# The plan's holdout of labelled drifted rows (never trained on): the promotion gate's drifted part,
+# also passed to the training job, which may log its score on it.
 VALIDATION_PARAM = "validation_points_path"
+# The recent unlabelled inputs since the drift, for jobs that adapt to them (e.g. re-standardising).
+DRIFT_PARAM = "drift_inputs_path"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,9 +248,7 @@ def train_once(plat: Any, job: Any, params: dict[str, Any], plan_key: str, idem_
     earlier = reusable_run(plan_runs(client, model_name, plan_key, str(params[PATH_PARAM])))
     if earlier is not None and earlier.version is not None:
         run = client.get_run(earlier.run_id)
-        reported = ("accuracy_clean", "accuracy_drifted", "accuracy_validation_drifted")
-        outputs: dict[str, Any] = {k: run.data.metrics[k] for k in reported if k in run.data.metrics}
-        return earlier.version, earlier.run_id, outputs, True
+        return earlier.version, earlier.run_id, dict(run.data.metrics), True
     result = plat.run_job(job, params)
     if result.run_id:
         client.set_tag(result.run_id, PLAN_TAG, plan_key)
@@ -219,17 +256,27 @@ def train_once(plat: Any, job: Any, params: dict[str, Any], plan_key: str, idem_
             client.set_tag(result.run_id, KEY_TAG, idem_key)
     if not result.succeeded:
         raise PermanentError(f"training job failed: {result.message} (MLflow run {result.run_id})")
-    return str(result.outputs.get("version")), result.run_id, dict(result.outputs), False
+    version = result.outputs.get("version")
+    if version is None:
+        raise PermanentError(f"training job returned {sorted(result.outputs)} without 'version' (MLflow run "
+                             f"{result.run_id}): it must register the model and return its version")
+    return str(version), result.run_id, dict(result.outputs), False
 
 
-def distinct_rows(x: np.ndarray, tolerance: float = DUPLICATE_TOLERANCE) -> np.ndarray:
-    """Pure: indices of the first row of each group of near-identical rows (RMS difference <= tolerance).
+def distinct_rows(x: np.ndarray, tolerance: float = 0.0) -> np.ndarray:
+    """Pure: indices of the first row of each group of near-identical rows (RMS difference <= tolerance;
+    0: exact duplicates only), in order.
 
-    Why: traffic replays inputs (S1 sends 8 scanned copies of each digit), so the critical points hold
-    several copies of some digits. Copies overweight those digits in training (offline, 7 seeds: a random
-    150 of the first 311 critical points, richer in copies, left a 2.5-point gap where the 140-150 distinct
-    ones left 1.1; docs/scenarios.md S1), and a copy in the holdout of a digit in training makes the
-    holdout measure memory, not the drift. Greedy, O(n^2 * 64): ~0.1 s for 1,000 rows."""
+    Why: traffic may replay inputs, so the critical points can hold several copies of one input.
+    Copies overweight it in training, and a copy in the holdout of an input in training makes the
+    holdout measure memory, not the drift. The tolerance is the workflow's (Executor setting
+    `duplicate_tolerance`): what counts as "the same input seen again" depends on its data.
+    Greedy, O(n^2 * f) when tolerance > 0: ~0.1 s for 1,000 rows of 64."""
+    if len(x) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if tolerance <= 0:
+        _, first = np.unique(x, axis=0, return_index=True)
+        return np.sort(first).astype(np.int64)
     keep: list[int] = []
     for i in range(len(x)):
         if not keep or float(np.sqrt(((x[keep] - x[i]) ** 2).mean(axis=1)).min()) > tolerance:
@@ -237,64 +284,67 @@ def distinct_rows(x: np.ndarray, tolerance: float = DUPLICATE_TOLERANCE) -> np.n
     return np.asarray(keep, dtype=np.int64)
 
 
-@agent.actuator("retrain", max_attempts=2)
+@agent.actuator("retrain", max_attempts=3)
 def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    """Train a challenger on the plan's labelled critical points, once per plan (see `train_once`)."""
+    """Train a challenger on the plan's critical points that feedback labelled, once per plan (`train_once`).
+
+    A share of them (`holdout_fraction`, 0.3) is held out: the promotion gate's drifted part."""
     pid, plan = _plan(ctx, args)
     ids = set(plan.get("critical_ids") or [])
-    x, y = _labelled_points(ids, int(plan.get("from_seq") or 0))
-    distinct = distinct_rows(x)
-    x, y = x[distinct], y[distinct]
+    _prefetch_champion()  # the champion's model and reference: the schema now, the gate next
+    ref = _champion_reference()
+    rows = _drift_rows(ctx, ids, int(plan.get("from_seq") or 0), ref.schema.task)
+    distinct = distinct_rows(rows.x_labelled, float(_setting("duplicate_tolerance", 0.0)))
+    x, y = rows.x_labelled[distinct], rows.y_labelled[distinct]
     if len(x) < 10:
-        raise PermanentError(f"only {len(x)} distinct critical points with true labels (of {len(ids)} ids): "
-                             "not retraining")
+        raise PermanentError(f"only {len(x)} distinct labelled critical rows (feedback labelled {rows.labelled_requests} "
+                             f"of {rows.critical_requests} critical requests): not retraining")
     rng = np.random.default_rng(int(pid) if pid.isdigit() else 0)
     order = rng.permutation(len(x))
-    n_hold = int(len(x) * HOLDOUT_FRACTION)
+    n_hold = int(len(x) * float(_setting("holdout_fraction", HOLDOUT_FRACTION)))
     hold, fit = order[:n_hold], order[n_hold:]
     plans_dir = Path(ctx.settings.home).resolve() / "plans"
     plans_dir.mkdir(parents=True, exist_ok=True)
-    extra, holdout = plans_dir / f"plan-{pid}-train.npz", plans_dir / f"plan-{pid}-holdout.npz"
+    extra, holdout, drift = (plans_dir / f"plan-{pid}-{part}.npz" for part in ("train", "holdout", "drift"))
     np.savez(extra, x=x[fit], y=y[fit])
     np.savez(holdout, x=x[hold], y=y[hold])
+    np.savez(drift, x=rows.x_recent)
     job = current_workflow().jobs[0]
-    _prefetch_champion()  # while the job runs: evaluate_and_promote needs the champion next
     tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or ctx.settings.tracking_uri or ""
     version, run_id, outputs, reused = train_once(
-        platform(), job, {PATH_PARAM: str(extra), VALIDATION_PARAM: str(holdout), "alias": "challenger"},
-        str(plans_dir / f"plan-{pid}"),
-        ctx.key, tracking_uri, _model_name())
-    ctx.state.setdefault("plans", {})[pid] = {"version": version, "holdout": str(holdout),
+        platform(), job, {PATH_PARAM: str(extra), VALIDATION_PARAM: str(holdout), DRIFT_PARAM: str(drift),
+                          "alias": "challenger"},
+        str(plans_dir / f"plan-{pid}"), ctx.key, tracking_uri, _model_name())
+    ctx.state.setdefault("plans", {})[pid] = {"version": version, "run_id": run_id, "holdout": str(holdout),
+                                              "drift": str(drift), "train": str(extra),
                                               "n_train_extra": len(fit), "n_holdout": len(hold)}
+    scores = {k: v for k, v in outputs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return {"plan": pid, "version": version, "run_id": run_id, "reused_run": reused, "n_extra": len(fit),
-            "n_holdout": len(hold), "train_accuracy_clean": outputs.get("accuracy_clean"),
-            "train_accuracy_drifted": outputs.get("accuracy_drifted"),
-            "train_accuracy_holdout": outputs.get("accuracy_validation_drifted")}
+            "n_holdout": len(hold), "labelled_requests": rows.labelled_requests,
+            "critical_requests": rows.critical_requests, "recent_rows": len(rows.x_recent), "job_scores": scores}
 
 
-# Models and clean data for evaluate_and_promote, loaded ahead: `retrain` starts loading the champion
-# (and importing torch/MLflow's pytorch flavour, and the clean splits) on a background thread while
-# the training job runs in its own process, so evaluation after the job only loads the challenger
-# (evaluate took ~9 s here, most of it imports and the two model loads).
+# Models and the champion's reference for evaluate_and_promote, loaded ahead: `retrain` starts loading
+# the champion on a background thread while the training job runs in its own process, so evaluation
+# after the job only loads the challenger (evaluate took ~9 s here, most of it imports and model loads).
 _prefetch = ThreadPoolExecutor(2, thread_name_prefix="prefetch")
 _lock = threading.Lock()
-_models: dict[str, Future[Any]] = {}  # model version -> its loading (TorchPredictor)
-_splits: dict[str, Future[Any]] = {}  # "digits" -> the loading of the evaluation data (GateData)
+_models: dict[str, Future[Any]] = {}  # model version -> its loading (scanflow.serving.model.LoadedModel)
+_references: dict[str, Future[Any]] = {}  # model version -> its reference (scanflow.tracking.reference)
 
 
 def _load_version(version: str) -> Any:
-    from scanflow.tracking.registry import load_model
+    from scanflow.serving.model import load_model
 
     return load_model(f"models:/{_model_name()}/{version}")
 
 
-def _load_splits() -> Any:
-    """The promotion gate's data: held out from every training AND from the traffic the critical points
-    come from. Not the plan's holdout of critical points: those are noisy copies of digits the
-    challenger trained on, so a challenger that memorised pool rows scored well on them."""
-    from workflows.digits.s1 import gate_data
+def _load_reference(version: str) -> Any:
+    """The reference data of a model version: its schema, and clean labelled rows it never trained on
+    (the promotion gate's clean part). Read from MLflow, where the training job logged it."""
+    from scanflow.tracking.reference import reference_for_version
 
-    return gate_data()
+    return reference_for_version(_model_name(), version)
 
 
 def _once(cache: dict[str, Future[Any]], key: str, fn: Any, *args: Any) -> Future[Any]:
@@ -310,67 +360,108 @@ def _model(version: str) -> Future[Any]:
     return _once(_models, version, _load_version, version)
 
 
-def _clean_splits() -> Future[Any]:
-    return _once(_splits, "digits", _load_splits)
+def _champion() -> str:
+    from scanflow.tracking.registry import CHAMPION, get_alias_version
+
+    champion = get_alias_version(_model_name(), CHAMPION)
+    if champion is None:
+        raise TemporaryError(f"no champion of {_model_name()!r} yet", delay_s=2.0)
+    return champion
+
+
+def _champion_reference() -> Any:
+    """The serving champion's reference (ReferenceError, permanent: its training job logged none)."""
+    from scanflow.tracking.reference import ReferenceError
+
+    try:
+        return _once(_references, _champion(), _load_reference, _champion()).result()
+    except ReferenceError as exc:
+        raise PermanentError(str(exc)) from None
 
 
 def _prefetch_champion() -> None:
-    """Background: start loading the current champion and the clean splits. Best effort: evaluation
-    loads whatever this did not (an error here only costs the time it would have saved)."""
+    """Background: start loading the current champion's model. Best effort: evaluation loads whatever
+    this did not (an error here only costs the time it would have saved)."""
     def run() -> None:
-        from scanflow.tracking.registry import CHAMPION, get_alias_version
-
-        _clean_splits()
-        champion = get_alias_version(_model_name(), CHAMPION)
-        if champion:
-            _model(champion)
+        _model(_champion())
 
     _prefetch.submit(run)
 
 
-def _evaluate(version: str, x_clean: np.ndarray, y_clean: np.ndarray, x_d: np.ndarray, y_d: np.ndarray) -> Any:
-    from scanflow.policies.retrain import Evaluation
+def _evaluate(version: str, x_clean: np.ndarray, y_clean: np.ndarray, x_d: np.ndarray, y_d: np.ndarray,
+              task: str) -> Any:
+    from scanflow.policies.retrain import Evaluation, score
 
     m = _model(version).result()
-    return Evaluation(float((m.predict(x_clean) == y_clean).mean()), float((m.predict(x_d) == y_d).mean()), version)
+    metric = "r2" if task == "regression" else "accuracy"
+
+    def on(x: np.ndarray, y: np.ndarray) -> float:
+        return score(task, y, m.predict(np.ascontiguousarray(x, dtype=np.float32))[0])
+
+    return Evaluation(on(x_clean, y_clean), on(x_d, y_d), version, metric)
+
+
+def _log_serving_reference(ref: Any, rec: dict[str, Any]) -> str | None:
+    """Log, in the challenger's run, the reference of what it will serve: the recent drifted inputs
+    (the detector's new normal) and the plan's labelled holdout (the next gate's clean part; with
+    fewer than the minimum, every labelled row of the plan). Before the alias moves, so the Checker
+    never fits the new champion's detector from the job's training rows instead."""
+    from scanflow.tracking.reference import MIN_HOLDOUT_ROWS, SERVING_REFERENCE_DIR, log_reference
+
+    if not rec.get("run_id"):
+        return None
+    with np.load(rec["drift"]) as d, np.load(rec["holdout"]) as h, np.load(rec["train"]) as t:
+        x_recent, x_hold, y_hold = d["x"], h["x"], h["y"]
+        if len(x_hold) < MIN_HOLDOUT_ROWS:
+            x_hold, y_hold = np.concatenate([x_hold, t["x"]]), np.concatenate([y_hold, t["y"]])
+    s = ref.schema
+    return log_reference(x_recent, x_hold, y_hold, task=s.task, kind=s.kind, image_shape=s.image_shape,
+                         categorical=s.categorical, feature_names=s.feature_names, run_id=rec["run_id"],
+                         artifact_path=SERVING_REFERENCE_DIR)
 
 
 @agent.actuator("evaluate_and_promote", max_attempts=3)
 def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """Challenger vs champion, on the champion's clean reference holdout and on the plan's holdout of
+    labelled drifted rows (feedback observed after the drift onset, never trained on); promoted when the
+    promotion policy says it is better (the reason goes to the alias history in MLflow)."""
     from scanflow.policies.retrain import PromotionConfig, decide_promotion
-    from scanflow.tracking.registry import CHAMPION, get_alias_version, set_alias
+    from scanflow.tracking.registry import set_alias
 
     pid, _plan_payload = _plan(ctx, args)
     rec = ctx.state.get("plans", {}).get(pid)
     if rec is None:
         raise PermanentError(f"plan {pid}: no trained challenger (retrain did not succeed)")
     name, challenger = _model_name(), rec["version"]
-    champion = get_alias_version(name, CHAMPION)
+    champion = _champion()
     if champion == challenger:  # promoted by an earlier attempt of this very step
         rec["promoted"] = True
         return {"plan": pid, "promoted": True, "version": challenger, "reason": "already champion"}
-    # both models load at once (the champion most likely already loaded while the job ran)
-    for v in (challenger, champion):
-        if v:
-            _model(v)
-    g = _clean_splits().result()
-    ch = _evaluate(challenger, g.x_clean, g.y_clean, g.x_drifted, g.y_drifted)
-    cur = _evaluate(champion, g.x_clean, g.y_clean, g.x_drifted, g.y_drifted) if champion else None
-    c = dict(agent_spec("planner").settings.get("promotion", {}))
+    for v in (challenger, champion):  # both load at once (the champion most likely already loaded)
+        _model(v)
+    ref = _champion_reference()
+    with np.load(rec["holdout"]) as h:
+        x_d, y_d = h["x"], h["y"]
+    task = ref.schema.task
+    ch = _evaluate(challenger, ref.x_holdout, ref.y_holdout, x_d, y_d, task)
+    cur = _evaluate(champion, ref.x_holdout, ref.y_holdout, x_d, y_d, task)
+    c = dict(_setting("promotion", agent_spec("planner").settings.get("promotion", {})))
     decision = decide_promotion(ch, cur, PromotionConfig(float(c.get("min_gain_drifted", 0.0)),
                                                          float(c.get("clean_tolerance", 0.01))))
-    metrics = {"challenger_accuracy_clean": ch.accuracy_clean, "challenger_accuracy_drifted": ch.accuracy_drifted,
-               "champion_accuracy_clean": cur.accuracy_clean if cur else float("nan"),
-               "champion_accuracy_drifted": cur.accuracy_drifted if cur else float("nan")}
+    metric = ch.metric
+    metrics = {f"challenger_{metric}_clean": ch.clean, f"challenger_{metric}_drifted": ch.drifted,
+               f"champion_{metric}_clean": cur.clean, f"champion_{metric}_drifted": cur.drifted,
+               "gate_rows_clean": float(len(ref.x_holdout)), "gate_rows_drifted": float(len(x_d))}
     if decision.promote:
-        set_alias(name, CHAMPION, challenger, actor="executor", reason=decision.reason, metrics=metrics)
+        rec["serving_reference"] = _log_serving_reference(ref, rec)
+        set_alias(name, CHAMPION_ALIAS, challenger, actor="executor", reason=decision.reason, metrics=metrics)
     rec["promoted"] = decision.promote
     rec["evaluation"] = metrics
     with _lock:
         for v in [v for v in _models if v != (challenger if decision.promote else champion)]:
             _models.pop(v, None)  # keep only the champion's model: the next retrain's evaluation needs it
     return {"plan": pid, "promoted": decision.promote, "version": challenger, "previous": champion,
-            "reason": decision.reason, **metrics}
+            "reason": decision.reason, "metric": metric, **metrics}
 
 
 @agent.actuator("swap_model", max_attempts=3)

@@ -27,7 +27,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends
 
-from scanflow.agent import Agent, Context, PermanentError, get_context
+from scanflow.agent import Agent, Context, PermanentError, TemporaryError, get_context
 from scanflow.embedded import outbox
 from scanflow.embedded.env import agent_spec, primary_service, quick
 from scanflow.policies import autoscale, failover, retrain
@@ -64,17 +64,55 @@ def min_points() -> int:
     return int(c.get("quick_min_points" if quick() else "min_points", 400 if quick() else 1000))
 
 
+def min_labelled() -> int:
+    """Critical points with feedback labels needed before a retrain (`retrain.min_labelled`,
+    `quick_min_labelled`): the Executor trains on them and holds 30 % out for the promotion gate, so
+    fewer than ~40 leave a gate of a dozen rows. Labels arrive late and for some requests only."""
+    c = dict(CFG.get("retrain", {}))
+    return int(c.get("quick_min_labelled" if quick() else "min_labelled", 40 if quick() else 100))
+
+
 def gate_on_points(decision: retrain.RetrainDecision, new: retrain.RetrainState, waiting: retrain.RetrainState,
-                   n_points: int, needed: int) -> tuple[retrain.RetrainDecision, retrain.RetrainState]:
-    """Pure: a 'retrain' with fewer than `needed` critical points waits. It keeps `waiting` (the window
-    history with this window added, cooldown not started), so the next drifted window asks again."""
-    if not decision.retrain or n_points >= needed:
+                   n_points: int, needed: int, n_labelled: int | None = None,
+                   needed_labelled: int = 0) -> tuple[retrain.RetrainDecision, retrain.RetrainState]:
+    """Pure: a 'retrain' with fewer than `needed` critical points, or fewer than `needed_labelled` of them
+    with true labels from feedback (`n_labelled`, None: not counted), waits. It keeps `waiting` (the window
+    history with this window added, cooldown not started), so the next drifted window asks again.
+    Without labels there is nothing true to train on: the reason says so instead of retraining blind."""
+    if not decision.retrain:
         return decision, new
-    reason = f"wait: {n_points} critical points < {needed} needed ({decision.reason})"
-    return retrain.RetrainDecision(reason, {**decision.inputs, "points": n_points, "min_points": needed}), waiting
+    inputs = {**decision.inputs, "points": n_points, "min_points": needed}
+    if n_points < needed:
+        reason = f"wait: {n_points} critical points < {needed} needed ({decision.reason})"
+        return retrain.RetrainDecision(reason, inputs), waiting
+    if n_labelled is None or n_labelled >= needed_labelled:
+        return decision, new
+    inputs |= {"labelled": n_labelled, "min_labelled": needed_labelled}
+    if n_labelled == 0:
+        reason = (f"wait: no feedback labels for any of the {n_points} critical points; not retraining blind "
+                  f"(clients send true labels to the Tracker's POST /feedback) ({decision.reason})")
+    else:
+        reason = (f"wait: {n_labelled} of {n_points} critical points have feedback labels < {needed_labelled} "
+                  f"needed ({decision.reason})")
+    return retrain.RetrainDecision(reason, inputs), waiting
 
 
-@agent.actuator("plan_retrain")
+def count_labelled(ctx: Context, ids: list[str]) -> int:
+    """How many of `ids` have true labels at the Tracker (its feedback log). Blocking (HTTP).
+    TemporaryError while the Tracker cannot answer: the action is retried, nothing decided meanwhile."""
+    from scanflow.tracking.feedback import FeedbackError, lookup_feedback
+
+    url = ctx.peers.get("tracker")
+    if url is None:
+        raise PermanentError("the Planner needs the Tracker as a peer (--peer tracker=URL) to read feedback labels")
+    token = ctx.settings.token.get_secret_value() if ctx.settings.token else None
+    try:
+        return len(lookup_feedback(url, token, ids))
+    except FeedbackError as exc:
+        raise TemporaryError(f"feedback lookup at the Tracker failed: {exc}", delay_s=2.0) from None
+
+
+@agent.actuator("plan_retrain", max_attempts=5)
 def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p = _payload(ctx, args)
     if "drift" not in p:
@@ -91,22 +129,29 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     pool = list(dict.fromkeys(pool))[-MAX_CRITICAL:]
     waiting = retrain.RetrainState(windows=(state.windows + (bool(p["drift"]),))[-config.m:],
                                    last_retrain_at=state.last_retrain_at)
-    decision, new = gate_on_points(decision, new, waiting, len(pool), min_points())
-    # the earliest record of those windows: the Executor reads the prediction log from there on
-    from_seq = ctx.state.get("critical_from_seq")
+    # labels are counted only when everything else says retrain (one Tracker call, before any state moves)
+    labelled = count_labelled(ctx, pool) if decision.retrain and len(pool) >= min_points() else None
+    decision, new = gate_on_points(decision, new, waiting, len(pool), min_points(), labelled, min_labelled())
+    # the earliest and latest records of those windows: the Executor reads the prediction log between them
+    from_seq, to_seq = ctx.state.get("critical_from_seq"), ctx.state.get("critical_to_seq")
     if p["drift"] and p.get("from_seq") is not None:
         from_seq = int(p["from_seq"]) if from_seq is None else min(int(from_seq), int(p["from_seq"]))
+    if p["drift"] and p.get("to_seq") is not None:
+        to_seq = int(p["to_seq"]) if to_seq is None else max(int(to_seq), int(p["to_seq"]))
     ctx.state["critical_ids"] = pool
     ctx.state["critical_from_seq"] = from_seq
+    ctx.state["critical_to_seq"] = to_seq
     ctx.state["retrain"] = {"windows": list(new.windows), "last_retrain_at": new.last_retrain_at}
     rec = _record(ctx, "retrain", decision)
     if decision.retrain:
         ctx.state["critical_ids"] = []
         ctx.state["critical_from_seq"] = None
+        ctx.state["critical_to_seq"] = None
         ctx.emit_sync("drift.detected", {"reason": decision.reason, "critical_ids": pool, "from_seq": from_seq,
+                                         "to_seq": to_seq, "labelled": labelled,
                                          "drift_rate": p.get("drift_rate"), "score": p.get("score")})
     return {"retrain": decision.retrain, "reason": decision.reason, "decision_at": rec["at"],
-            "critical_points": len(pool)}
+            "critical_points": len(pool), "labelled": labelled}
 
 
 @agent.actuator("submit_plan")

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
+from scanflow.embedded.env import WORKFLOW_ENV
 from scanflow.platform.processes import free_port
+
+# The reference agents read their workflow from SCANFLOW_WORKFLOW when imported; tests that import them
+# (tests/agents, ...) supervise the digits example unless they say otherwise.
+os.environ.setdefault(WORKFLOW_ENV, str(Path(__file__).resolve().parents[1] / "workflows" / "digits" / "workflow.yaml"))
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 The stack (scanflow/embedded/stack.py) writes the workflow it runs, with every service's gateway
 port fixed, to a YAML file and names it in SCANFLOW_WORKFLOW; each agent reads it at import time to
-add its declared strategies and settings, and to find the services' endpoints. Without the variable
-the digits workflow is used (a user running `scanflow agent run agents/tracker.py` by hand).
+add its declared strategies and settings, and to find the services' endpoints. Without the variable an
+agent cannot know its workflow: run one by hand with SCANFLOW_WORKFLOW=path/to/workflow.py (or .yaml).
 Who calls: agents/*.py.
 """
 
@@ -21,15 +21,14 @@ QUICK_ENV = "SCANFLOW_QUICK"
 
 @lru_cache(maxsize=1)
 def current_workflow() -> Workflow:
-    """The workflow named by SCANFLOW_WORKFLOW (YAML or .py), else workflows.digits.workflow."""
+    """The workflow named by SCANFLOW_WORKFLOW (YAML or .py); LookupError saying so when it is not set."""
     from scanflow.spec import load_workflow
 
     path = os.environ.get(WORKFLOW_ENV)
-    if path:
-        return load_workflow(path)
-    from workflows.digits.workflow import workflow
-
-    return workflow
+    if not path:
+        raise LookupError(f"{WORKFLOW_ENV} is not set: point it at the workflow file (.py or .yaml) these agents "
+                          "supervise (scanflow up and the embedded stack set it)")
+    return load_workflow(path)
 
 
 def quick() -> bool:

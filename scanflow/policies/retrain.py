@@ -13,7 +13,11 @@ Two pure policies, used by the Planner (retrain) and the Executor or Planner (pr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from scanflow.policies.types import Decision
 
@@ -91,17 +95,38 @@ def decide(ctx: RetrainContext) -> tuple[RetrainDecision, RetrainState]:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Accuracy of one model on clean test data and on drifted (corrupted) data, in [0, 1]."""
+    """One model's score on clean data and on drifted data; higher is better.
 
-    accuracy_clean: float
-    accuracy_drifted: float
+    metric: "accuracy" (classifiers, in [0, 1]) or "r2" (regression: the coefficient of determination,
+    at most 1; scale-free, so the same tolerances mean the same thing for any target's units)."""
+
+    clean: float
+    drifted: float
     version: str | None = None
+    metric: str = "accuracy"
 
     def __post_init__(self) -> None:
-        for name in ("accuracy_clean", "accuracy_drifted"):
+        for name in ("clean", "drifted"):
             v = getattr(self, name)
-            if not 0.0 <= v <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {v}")
+            if not math.isfinite(v) or v > 1.0 or (self.metric == "accuracy" and v < 0.0):
+                raise ValueError(f"{self.metric} {name} must be finite and at most 1 (accuracy: in [0, 1]), got {v}")
+
+
+def score(task: str, y_true: Any, y_pred: Any) -> float:
+    """Pure: accuracy for classification (labels compared as given, or as text when types differ),
+    R^2 for regression (1 - SSE/SST; with constant targets, 1 for a perfect fit and 0 otherwise)."""
+    yt = np.asarray(y_true)
+    yp = np.asarray(y_pred)
+    if yt.shape[0] != yp.shape[0] or yt.shape[0] == 0:
+        raise ValueError(f"score: {yt.shape[0]} targets for {yp.shape[0]} predictions")
+    if task == "regression":
+        yt, yp = yt.astype(np.float64).reshape(-1), yp.astype(np.float64).reshape(-1)
+        sse = float(((yt - yp) ** 2).sum())
+        sst = float(((yt - yt.mean()) ** 2).sum())
+        return (1.0 if sse == 0 else 0.0) if sst == 0 else 1.0 - sse / sst
+    if yt.dtype.kind != yp.dtype.kind and not (yt.dtype.kind in "iu" and yp.dtype.kind in "iu"):
+        yt, yp = yt.astype(str), yp.astype(str)
+    return float((yt.reshape(-1) == yp.reshape(-1)).mean())
 
 
 @dataclass(frozen=True)
@@ -125,12 +150,13 @@ def decide_promotion(
                                  "clean_tolerance": cfg.clean_tolerance}
     if champion is None:
         return PromotionDecision("promote: there is no champion yet", inputs, promote=True)
-    gain = challenger.accuracy_drifted - champion.accuracy_drifted
-    loss = champion.accuracy_clean - challenger.accuracy_clean
+    metric = challenger.metric
+    gain = challenger.drifted - champion.drifted
+    loss = champion.clean - challenger.clean
     if gain <= cfg.min_gain_drifted:
-        return PromotionDecision(f"keep champion: drifted accuracy gain {gain:+.4f} <= {cfg.min_gain_drifted}",
+        return PromotionDecision(f"keep champion: drifted {metric} gain {gain:+.4f} <= {cfg.min_gain_drifted}",
                                  inputs)
     if loss > cfg.clean_tolerance:
-        return PromotionDecision(f"keep champion: clean accuracy loss {loss:.4f} > {cfg.clean_tolerance}",
+        return PromotionDecision(f"keep champion: clean {metric} loss {loss:.4f} > {cfg.clean_tolerance}",
                                  inputs)
     return PromotionDecision(f"promote: drifted {gain:+.4f}, clean {-loss:+.4f}", inputs, promote=True)

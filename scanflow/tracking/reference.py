@@ -37,7 +37,8 @@ DATA_FILE = "reference.npz"
 SCHEMA_FILE = "schema.json"
 SCHEMA_VERSION = 1
 MAX_ROWS = 5000  # reference rows kept at most (a random subsample): the detector needs ~1,000
-MIN_ROWS = 20  # fewer reference or holdout rows cannot fit or calibrate a detector
+MIN_ROWS = 20  # fewer reference rows cannot fit and calibrate a detector
+MIN_HOLDOUT_ROWS = 10  # fewer labelled holdout rows cannot judge a challenger
 
 Task = Literal["classification", "regression"]
 Kind = Literal["tabular", "image"]
@@ -128,7 +129,7 @@ class Reference:
     source: str = ""  # where it was read from: runs:/<id>/<dir>
 
 
-def _rows(value: ArrayLike, what: str, n_features: int | None = None) -> NDArray[np.float32]:
+def _rows(value: ArrayLike, what: str, n_features: int | None = None, min_rows: int = MIN_ROWS) -> NDArray[np.float32]:
     try:
         arr = np.asarray(value, dtype=np.float32)
     except (TypeError, ValueError) as exc:
@@ -139,8 +140,8 @@ def _rows(value: ArrayLike, what: str, n_features: int | None = None) -> NDArray
         raise ReferenceError(f"{what}: expected rows of features, shape (n, f), got {arr.shape}")
     if n_features is not None and arr.shape[1] != n_features:
         raise ReferenceError(f"{what}: rows have {arr.shape[1]} features, expected {n_features}")
-    if len(arr) < MIN_ROWS:
-        raise ReferenceError(f"{what}: {len(arr)} rows; at least {MIN_ROWS} are needed to fit and calibrate")
+    if len(arr) < min_rows:
+        raise ReferenceError(f"{what}: {len(arr)} rows; at least {min_rows} are needed")
     if not np.isfinite(arr).all():
         raise ReferenceError(f"{what}: contains NaN or infinite values")
     return arr
@@ -174,7 +175,7 @@ def make_reference(x: ArrayLike, x_holdout: ArrayLike, y_holdout: ArrayLike, *, 
     xr = _rows(x, "x")
     schema = DataSchema(kind=kind, n_features=int(xr.shape[1]), task=task, image_shape=tuple(image_shape),
                         categorical=tuple(int(c) for c in categorical), feature_names=tuple(feature_names))
-    xh = _rows(x_holdout, "x_holdout", schema.n_features)
+    xh = _rows(x_holdout, "x_holdout", schema.n_features, MIN_HOLDOUT_ROWS)
     yh = _targets(y_holdout, len(xh), task)
     if len(xr) > max_rows:
         xr = xr[np.sort(np.random.default_rng(seed).choice(len(xr), max_rows, replace=False))]
@@ -204,7 +205,7 @@ def read_reference(directory: str | Path, source: str = "") -> Reference:
         if missing:
             raise ReferenceError(f"{source or src}: {DATA_FILE} lacks arrays {sorted(missing)}")
         x = _rows(data["x"], "x", schema.n_features)
-        xh = _rows(data["x_holdout"], "x_holdout", schema.n_features)
+        xh = _rows(data["x_holdout"], "x_holdout", schema.n_features, MIN_HOLDOUT_ROWS)
         yh = _targets(data["y_holdout"], len(xh), schema.task)
     return Reference(schema, x, xh, yh, source=source)
 
@@ -218,7 +219,7 @@ def log_reference(x: ArrayLike, x_holdout: ArrayLike, y_holdout: ArrayLike, *, t
     Call it from the training job, in the run that registers the model:
         log_reference(x_train, x_val, y_val, task="classification")
     `x`: rows the model was trained on (at most `max_rows` are kept, a random subsample);
-    `x_holdout`, `y_holdout`: clean labelled rows it never trained on (>= 20). Raises ReferenceError
+    `x_holdout`, `y_holdout`: clean labelled rows it never trained on (>= 10). Raises ReferenceError
     before logging anything when the arrays or the schema are wrong. Blocking (MLflow).
     """
     import mlflow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from scanflow.policies import retrain
@@ -61,16 +62,40 @@ def test_bad_k_m_refused() -> None:
 
 
 def test_promotion_rules() -> None:
-    champ = Evaluation(accuracy_clean=0.97, accuracy_drifted=0.70)
+    champ = Evaluation(clean=0.97, drifted=0.70)
     assert decide_promotion(Evaluation(0.965, 0.85), champ).promote
     assert not decide_promotion(Evaluation(0.93, 0.90), champ).promote  # loses 4 points clean
     assert not decide_promotion(Evaluation(0.98, 0.70), champ).promote  # no gain on drifted data
     assert decide_promotion(Evaluation(0.5, 0.5), None).promote  # first model
     strict = PromotionConfig(min_gain_drifted=0.2)
     d = decide_promotion(Evaluation(0.97, 0.85), champ, strict)
-    assert not d.promote and "gain" in d.reason and d.to_dict()["inputs"]["champion"]["accuracy_drifted"] == 0.7
+    assert not d.promote and "gain" in d.reason and d.to_dict()["inputs"]["champion"]["drifted"] == 0.7
 
 
 def test_evaluation_refuses_accuracies_outside_0_1() -> None:
-    with pytest.raises(ValueError, match="accuracy_clean"):
-        Evaluation(accuracy_clean=97.0, accuracy_drifted=0.5)
+    with pytest.raises(ValueError, match="accuracy clean"):
+        Evaluation(clean=97.0, drifted=0.5)
+    with pytest.raises(ValueError, match="r2 drifted"):
+        Evaluation(clean=0.5, drifted=float("nan"), metric="r2")
+    assert Evaluation(clean=-3.0, drifted=0.2, metric="r2").clean == -3.0  # R^2 below 0: worse than the mean
+
+
+def test_regression_promotion_reads_r2() -> None:
+    champ = Evaluation(clean=0.90, drifted=0.10, metric="r2")
+    d = decide_promotion(Evaluation(0.895, 0.80, metric="r2"), champ)
+    assert d.promote and "drifted" in d.reason
+    assert "r2" in decide_promotion(Evaluation(0.80, 0.80, metric="r2"), champ).reason
+
+
+def test_score_by_task() -> None:
+    from scanflow.policies.retrain import score
+
+    assert score("classification", [1, 2, 3, 4], [1, 2, 0, 4]) == 0.75
+    assert score("classification", np.array(["a", "b"]), ["a", "c"]) == 0.5
+    assert score("classification", np.array([1, 2]), np.array(["1", "2"])) == 1.0  # types differ: compared as text
+    y = np.array([1.0, 2.0, 3.0, 4.0])
+    assert score("regression", y, y) == 1.0
+    assert abs(score("regression", y, np.full(4, y.mean()))) < 1e-12  # predicting the mean: R^2 = 0
+    assert score("regression", y, y + 10) < 0
+    with pytest.raises(ValueError, match="targets"):
+        score("regression", y, y[:2])

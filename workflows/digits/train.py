@@ -59,6 +59,19 @@ def load_extra_points(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     return x.clip(0.0, 1.0), y.astype(np.int64)
 
 
+def load_drift_inputs(path: str | Path) -> np.ndarray:
+    """Read the Executor's drift inputs file: `x` float (m, 64), finite (clipped to [0, 1])."""
+    p = Path(path)
+    try:
+        with np.load(p, allow_pickle=False) as data:
+            x = np.asarray(data["x"], dtype=np.float32)
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"drift_inputs_path {str(p)!r}: not a readable .npz file with array x ({exc})") from None
+    if x.ndim != 2 or x.shape[1] != N_FEATURES or not np.isfinite(x).all():
+        raise ValueError(f"{p}: x must be finite with shape (m, {N_FEATURES}), got {x.shape}")
+    return x.clip(0.0, 1.0)
+
+
 def _pip_requirements() -> list[str]:
     """The model's runtime needs, stated: MLflow's inference of them imports everything in a
     subprocess and took ~14 s of a ~20 s training job here."""
@@ -98,8 +111,11 @@ def average_logits(members: list[Any]) -> Any:
 ADAPT_CHOICES = ("moments", "none")
 
 
+MIN_DRIFT_INPUTS = 100  # fewer unlabelled drift inputs: match the labelled extra points' moments instead
+
+
 def training_rows(splits: Any, extra: tuple[np.ndarray, np.ndarray] | None = None, *, adapt: str = "moments",
-                  seed: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+                  seed: int = 0, drift_inputs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Pure: the rows a retrain fits on, as (x, y, how many of them are synthetic).
 
     The clean training split, plus `extra` (the labelled drifted critical points), plus with
@@ -108,7 +124,11 @@ def training_rows(splits: Any, extra: tuple[np.ndarray, np.ndarray] | None = Non
     the critical points', class-balanced over the digits both hold), labelled as its clean row. Why: ~100 labelled drifted digits alone left the
     retrain's drifted accuracy at the mercy of which digits they were; the copies carry the drift to
     all ~1,000 clean digits (offline, docs/scenarios.md S1: the median gap and its worst seeds fell
-    by 1 to 5 points). No extra points, no copies: the first model trains on clean only."""
+    by 1 to 5 points). No extra points, no copies: the first model trains on clean only.
+    `drift_inputs`: unlabelled recent inputs of the drifted traffic (the Executor's `drift_inputs_path`);
+    with at least MIN_DRIFT_INPUTS of them the copies take their moments (all the traffic, not only the
+    few rows feedback labelled, and not skewed by which rows the detector named critical), else the
+    labelled extra points' moments, class-balanced."""
     from scanflow.drift.adapt import MIN_TARGET_ROWS, moment_matched_copies  # loads torch: only when training
 
     if adapt not in ADAPT_CHOICES:
@@ -118,7 +138,11 @@ def training_rows(splits: Any, extra: tuple[np.ndarray, np.ndarray] | None = Non
         return x, y, 0
     parts_x, parts_y = [x, extra[0]], [y, extra[1]]
     n_synthetic = 0
-    if adapt == "moments" and len(extra[0]) >= MIN_TARGET_ROWS:
+    if adapt == "moments" and drift_inputs is not None and len(drift_inputs) >= MIN_DRIFT_INPUTS:
+        parts_x.append(moment_matched_copies(x, drift_inputs, rng=seed, bounds=(0.0, 1.0)))
+        parts_y.append(y)
+        n_synthetic = len(x)
+    elif adapt == "moments" and len(extra[0]) >= MIN_TARGET_ROWS:
         parts_x.append(moment_matched_copies(x, extra[0], rng=seed, bounds=(0.0, 1.0), source_labels=y,
                                              target_labels=extra[1]))
         parts_y.append(y)
@@ -173,6 +197,7 @@ def train(
     members: int = 5,
     validation_points_path: str | None = None,
     adapt: str = "moments",
+    drift_inputs_path: str | None = None,
 ) -> dict[str, Any]:
     """Train, evaluate, log and register a digits model; set `alias` (the very first one: 'champion').
 
@@ -183,7 +208,11 @@ def train(
     is selected on them (too few rows to choose by, see `train_model`).
     `adapt`: "moments" (default) adds synthetic drifted copies of the clean rows when there are extra
     points (`training_rows`); "none" trains on clean + extra only.
+    `drift_inputs_path`: .npz with `x`, unlabelled recent inputs of the drifted traffic (see `training_rows`).
     `tracking_uri` None keeps MLflow's configured URI (MLFLOW_TRACKING_URI).
+    The run also holds the model's reference data (scanflow.tracking.reference.log_reference): the rows it
+    trained on, and the clean calibration split (never trained on) with its labels, from which the agents
+    fit the drift detector and judge challengers.
     """
     # Bad input fails first, before the slow imports and any MLflow call.
     from workflows.digits.data import ALL_KINDS, SEVERITIES
@@ -198,9 +227,11 @@ def train(
                          f"{members}")
     extra = load_extra_points(extra_points_path) if extra_points_path else None
     validation = load_extra_points(validation_points_path) if validation_points_path else None
+    drift_inputs = load_drift_inputs(drift_inputs_path) if drift_inputs_path else None
     import mlflow
     import mlflow.pytorch
 
+    from scanflow.tracking.reference import log_reference
     from scanflow.tracking.registry import CHAMPION, ensure_experiment, get_alias_version, set_alias
     from workflows.digits.data import corrupt, load_splits
 
@@ -209,7 +240,7 @@ def train(
     t0 = time.perf_counter()
     splits = load_splits(seed)
     n_extra = 0 if extra is None else len(extra[0])
-    x_fit, y_fit, n_synthetic = training_rows(splits, extra, adapt=adapt, seed=seed)
+    x_fit, y_fit, n_synthetic = training_rows(splits, extra, adapt=adapt, seed=seed, drift_inputs=drift_inputs)
     model, losses, val_acc = train_model(splits, hidden=hidden, epochs=epochs, lr=lr, seed=seed, members=members,
                                          rows=(x_fit, y_fit))
     x_drifted = corrupt(splits.x_test, drift_kind, drift_severity, rng=seed)  # type: ignore[arg-type]
@@ -224,7 +255,8 @@ def train(
     params = {"epochs": epochs, "seed": seed, "hidden": hidden, "lr": lr, "n_train": len(splits.x_train),
               "n_extra": n_extra, "drift_kind": drift_kind, "drift_severity": drift_severity, "alias": alias,
               "members": members, "adapt": adapt, "n_synthetic": n_synthetic,
-              "n_validation_drifted": 0 if validation is None else len(validation[0])}
+              "n_validation_drifted": 0 if validation is None else len(validation[0]),
+              "n_drift_inputs": 0 if drift_inputs is None else len(drift_inputs)}
     active = mlflow.active_run()  # under the job runner (Platform.run_job) the job's run is active: log there
     with (mlflow.start_run(experiment_id=ensure_experiment(experiment)) if active is None
           else contextlib.nullcontext(active)) as run:
@@ -235,6 +267,9 @@ def train(
             model, name=model_name, input_example=splits.x_test[:2], serialization_format="pickle",
             registered_model_name=model_name, pip_requirements=_pip_requirements(),
         )
+        real = x_fit[: len(x_fit) - n_synthetic]  # the clean and labelled rows, not the synthetic copies
+        log_reference(real, splits.x_calibration, splits.y_calibration, task="classification", kind="image",
+                      image_shape=(8, 8), seed=seed)
     version = str(info.registered_model_version) if info.registered_model_version else None
     if version is None:
         raise RuntimeError(f"model {model_name!r} was logged but not registered")
