@@ -1,8 +1,10 @@
 """S1 benchmark: drift onset -> new champion serving, on the embedded stack (real processes).
 
-    .venv/bin/python benchmarks/s1.py --quick
+    .venv/bin/python benchmarks/s1.py --quick [--workflow digits|<name>]
 
-The drift is S1's "new scanner" (workflows/digits/s1.py: washed-out contrast plus mild read noise).
+Any shipped example workflow with an `s1` module (`traffic_pools()`, `unseen_test()`): digits (S1's "new
+scanner", workflows/digits/s1.py) or the tabular one. Labels reach the agents only as feedback: the load
+posts the true label of 20 % of the answered requests to the Tracker's /feedback, 2 s later.
 Figures: s1_seconds (drift onset -> first answer from the new champion; target < 60 s on 2 cores);
 accuracy_gap_points (target <= 2) = the old champion's accuracy on the clean test split minus the new
 champion's accuracy on a freshly corrupted copy of it: digits no training, traffic or promotion gate
@@ -26,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from typing import Any
+
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,10 +37,16 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no pro
 sys.path.insert(0, str(ROOT))
 
 
-def pools() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    from workflows.digits.s1 import traffic_pools
+def s1_module(workflow: str) -> Any:
+    import importlib
 
-    return traffic_pools()
+    return importlib.import_module(f"workflows.{workflow}.s1")
+
+
+def workflow_of(name: str) -> Any:
+    import importlib
+
+    return importlib.import_module(f"workflows.{name}.workflow").workflow
 
 
 def executor_phases(store: Path, onset: float) -> dict[str, float]:
@@ -56,7 +66,7 @@ def executor_phases(store: Path, onset: float) -> dict[str, float]:
     return out
 
 
-def unseen_accuracy(old: str | None, new: str) -> dict[str, float]:
+def unseen_accuracy(workflow: str, model: str, task: str, old: str | None, new: str) -> dict[str, float]:
     """Both champions on digits neither saw in any form: the clean test split and a freshly corrupted copy.
 
     Why: the drifted traffic replays a fixed pool (8 corrupted copies of the 180 traffic digits), and the
@@ -64,17 +74,17 @@ def unseen_accuracy(old: str | None, new: str) -> dict[str, float]:
     traffic partly measures memorised rows. accuracy_gap_points (old champion clean - new champion
     drifted, unseen digits) says whether it learned the drift; unseen_gap_points is the new champion's
     own clean - drifted."""
-    from scanflow.tracking.registry import load_model
-    from workflows.digits.s1 import unseen_test
+    from scanflow.policies.retrain import score
+    from scanflow.serving.model import load_model
 
-    x_c, x_d, y = unseen_test()
+    x_c, x_d, y = s1_module(workflow).unseen_test()
     out: dict[str, float] = {}
     for tag, version in (("old", old), ("new", new)):
         if version is None:
             continue
-        m = load_model(f"models:/digits/{version}")
-        out[f"unseen_clean_{tag}"] = float((m.predict(x_c) == y).mean())
-        out[f"unseen_drifted_{tag}"] = float((m.predict(x_d) == y).mean())
+        m = load_model(f"models:/{model}/{version}")
+        out[f"unseen_clean_{tag}"] = score(task, y, m.predict(np.ascontiguousarray(x_c, np.float32))[0])
+        out[f"unseen_drifted_{tag}"] = score(task, y, m.predict(np.ascontiguousarray(x_d, np.float32))[0])
     if "unseen_clean_new" in out:
         out["unseen_gap_points"] = 100.0 * (out["unseen_clean_new"] - out["unseen_drifted_new"])
         if "unseen_clean_old" in out:
@@ -82,21 +92,25 @@ def unseen_accuracy(old: str | None, new: str) -> dict[str, float]:
     return out
 
 
-def one_run(home: Path, quick: bool, rate: float) -> dict[str, float]:
+def one_run(home: Path, quick: bool, rate: float, name: str = "digits", feedback: float = 0.2) -> dict[str, float]:
     import mlflow
 
     from scanflow.stack import EmbeddedStack, Traffic
+    from scanflow.tracking.reference import reference_for_version
     from scanflow.tracking.registry import CHAMPION, get_alias_version
-    from workflows.digits.workflow import workflow
 
+    workflow = workflow_of(name)
+    model = str(workflow.jobs[0].params.get("model_name", workflow.name))
     agents = [a.model_copy(update={"strategies": [s for s in a.strategies if s.name != "autoscale"]})
               if a.role == "planner" else a for a in workflow.agents]
     wf = workflow.model_copy(update={"agents": agents})
-    p = pools()
+    p = s1_module(name).traffic_pools()
     with EmbeddedStack(home, wf, quick=quick) as stack:
         mlflow.set_tracking_uri(stack.tracking_uri)
-        old = get_alias_version("digits", CHAMPION)
-        with Traffic(stack.service_url, p["clean"], p["drifted"], rate=rate, clients=3) as t:
+        old = get_alias_version(model, CHAMPION)
+        task = reference_for_version(model, str(old)).schema.task
+        with Traffic(stack.service_url, p["clean"], p["drifted"], rate=rate, clients=3,
+                     tracker_url=stack.agent_urls["tracker"], token=stack.token, feedback_fraction=feedback) as t:
             t0 = time.time()
             while t.count() < rate * 5 and time.time() - t0 < 60:
                 time.sleep(0.2)
@@ -104,7 +118,7 @@ def one_run(home: Path, quick: bool, rate: float) -> dict[str, float]:
             t.drifted = True
             new, deadline = None, onset + 240
             while time.time() < deadline:
-                cur = get_alias_version("digits", CHAMPION)
+                cur = get_alias_version(model, CHAMPION)
                 if cur != old and any(a.version == cur for a in t.snapshot()[-10:]):
                     new = cur
                     break
@@ -119,7 +133,7 @@ def one_run(home: Path, quick: bool, rate: float) -> dict[str, float]:
         drifted_old = t.accuracy(since=onset, drifted=True, version=old)
         drifted_new = t.accuracy(since=after, drifted=True, version=new)
         phases = executor_phases(stack.agent_home("executor") / "executor.db", onset)
-        unseen = unseen_accuracy(old, new)
+        unseen = unseen_accuracy(name, model, task, old, new)
         return {"s1_seconds": served - onset, **phases, **unseen, "accuracy_clean_old": clean_old,
                 "accuracy_drifted_old": drifted_old, "accuracy_drifted_new": drifted_new,
                 "traffic_gap_points": 100.0 * (clean_old - drifted_new),
@@ -130,13 +144,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small windows and sizes (under a minute of S1)")
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--workflow", default="digits", help="a shipped example with an s1 module (digits, ...)")
+    ap.add_argument("--feedback", type=float, default=0.2, help="share of answered requests whose label is sent")
     ap.add_argument("--rate", type=float, default=150.0,
                     help="requests per second (critical points gather in proportion: 400 in ~8 s at 150)")
     args = ap.parse_args()
     runs = []
     for i in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="scanflow-s1-") as tmp:
-            r = one_run(Path(tmp), args.quick, args.rate)
+            r = one_run(Path(tmp), args.quick, args.rate, args.workflow, args.feedback)
         runs.append(r)
         print(f"run {i + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()))
     med = {k: statistics.median(r[k] for r in runs if k in r) for k in runs[0]}
@@ -159,7 +175,8 @@ def main() -> int:
         print(f"  accuracy_gap_points clean(old) - drifted(new), unseen digits: "
               f"{med.get('accuracy_gap_points', float('nan')):.1f} points (target <= 2); "
               f"new champion's own clean - drifted {med['unseen_gap_points']:.1f}")
-    print(json.dumps({"s1_seconds": round(med["s1_seconds"], 2),
+    print(json.dumps({"workflow": args.workflow, "feedback_fraction": args.feedback,
+                      "s1_seconds": round(med["s1_seconds"], 2),
                       "accuracy_gap_points": round(med.get("accuracy_gap_points", float("nan")), 2),
                       "traffic_gap_points": round(med["traffic_gap_points"], 2),
                       "failed_requests": int(med["failed_requests"]),
