@@ -96,7 +96,8 @@ def one_run(home: Path, quick: bool, rate: float) -> dict[str, float]:
     with EmbeddedStack(home, wf, quick=quick) as stack:
         mlflow.set_tracking_uri(stack.tracking_uri)
         old = get_alias_version("digits", CHAMPION)
-        with Traffic(stack.service_url, p["clean"], p["drifted"], rate=rate, clients=3) as t:
+        with Traffic(stack.service_url, p["clean"], p["drifted"], rate=rate, clients=3,
+                     tracker_url=stack.agent_urls["tracker"], token=stack.token, feedback_fraction=1.0) as t:
             t0 = time.time()
             while t.count() < rate * 5 and time.time() - t0 < 60:
                 time.sleep(0.2)

@@ -62,7 +62,10 @@ def run(ctx: DemoContext) -> ScenarioResult:
     deadline = 200.0 if ctx.quick else 300.0
     p = pools()
     t0 = time.time()
-    with Traffic(stack.service_url, p["clean"], p["drifted"], rate=60, clients=3) as traffic:
+    # the true labels reach the Tracker as feedback, all of them, 2 s after each answer (the retrain
+    # joins them to the critical points by request_id)
+    with Traffic(stack.service_url, p["clean"], p["drifted"], rate=60, clients=3,
+                 tracker_url=stack.agent_urls["tracker"], token=stack.token, feedback_fraction=1.0) as traffic:
         old = champion()
         ctx.say(f"S1: clean traffic to champion v{old}")
         # one clean window checked first (the Tracker asks for a check every 500 predictions): the

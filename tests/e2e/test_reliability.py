@@ -63,7 +63,8 @@ def _actions(stack: EmbeddedStack, role: str) -> list:
 def test_s1_survives_random_agent_kills(tmp_path, pools) -> None:  # type: ignore[no-untyped-def]
     with EmbeddedStack(tmp_path / "stack", digits_workflow(), quick=True) as stack:
         chaos = Chaos(stack)
-        with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=40, clients=2) as traffic:
+        with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=40, clients=2,
+                     tracker_url=stack.agent_urls["tracker"], token=stack.token, feedback_fraction=1.0) as traffic:
             try:
                 res = run_s1(stack, traffic, timeout_s=300, on_onset=chaos.thread.start)
                 deadline = time.time() + 60

@@ -38,7 +38,8 @@ def _unseen_drifted_accuracy(*versions: str) -> list[float]:
 def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ignore[no-untyped-def]
     pools = s1_pools
     with EmbeddedStack(tmp_path / "stack", digits_workflow(), quick=True) as stack:
-        with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=60, clients=3) as traffic:
+        with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=60, clients=3,
+                     tracker_url=stack.agent_urls["tracker"], token=stack.token, feedback_fraction=1.0) as traffic:
             res = run_s1(stack, traffic)
             time.sleep(2.0)  # a few more answers from the new champion
         planner, executor = stack.decisions("planner"), stack.decisions("executor")
