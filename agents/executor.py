@@ -147,7 +147,10 @@ def _drift_rows(ctx: Context, critical_ids: set[str], from_seq: int, task: str) 
     """Read the prediction log after `from_seq` (the plan's first drifted window) and join the critical
     requests with their feedback labels (the Tracker's feedback log, by request id). Labels come only from
     feedback: never from the model's own outputs, never from inside a predict request."""
-    from scanflow.tracking.feedback import FeedbackError, lookup_feedback
+    import httpx
+
+    from scanflow.agent.client import AgentHTTPError
+    from scanflow.tracking.feedback_client import lookup_feedback
     from scanflow.tracking.predictions import prediction_run_id, read_since
 
     wf = current_workflow()
@@ -159,7 +162,7 @@ def _drift_rows(ctx: Context, critical_ids: set[str], from_seq: int, task: str) 
     url, token = _tracker(ctx)
     try:
         labels = lookup_feedback(url, token, [r.request_id for r in critical])
-    except FeedbackError as exc:
+    except (AgentHTTPError, httpx.HTTPError) as exc:
         raise TemporaryError(f"feedback lookup at the Tracker failed: {exc}", delay_s=2.0) from None
     xs: list[list[float]] = []
     ys: list[Any] = []

@@ -100,7 +100,10 @@ def gate_on_points(decision: retrain.RetrainDecision, new: retrain.RetrainState,
 def count_labelled(ctx: Context, ids: list[str]) -> int:
     """How many of `ids` have true labels at the Tracker (its feedback log). Blocking (HTTP).
     TemporaryError while the Tracker cannot answer: the action is retried, nothing decided meanwhile."""
-    from scanflow.tracking.feedback import FeedbackError, lookup_feedback
+    import httpx
+
+    from scanflow.agent.client import AgentHTTPError
+    from scanflow.tracking.feedback_client import lookup_feedback
 
     url = ctx.peers.get("tracker")
     if url is None:
@@ -108,7 +111,7 @@ def count_labelled(ctx: Context, ids: list[str]) -> int:
     token = ctx.settings.token.get_secret_value() if ctx.settings.token else None
     try:
         return len(lookup_feedback(url, token, ids))
-    except FeedbackError as exc:
+    except (AgentHTTPError, httpx.HTTPError) as exc:
         raise TemporaryError(f"feedback lookup at the Tracker failed: {exc}", delay_s=2.0) from None
 
 

@@ -1,7 +1,8 @@
 """Tracker: records every prediction (exactly once) and tells the Checker when a window is ready.
 
-The replicas POST their prediction records (inputs, outputs, model version, latency and, when the
-workflow knows it, the TRUE label) to this agent's `/predictions`. The `flush` sensor writes new
+The replicas POST their prediction records (inputs, outputs, model version, latency) to this agent's
+`/predictions`; whoever learns the TRUE labels POSTs them later, by request_id, to its `/feedback`
+(scanflow.tracking.feedback_api), where retraining agents look them up. The `flush` sensor writes new
 records to MLflow as Parquet batches (advancing a watermark; crash-safe) and emits
 `predictions.logged` with `count_since_check`, the records flushed since it last announced a full
 window; the workflow's strategy `check-drift` then calls the Checker's `check_drift`.
@@ -17,6 +18,8 @@ from scanflow.agent import Agent, Context
 from scanflow.embedded.env import agent_spec, current_workflow, quick
 from scanflow.settings import Settings
 from scanflow.tracking.api import MAX_BODY_BYTES, predictions_router
+from scanflow.tracking.feedback import FeedbackLog
+from scanflow.tracking.feedback_api import feedback_router
 from scanflow.tracking.predictions import AppendResult, LogStats, PredictionLog, PredictionRecord
 
 SPEC = agent_spec("tracker")
@@ -45,21 +48,37 @@ class _Log:
         return self._get().stats()
 
 
+class _Feedback:
+    """The feedback log, opened at startup like the prediction log; the router calls through this."""
+
+    log: FeedbackLog | None = None
+
+    def __getattr__(self, name: str) -> Any:  # append / since / lookup / stats of the open log
+        if self.log is None:
+            raise RuntimeError("the feedback log is not open yet (agent starting)")
+        return getattr(self.log, name)
+
+
 LOG = _Log()
+FEEDBACK = _Feedback()
 _settings = Settings()
 agent.router.include_router(predictions_router(LOG, _settings.token))  # type: ignore[arg-type]
+agent.router.include_router(feedback_router(FEEDBACK, _settings.token))  # type: ignore[arg-type]
 
 
 @agent.on_startup
 def open_log(ctx: Context) -> None:
     LOG.log = PredictionLog(ctx.settings.store_url_for(f"{ctx.name}-predictions"), name=current_workflow().name,
                             retention_s=ctx.settings.prediction_retention_s)
+    FEEDBACK.log = FeedbackLog(ctx.settings.store_url_for(f"{ctx.name}-feedback"))
 
 
 @agent.on_shutdown
 def close_log(ctx: Context) -> None:
     if LOG.log is not None:
         LOG.log.close()
+    if FEEDBACK.log is not None:
+        FEEDBACK.log.close()
 
 
 @agent.sensor(every=1.0)

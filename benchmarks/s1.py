@@ -27,7 +27,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
 from typing import Any
 
 import numpy as np

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import uvicorn
 
 from scanflow.embedded.env import WORKFLOW_ENV
 from scanflow.platform.processes import free_port
@@ -18,6 +23,33 @@ os.environ.setdefault(WORKFLOW_ENV, str(Path(__file__).resolve().parents[1] / "w
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+@pytest.fixture
+def serve_app() -> Iterator[Callable[[Any], str]]:
+    """`url = serve_app(app)`: the ASGI app served by a real uvicorn on a loopback port, in a thread of
+    this process (so a test can also look at the objects behind it). Every server is stopped after."""
+    running: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(app: Any) -> str:
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+        thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+        thread.start()
+        running.append((server, thread))
+        deadline = time.monotonic() + 20
+        while not server.started:  # uvicorn sets it once the socket listens
+            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        return f"http://127.0.0.1:{port}"
+
+    try:
+        yield start
+    finally:
+        for server, thread in running:
+            server.should_exit = True
+        for server, thread in running:
+            thread.join(timeout=10)
 
 
 # --- parallel runs (opt-in: `make test PYTEST_ARGS="-n 2 --dist loadgroup"` with pytest-xdist) ------

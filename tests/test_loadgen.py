@@ -14,10 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from fastapi import FastAPI
 
 from scanflow.demo.load import Load
 from scanflow.embedded.traffic import Traffic
 from scanflow.loadgen import LoadGenerator, Outcome, Request, pace
+from scanflow.tracking.feedback import FeedbackLog
+from scanflow.tracking.feedback_api import feedback_router
 
 
 class _Replica(BaseHTTPRequestHandler):
@@ -26,8 +29,11 @@ class _Replica(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # http.server calls it by this name
         doc = json.loads(self.rfile.read(int(self.headers["content-length"])))
         self.server.bodies.append(doc)  # type: ignore[attr-defined]
+        if isinstance(doc, dict):
+            doc["_answered_at"] = time.time()  # not sent by the client: when this stub answered
         ok = self.path == "/predict" and isinstance(doc.get("inputs"), list)
-        out = json.dumps({"outputs": [7], "model_version": 3} if ok else {"detail": "no inputs"}).encode()
+        answer = {"outputs": [7], "model_version": 3, "request_id": doc.get("request_id") or "server-made"}
+        out = json.dumps(answer if ok else {"detail": "no inputs"}).encode()
         self.send_response(200 if ok else 422)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(out)))
@@ -119,7 +125,8 @@ def test_traffic_judges_answers_against_true_labels(replica) -> None:  # type: i
     assert t.accuracy(drifted=False) == 1.0 and t.accuracy(drifted=True) == 0.0
     assert t.answers == t.snapshot()  # the public list is the generator's store
     ids = [b["request_id"] for b in bodies]
-    assert len(set(ids)) == len(ids) and all(b["labels"][0] in (1, 7) for b in bodies)
+    assert len(set(ids)) == len(ids) and not any("labels" in b for b in bodies)  # labels are feedback now
+    assert t.feedback_counts().scheduled == 0  # no tracker_url: no feedback
 
 
 def test_refused_connections_are_kept_as_failures(port: int) -> None:
@@ -130,3 +137,57 @@ def test_refused_connections_are_kept_as_failures(port: int) -> None:
     with Traffic(url, (np.zeros((1, 64)), np.array([0])), (np.zeros((1, 64)), np.array([0])), clients=1) as t:
         wait_until(lambda: t.count() >= 2)
     assert all(a.status == 0 and a.error and "ConnectError" in a.error for a in t.snapshot())
+
+
+TOKEN = "feedback-token"
+
+
+@pytest.fixture
+def tracker(serve_app, tmp_path) -> Iterator[tuple[str, FeedbackLog]]:  # type: ignore[no-untyped-def]
+    """A Tracker-like app: the real feedback router over a real SQLite feedback log, on loopback."""
+    log = FeedbackLog(f"sqlite:///{tmp_path / 'feedback.db'}")
+    app = FastAPI()
+    app.include_router(feedback_router(log, TOKEN))
+    try:
+        yield serve_app(app), log
+    finally:
+        log.close()
+
+
+def test_traffic_posts_feedback_for_its_fraction_after_the_delay(replica, tracker) -> None:  # type: ignore[no-untyped-def]
+    url, bodies = replica
+    tracker_url, log = tracker
+    x = np.zeros((4, 64))
+    clean, drifted = (x, np.array([7, 7, 7, 7])), (x, np.array([1, 1, 1, 1]))
+    delay = 0.8
+    with Traffic(url, clean, drifted, rate=150, clients=2, seed=5, tracker_url=tracker_url, token=TOKEN,
+                 feedback_fraction=0.3, feedback_delay_s=delay) as t:
+        wait_until(lambda: t.count() >= 100)
+        t.drifted = True
+        wait_until(lambda: t.count() >= 250 and t.feedback_counts().acknowledged >= 40)
+    counts = t.feedback_counts()
+    answered = {b["request_id"] for b in bodies}
+    assert not any("labels" in b for b in bodies)
+    stored = []
+    after = 0
+    while page := log.since(after, 1000).records:
+        stored += page
+        after = page[-1].seq
+    # about the stated fraction of the answered requests was chosen (seeded; binomial, n >= 250)
+    assert 0.2 <= counts.scheduled / t.count() <= 0.4, counts
+    assert counts.acknowledged == len(stored) == counts.scheduled - counts.dropped
+    assert counts.dropped <= 0.3 * 150 * (delay + 0.5)  # only what was not due yet when the load stopped
+    answered_at = {b["request_id"]: b["_answered_at"] for b in bodies}
+    for rec in stored:  # never before the delay: each label arrived `delay` or more after its answer
+        assert rec.request_id in answered and rec.labels in ([7], [1])
+        assert rec.received_at >= answered_at[rec.request_id] + delay, rec
+
+
+def test_no_feedback_when_the_fraction_is_zero(replica, tracker) -> None:  # type: ignore[no-untyped-def]
+    url, _ = replica
+    tracker_url, log = tracker
+    pool = (np.zeros((2, 64)), np.array([7, 7]))
+    with Traffic(url, pool, pool, rate=200, clients=2, tracker_url=tracker_url, token=TOKEN,
+                 feedback_fraction=0.0, feedback_delay_s=0.0) as t:
+        wait_until(lambda: t.count() >= 50)
+    assert t.feedback_counts().scheduled == 0 and log.stats().stored == 0

@@ -33,7 +33,6 @@ class PredictRequest:
 
     inputs: np.ndarray  # float32, shape (n, n_features), all finite
     request_id: str | None
-    labels: list[int] | None
     want_probabilities: bool
 
 
@@ -59,12 +58,13 @@ def decode_json(body: bytes) -> Any:
 
 
 _F32_MAX = float(np.finfo(np.float32).max)
+LABELS_REFUSED = "labels are feedback: POST them to the Tracker's /feedback with the request_id"
 
 
 def parse_predict(body: bytes, *, n_features: int | None, max_rows: int) -> PredictRequest:
     """Validate a predict body -> PredictRequest, or raise PayloadError (422/413)."""
     req = _parse_unchecked(body, n_features=n_features, max_rows=max_rows)
-    return PredictRequest(_to_float32(req.inputs), req.request_id, req.labels, req.want_probabilities)
+    return PredictRequest(_to_float32(req.inputs), req.request_id, req.want_probabilities)
 
 
 def parse_many(
@@ -113,7 +113,7 @@ def parse_batch(bodies: list[bytes], *, n_features: int | None, max_rows: int, m
         except PayloadError as exc:
             out[i] = exc
         else:
-            out[i] = PredictRequest(inputs, req.request_id, req.labels, req.want_probabilities)
+            out[i] = PredictRequest(inputs, req.request_id, req.want_probabilities)
         start += n
     if x32 is None:  # some row was refused: stack what stayed valid
         kept = [r.inputs for r in out if type(r) is PredictRequest]
@@ -135,7 +135,7 @@ def _parse_many_fast(
     or fail, and the caller falls back.
     """
     rows: list[list[object]] = []
-    items: list[tuple[int, str | None, list[int] | None, bool]] = []
+    items: list[tuple[int, str | None, bool]] = []
     for body in bodies:
         if len(body) > max_body_bytes:
             return None
@@ -152,14 +152,14 @@ def _parse_many_fast(
         if type(first) is not list or not first or type(first[0]) is bool:
             return None
         if len(doc) == 1:  # {"inputs": ...} alone, the usual body: nothing else to check
-            request_id, labels, probs = None, None, False
+            request_id, probs = None, False
         else:
             try:
-                request_id, labels, probs = _extras(doc, len(inputs))
+                request_id, probs = _extras(doc)
             except PayloadError:
                 return None
         rows.extend(inputs)
-        items.append((len(inputs), request_id, labels, probs))
+        items.append((len(inputs), request_id, probs))
     try:
         arr = np.asarray(rows)
     except ValueError:
@@ -171,8 +171,8 @@ def _parse_many_fast(
     x = arr.astype(np.float32, copy=False)
     out: list[PredictRequest | PayloadError] = []
     start = 0
-    for n, request_id, labels, probs in items:
-        out.append(PredictRequest(x[start : start + n], request_id, labels, probs))
+    for n, request_id, probs in items:
+        out.append(PredictRequest(x[start : start + n], request_id, probs))
         start += n
     return ParsedBatch(out, x)
 
@@ -209,26 +209,24 @@ def _parse_unchecked(body: bytes, *, n_features: int | None, max_rows: int) -> P
         raise PayloadError(
             422, f"each row of 'inputs' must have {n_features} features; got {arr.shape[1]}"
         )
-    request_id, labels, probs = _extras(doc, arr.shape[0])
-    return PredictRequest(arr, request_id, labels, probs)
+    request_id, probs = _extras(doc)
+    return PredictRequest(arr, request_id, probs)
 
 
-def _extras(doc: dict[str, Any], n_rows: int) -> tuple[str | None, list[int] | None, bool]:
-    """(request_id, labels, probabilities) of a predict body with `n_rows` rows, or PayloadError."""
+def _extras(doc: dict[str, Any]) -> tuple[str | None, bool]:
+    """(request_id, probabilities) of a predict body, or PayloadError.
+
+    `labels` is refused whatever its value: true labels are feedback, sent later to the Tracker by
+    request_id, and a replica that took them would pass them on as if it knew them."""
+    if "labels" in doc:
+        raise PayloadError(422, LABELS_REFUSED)
     request_id = doc.get("request_id")
     if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= 200):
         raise PayloadError(422, "'request_id' must be a string of 1 to 200 characters")
-    labels = doc.get("labels")
-    if labels is not None and (
-        not isinstance(labels, list)
-        or len(labels) != n_rows
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in labels)
-    ):
-        raise PayloadError(422, f"'labels' must be a list of {n_rows} integers, one per row")
     probs = doc.get("probabilities", False)
     if not isinstance(probs, bool):
         raise PayloadError(422, "'probabilities' must be true or false")
-    return request_id, labels, probs
+    return request_id, probs
 
 
 def finite_or_none(x: float) -> float | None:

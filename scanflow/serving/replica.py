@@ -308,8 +308,6 @@ class Replica:
             "latency_ms": round(latency * 1000.0, 3),
             "ts": time.time(),
         }
-        if req.labels is not None:
-            rec["labels"] = req.labels
         self.sink.record(rec)
 
     async def predict_batch(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -53,29 +53,11 @@ def predictions_router(
         summary="Append prediction records (idempotent by request_id)",
     )
     async def post_predictions(request: Request) -> dict[str, int]:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-            raise HTTPException(413, _too_big(max_body_bytes))
-        body = bytearray()
-        async for chunk in request.stream():
-            body.extend(chunk)
-            if len(body) > max_body_bytes:
-                raise HTTPException(413, _too_big(max_body_bytes))
-        try:
-            raw: Any = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise HTTPException(422, f"body is not JSON: {exc}") from None
-        if not isinstance(raw, list):
-            raise HTTPException(422, "body must be a JSON list of prediction records")
-        if len(raw) > max_records:
-            raise HTTPException(
-                413,
-                f"{len(raw)} records in one request; at most {max_records}: split the batch",
-            )
+        raw = await read_json_list(request, max_body_bytes, max_records, "prediction records")
         try:
             records = _records_adapter.validate_python(raw)
         except ValidationError as exc:
-            raise HTTPException(422, _describe(exc)) from None
+            raise HTTPException(422, describe_errors(exc)) from None
         result = await asyncio.to_thread(log.append, records)
         return {"accepted": result.accepted, "stored": result.stored, "duplicates": result.duplicates}
 
@@ -93,13 +75,46 @@ def predictions_router(
     return router
 
 
+async def read_json_list(request: Request, max_body_bytes: int, max_records: int, what: str) -> list[Any]:
+    """The request's body as a JSON list of at most `max_records` items, or an HTTPException: 413 when
+    the body is over `max_body_bytes` (checked on the declared length and while reading, before any
+    parsing) or holds too many items, 422 when it is not a JSON list. Shared by the prediction and
+    feedback routers."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+        raise HTTPException(413, _too_big(max_body_bytes))
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > max_body_bytes:
+            raise HTTPException(413, _too_big(max_body_bytes))
+    try:
+        raw: Any = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HTTPException(422, f"body is not JSON: {exc}") from None
+    if not isinstance(raw, list):
+        raise HTTPException(422, f"body must be a JSON list of {what}")
+    if len(raw) > max_records:
+        raise HTTPException(413, f"{len(raw)} records in one request; at most {max_records}: split the batch")
+    return raw
+
+
 def _too_big(limit: int) -> str:
     return f"request body larger than {limit} bytes: send fewer records per request"
 
 
-def _describe(exc: ValidationError, limit: int = 5) -> list[dict[str, Any]]:
-    """Validation errors as plain JSON: where (record index, field) and why; input values left out."""
+def describe_errors(exc: ValidationError, limit: int = 5) -> list[dict[str, Any]]:
+    """Validation errors as plain JSON: where (record index, field) and why; input values left out.
+    `msg` repeats the place in words ("record 3, field 'labels.0': ...") for clients that print it."""
     out = [
-        {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors(include_input=False)
+        {"loc": list(e["loc"]), "msg": f"{_where(e['loc'])}: {e['msg']}", "type": e["type"]}
+        for e in exc.errors(include_input=False)
     ]
     return out[:limit]
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    if loc and isinstance(loc[0], int):
+        rest = ".".join(str(p) for p in loc[1:])
+        return f"record {loc[0]}, field '{rest}'" if rest else f"record {loc[0]}"
+    return "field '" + ".".join(str(p) for p in loc) + "'"

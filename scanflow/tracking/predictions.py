@@ -93,8 +93,10 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 class PredictionRecord(BaseModel):
     """One served request: what came in, what went out, by which model version, how fast.
 
-    `inputs` holds the request's rows (one request may carry several). `labels` are true labels when the
-    workflow knows them (never the model's own outputs); the Planner retrains on them.
+    `inputs` holds the request's rows (one request may carry several). `labels` is still accepted (older
+    clients, logs already stored) and kept in the Parquet batches, but the framework no longer reads
+    it: replicas refuse labels in /predict, and true labels arrive later as feedback keyed by
+    request_id (scanflow.tracking.feedback, the Tracker's POST /feedback).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -205,15 +207,16 @@ _marks = Table(  # "by time `at`, rows up to `watermark` were flushed": what com
 )
 
 
-def serialise_appends(dialect: str) -> Executable | None:
+def serialise_appends(dialect: str, lock_key: int = _PG_APPEND_LOCK) -> Executable | None:
     """The statement an append runs first so that seq order is commit order, or None if the
     database already serialises writers (SQLite). Pure, so the PostgreSQL SQL is tested without a
     server. The advisory lock is held until the append's transaction ends: a second appender waits
-    for it before drawing seqs, so it draws higher ones and commits later."""
+    for it before drawing seqs, so it draws higher ones and commits later. `lock_key`: one per table
+    (the feedback log passes its own), so two logs on one database do not wait on each other."""
     if dialect == "sqlite":
         return None
     if dialect == "postgresql":
-        return select(func.pg_advisory_xact_lock(_PG_APPEND_LOCK))
+        return select(func.pg_advisory_xact_lock(lock_key))
     raise ValueError(f"prediction log: database {dialect!r} not supported (use one of {', '.join(DIALECTS)})")
 
 
@@ -241,7 +244,8 @@ def compaction_bound(covered: int, min_watermark: int, oldest_seq: int | None, m
     return min(bound, oldest_seq + max_rows - 1)
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    """Connect hook of every SQLite engine holding an exactly-once log (this one, the feedback log)."""
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=FULL")  # an acknowledged record survives a power cut too
@@ -407,7 +411,7 @@ class PredictionLog:
         self.retention_s = float(retention_s)
         self.engine: Engine = create_engine(url, future=True)
         if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "connect", sqlite_pragmas)
         _metadata.create_all(self.engine)
         self._flush_lock = threading.Lock()
         with self.engine.begin() as conn:

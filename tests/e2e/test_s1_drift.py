@@ -8,8 +8,6 @@ clean reference holdout and on labelled drifted rows held out of the retrain."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from e2e_support import count_ok, digits_workflow, wait_for
@@ -98,7 +96,7 @@ def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ign
     assert traffic.failed() == [], traffic.failed()[:3]
     last = [a for a in traffic.snapshot()[-20:] if a.status == 200]
     assert last and {a.version for a in last} == {res.new_version}
-    assert traffic.feedback_acknowledged > 0
+    assert traffic.feedback_counts().acknowledged > 0
     # the loop converged: the detector was refitted for the new champion, from its serving reference
     # (the drifted traffic), and reads the same traffic as clean at its false-positive rate
     assert detectors.get(res.new_version, "").endswith("scanflow/serving_reference"), detectors

@@ -14,6 +14,7 @@ from serving_helpers import LoadResult, closed_loop, wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 INTERVAL = 0.5
+LABELS_AT = {3: {"labels": [0]}}  # request index -> labels it (wrongly) carries in /predict
 
 
 def _state(gw_url: str) -> dict:
@@ -45,13 +46,16 @@ async def test_admin_api_then_sigkill_a_replica_under_load_fails_no_request(digi
         # Concurrent clients share coalesced upstream calls; each still gets exactly its own answer.
         expected = (await http.post(r1.url + "/predict", json={"inputs": digits_rows})).json()["outputs"]
         before = _state(gw.url)["counts"]
+        # One of them carries labels: its own 422 comes back through the shared call, the others' 200s.
         answers = await asyncio.gather(*(
-            http.post(gw.url + "/predict", json={"inputs": [row], "request_id": f"c{i}"})
+            http.post(gw.url + "/predict", json={"inputs": [row], "request_id": f"c{i}", **LABELS_AT.get(i, {})})
             for i, row in enumerate(digits_rows)
         ))
-        assert [a.status_code for a in answers] == [200] * len(digits_rows)
-        assert [a.json()["request_id"] for a in answers] == [f"c{i}" for i in range(len(digits_rows))]
-        assert [a.json()["outputs"][0] for a in answers] == expected
+        assert [a.status_code for a in answers] == [422 if i in LABELS_AT else 200 for i in range(len(digits_rows))]
+        assert "labels are feedback" in answers[3].json()["detail"]
+        ok = [i for i in range(len(digits_rows)) if i not in LABELS_AT]
+        assert [answers[i].json()["request_id"] for i in ok] == [f"c{i}" for i in ok]
+        assert [answers[i].json()["outputs"][0] for i in ok] == [expected[i] for i in ok]
         after = _state(gw.url)["counts"]
         assert after["coalesced_requests"] - before["coalesced_requests"] == len(digits_rows)
 

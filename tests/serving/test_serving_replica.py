@@ -169,19 +169,25 @@ async def test_records_reach_a_tracker_that_was_down_exactly_once(  # type: igno
     async with httpx.AsyncClient(timeout=10) as http:
         sent = []
         for i in range(20):
-            body = {"inputs": digits_rows[i : i + 2], "request_id": f"req-{i}", "labels": [1, 2]}
+            body = {"inputs": digits_rows[i : i + 2], "request_id": f"req-{i}"}
             resp = await http.post(r.url + "/predict", json=body)
             assert resp.status_code == 200
             sent.append(resp.json())
-        # Ten more (and one refused) in one coalesced call, as the gateway sends them: one record each.
-        items = [
-            orjson.dumps({"inputs": digits_rows[i : i + 2], "request_id": f"req-{i}", "labels": [1, 2]})
-            for i in range(20, 30)
-        ]
-        resp = await http.post(r.url + "/predict_batch", content=batchwire.encode_request([*items, b"{}"]))
-        answers = batchwire.decode_response(resp.content, 11)
-        assert [s for s, _ in answers] == [200] * 10 + [422]
-        sent += [orjson.loads(b) for _, b in answers[:10]]
+        # True labels are feedback for the Tracker, not part of a prediction: refused, and not recorded.
+        labelled = await http.post(r.url + "/predict", json={**body, "request_id": "lab-0", "labels": [1, 2]})
+        assert labelled.status_code == 422
+        assert labelled.json()["detail"] == "labels are feedback: POST them to the Tracker's /feedback with the request_id"
+        # Ten more in one coalesced call, as the gateway sends them, among them two refused (one labelled,
+        # on the otherwise valid fast path's turf): their neighbours get 200, one record each.
+        items = [orjson.dumps({"inputs": digits_rows[i : i + 2], "request_id": f"req-{i}"}) for i in range(20, 30)]
+        with_labels = orjson.dumps({"inputs": digits_rows[:2], "request_id": "lab-1", "labels": [1, 2]})
+        resp = await http.post(
+            r.url + "/predict_batch", content=batchwire.encode_request([*items[:5], with_labels, *items[5:], b"{}"])
+        )
+        answers = batchwire.decode_response(resp.content, 12)
+        assert [s for s, _ in answers] == [200] * 5 + [422] + [200] * 5 + [422]
+        assert b"labels are feedback" in answers[5][1]
+        sent += [orjson.loads(b) for s, b in answers if s == 200]
 
         async def gauge(name: str) -> float:
             text = (await http.get(r.url + "/metrics")).text
@@ -203,7 +209,7 @@ async def test_records_reach_a_tracker_that_was_down_exactly_once(  # type: igno
     assert sorted(rec["request_id"] for rec in stub.records) == sorted(f"req-{i}" for i in range(30))
     assert len({rec["record_id"] for rec in stub.records}) == 30
     rec = next(x for x in stub.records if x["request_id"] == "req-3")
-    assert rec["service"] == "digits" and rec["labels"] == [1, 2] and rec["model_version"] == "1"
+    assert rec["service"] == "digits" and "labels" not in rec and rec["model_version"] == "1"
     assert rec["outputs"] == sent[3]["outputs"] and len(rec["inputs"]) == 2 and len(rec["inputs"][0]) == 64
     assert rec["latency_ms"] > 0 and rec["ts"] > 0
     for i in (20, 24, 29):  # a coalesced call's records take their rows from one matrix: each gets its own

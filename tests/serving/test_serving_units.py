@@ -13,6 +13,7 @@ from scanflow.serving import batchwire
 from scanflow.serving.batching import MicroBatcher, ModelNotReady, ModelThread
 from scanflow.serving.model import LoadedModel
 from scanflow.serving.payload import (
+    LABELS_REFUSED,
     PayloadError,
     PredictRequest,
     _parse_many_fast,
@@ -37,10 +38,26 @@ def _parse(doc: object, raw: bytes | None = None):  # type: ignore[no-untyped-de
     return parse_predict(raw if raw is not None else json.dumps(doc).encode(), n_features=4, max_rows=10)
 
 
-def test_parse_accepts_rows_and_keeps_request_id_and_labels() -> None:
-    req = _parse({"inputs": [ROW, [1, 2, 3, 4]], "request_id": "abc", "labels": [1, 2]})
+def test_parse_accepts_rows_and_keeps_request_id() -> None:
+    req = _parse({"inputs": [ROW, [1, 2, 3, 4]], "request_id": "abc"})
     assert req.inputs.dtype == np.float32 and req.inputs.shape == (2, 4)
-    assert req.request_id == "abc" and req.labels == [1, 2] and not req.want_probabilities
+    assert req.request_id == "abc" and not req.want_probabilities
+
+
+@pytest.mark.parametrize("labels", [[1], [1, 2], None, "x"])
+def test_labels_in_predict_are_refused_as_feedback(labels: object) -> None:
+    """True labels go to the Tracker's /feedback by request_id; a /predict carrying them is refused,
+    whatever their value, alone and inside a coalesced call (fast path or not)."""
+    with pytest.raises(PayloadError) as info:
+        _parse({"inputs": [ROW], "request_id": "r", "labels": labels})
+    assert info.value.status == 422 and info.value.message == LABELS_REFUSED
+    assert "POST them to the Tracker's /feedback with the request_id" in LABELS_REFUSED
+    good = json.dumps({"inputs": [ROW]}).encode()
+    labelled = json.dumps({"inputs": [ROW], "labels": labels}).encode()
+    parsed = parse_batch([good, labelled, good], n_features=4, max_rows=10, max_body_bytes=300)
+    assert [type(r).__name__ for r in parsed.items] == ["PredictRequest", "PayloadError", "PredictRequest"]
+    assert parsed.items[1].message == LABELS_REFUSED  # type: ignore[union-attr]
+    assert parsed.x is not None and parsed.x.shape == (2, 4)
 
 
 @pytest.mark.parametrize(
@@ -59,7 +76,7 @@ def test_parse_accepts_rows_and_keeps_request_id_and_labels() -> None:
         (None, b'{"inputs": [[1, 2, 3, 4], [Infinity, 1, 2, 3]]}', 422, "row 1 contains NaN or infinite"),
         ({"inputs": [[1e300, 1, 2, 3]]}, None, 422, "float32 overflow"),
         ({"inputs": [ROW] * 11}, None, 413, "at most 10"),
-        ({"inputs": [ROW], "labels": [1, 2]}, None, 422, "'labels' must be a list of 1 integers"),
+        ({"inputs": [ROW], "labels": [1]}, None, 422, "labels are feedback"),
         ({"inputs": [ROW], "request_id": 5}, None, 422, "'request_id'"),
     ],
 )
@@ -260,7 +277,7 @@ MANY_CASES = [
 def _outcome(r: object) -> tuple:
     if isinstance(r, PayloadError):
         return (r.status, r.message)
-    return ("ok", r.inputs.tolist(), r.inputs.dtype, r.request_id, r.labels, r.want_probabilities)  # type: ignore[attr-defined]
+    return ("ok", r.inputs.tolist(), r.inputs.dtype, r.request_id, r.want_probabilities)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("body", MANY_CASES)
@@ -280,7 +297,7 @@ def test_parse_many_answers_each_item_exactly_as_parse_predict(body: bytes) -> N
     assert [_outcome(r) for r in got] == [alone(good), alone(body), alone(good)]
 
 
-FAST_OK = [b'{"inputs": [[1, 2, 3, 4]]}', b'{"inputs": [[0.5, 0.5, 0.5, 0.5], [1, 2, 3, 4]], "labels": [1, 2]}',
+FAST_OK = [b'{"inputs": [[1, 2, 3, 4]]}', b'{"inputs": [[0.5, 0.5, 0.5, 0.5], [1, 2, 3, 4]], "request_id": "q"}',
            b'{"inputs": [[1, 2, 3, 4]], "request_id": "r", "probabilities": true}']
 
 
@@ -308,6 +325,7 @@ def test_parse_batch_stacks_exactly_the_valid_items_rows_in_order(body: bytes) -
     b'{"inputs": [[1, 2, 3, "4"]]}', b'{"inputs": [[1, 2, 3, null]]}', b'{"inputs": [[1, 2, 3, 4], [1, 2]]}',
     b'{"inputs": [[NaN, 2, 3, 4]]}', b'{"inputs": [[1e39, 2, 3, 4]]}', b'{"inputs": [[1, 2, 3]]}',
     b'{"inputs": [[1, 2, 3, 4]], "labels": [true]}', b'{"inputs": [[1, 2, 3, 4]]}' + b" " * 300,
+    b'{"inputs": [[1, 2, 3, 4]], "labels": [3]}', b'{"inputs": [[1, 2, 3, 4]], "request_id": "r", "labels": null}',
 ])
 def test_parse_many_fast_path_leaves_any_doubtful_batch_to_the_per_item_path(bad: bytes) -> None:
     assert _parse_many_fast([*FAST_OK, bad], n_features=4, max_rows=10, max_body_bytes=300) is None

@@ -99,6 +99,17 @@ def predictions_app(mlflow_server: str, tmp_path: Path, unique_name: str):  # ty
             app.kill()
 
 
+@pytest.fixture
+def feedback_app(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """`predictions_app.py` with the feedback log mounted on its database, no MLflow: a real process
+    to SIGKILL between feedback appends. Killed after the test."""
+    app = PredictionsApp(f"sqlite:///{tmp_path / 'log.db'}", "", tmp_path, feedback=1)
+    try:
+        yield app
+    finally:
+        app.kill()
+
+
 @pytest.fixture(name="record")
 def record_fixture():  # type: ignore[no-untyped-def]
     return record

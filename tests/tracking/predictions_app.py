@@ -15,6 +15,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from scanflow.tracking.api import predictions_router
+from scanflow.tracking.feedback import FeedbackLog
+from scanflow.tracking.feedback_api import feedback_router
 from scanflow.tracking.predictions import PredictionLog
 
 
@@ -38,11 +40,14 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=50)
     p.add_argument("--flush-interval", type=float, default=0.05)
     p.add_argument("--max-records", type=int, default=100)
+    p.add_argument("--feedback", type=int, default=0, help="1: mount the feedback log (same database) too")
     args = p.parse_args()
 
     log = PredictionLog(args.db)
     app = FastAPI()
     app.include_router(predictions_router(log, args.token, max_records=args.max_records))
+    if args.feedback:
+        app.include_router(feedback_router(FeedbackLog(args.db), args.token))
     if args.experiment:
         threading.Thread(
             target=flush_forever,
