@@ -43,7 +43,8 @@ HOLDOUT_FRACTION = 0.3
 # traffic: the same digit through the same scanner, read noise sigma 0.02 apart: RMS 0.028, at most 0.036
 # over S1's traffic pool, while its distinct digits are >= 0.042 apart).
 DUPLICATE_TOLERANCE = 0.04
-agent = Agent(SPEC.name, role="executor", description="runs jobs, promotes models, scales, routes")
+agent = Agent(SPEC.name, role="executor", description="runs jobs, promotes models, scales, routes",
+              settings_keys=("holdout_fraction", "duplicate_tolerance", "reference_rows", "promotion"))
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
 

@@ -237,8 +237,10 @@ class Agent:
     def declared_events(self) -> frozenset[str]:
         """Every event name this agent says it produces: its own `emits`, its sensors' and actuators'."""
         names = set(self.emits)
-        for spec in (*self.sensors.values(), *self.actuators.values()):
-            names.update(spec.emits)
+        for sensor in self.sensors.values():
+            names.update(sensor.emits)
+        for actuator in self.actuators.values():
+            names.update(actuator.emits)
         return frozenset(names)
 
     def on_startup(self, fn: F) -> F:
