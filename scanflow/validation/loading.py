@@ -146,7 +146,8 @@ def check_job_entrypoints(wf: Workflow) -> list[Problem]:
             try:
                 load_entrypoint(job.entrypoint)
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code: report it
-                own = isinstance(exc, TypeError) and str(exc).startswith(repr(job.entrypoint))  # not callable
-                why = str(exc) if own else f"cannot import: {describe(exc)}"
+                prefix = f"{job.entrypoint!r}: "  # load_entrypoint's own 'not callable' message
+                own = isinstance(exc, TypeError) and str(exc).startswith(prefix)
+                why = str(exc).removeprefix(prefix) if own else f"cannot import: {describe(exc)}"
                 problems.append(Problem(f"jobs.{job.name}.entrypoint", job.entrypoint, why))
     return problems
