@@ -2,7 +2,7 @@
 
     agent = Agent("checker", role="checker")
 
-    @agent.sensor(every=5.0)
+    @agent.sensor(every=5.0, emits=("drift.checked",))
     async def poll(ctx): return [("drift.checked", {"drift_rate": 0.2})]
 
     @agent.actuator("plan_retrain")
