@@ -30,7 +30,8 @@ from scanflow.embedded.latency import Percentile, histogram, percentile_ms
 SPEC = agent_spec("checker")
 MAX_CRITICAL_IDS = 2000
 WATCH_TIMEOUT_S = 8.0
-agent = Agent(SPEC.name, role="checker", description="drift, SLO and availability analysis")
+agent = Agent(SPEC.name, role="checker", description="drift, SLO and availability analysis",
+              settings_keys=("fpr", "reference_size", "epochs", "min_window"))
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
 
@@ -65,7 +66,7 @@ def load_detector(ctx: Context) -> None:
         ctx.log.warning("%s; will load on first check", exc)
 
 
-@agent.actuator("check_drift", max_attempts=5)
+@agent.actuator("check_drift", max_attempts=5, emits=("drift.checked",))
 async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Run the detector on the records logged since the last check; emit `drift.checked`."""
     from scanflow.tracking.predictions import prediction_run_id, read_since
@@ -133,7 +134,7 @@ def set_slo(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return {"service": svc.name, "slo_ms": slo_latency_ms(ctx.state["slo_ms"], declared), "declared_ms": declared}
 
 
-@agent.sensor(every=1.0)
+@agent.sensor(every=1.0, emits=("service.checked", "latency.checked"))
 async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     svc = primary_service()
     url = service_url(svc)

@@ -43,7 +43,8 @@ from scanflow.platform.base import PlatformError
 SPEC = agent_spec("executor")
 HOLDOUT_FRACTION = 0.3
 CHAMPION_ALIAS = "champion"
-agent = Agent(SPEC.name, role="executor", description="runs jobs, promotes models, scales, routes")
+agent = Agent(SPEC.name, role="executor", description="runs jobs, promotes models, scales, routes",
+              settings_keys=("holdout_fraction", "duplicate_tolerance", "reference_rows", "promotion"))
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
 

@@ -39,7 +39,8 @@ SPEC = agent_spec("planner")
 CFG = SPEC.settings
 MAX_DECISIONS = 200
 MAX_CRITICAL = 4000
-agent = Agent(SPEC.name, role="planner", description="retrain, failover and scaling decisions")
+agent = Agent(SPEC.name, role="planner", description="retrain, failover and scaling decisions",
+              settings_keys=("retrain", "promotion", "autoscale", "failover"))
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
 
@@ -115,7 +116,7 @@ def count_labelled(ctx: Context, ids: list[str]) -> int:
         raise TemporaryError(f"feedback lookup at the Tracker failed: {exc}", delay_s=2.0) from None
 
 
-@agent.actuator("plan_retrain", max_attempts=5)
+@agent.actuator("plan_retrain", max_attempts=5, emits=("drift.detected",))
 def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p = _payload(ctx, args)
     if "drift" not in p:
@@ -157,7 +158,7 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
             "critical_points": len(pool), "labelled": labelled}
 
 
-@agent.actuator("submit_plan")
+@agent.actuator("submit_plan", emits=("plan.approved",))
 async def submit_plan(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Queue a plan for the Executor's durable inbox as `plan.approved` (the outbox delivers it)."""
     plan = {**(ctx.event.payload if ctx.event else {}), **args}
@@ -173,7 +174,7 @@ async def deliver(ctx: Context) -> None:
     await outbox.deliver(ctx)
 
 
-@agent.actuator("plan_failover")
+@agent.actuator("plan_failover", emits=("plan.approved",))
 async def plan_failover(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p = _payload(ctx, args)
     c = dict(CFG.get("failover", {}))
@@ -244,7 +245,7 @@ def scale_view(observed: int | None, healthy: int | None, asked: int | None, ask
     return observed, ready
 
 
-@agent.actuator("plan_scale")
+@agent.actuator("plan_scale", emits=("plan.approved",))
 async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Autoscale policy on a latency event; its state (hysteresis, cooldown, down window) is kept in
     ctx.state between ticks and across restarts, so scale-downs wait and nothing flaps."""

@@ -26,7 +26,7 @@ SPEC = agent_spec("tracker")
 WINDOW = int(SPEC.settings.get("quick_window" if quick() else "window", 200 if quick() else 500))
 # the replicas' batches (up to the router's 8 MiB) must pass the app's body limit (1 MiB by default)
 agent = Agent(SPEC.name, role="tracker", description="records predictions; announces windows to check",
-              max_body_bytes=MAX_BODY_BYTES)
+              max_body_bytes=MAX_BODY_BYTES, settings_keys=("service", "window", "quick_window"))
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
 
@@ -81,7 +81,7 @@ def close_log(ctx: Context) -> None:
         FEEDBACK.log.close()
 
 
-@agent.sensor(every=1.0)
+@agent.sensor(every=1.0, emits=("predictions.logged",))
 async def flush(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     """Flush new records to MLflow; announce them with the count since the last full window."""
     log = LOG._get()

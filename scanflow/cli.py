@@ -28,14 +28,19 @@ app.command("deploy")(deploy_command)
 def validate(
     file: Annotated[Path, typer.Argument(help="workflow file: .py (defines `workflow`) or .yaml")],
 ) -> None:
-    """Check a workflow declaration; print it as YAML when valid."""
-    from scanflow.spec import SpecError, load_workflow
+    """Check a workflow declaration, its shape and its meaning; print it as YAML when valid.
 
-    try:
-        wf = load_workflow(file)
-    except SpecError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+    Meaning: constraints compile, actions name agents and actuators that exist, agent modules and job
+    entry points import, strategies wait for events some agent produces, settings keys are read.
+    One line per problem on stderr ('field.path = value: what is wrong'), exit code 2 if any.
+    """
+    from scanflow.validation import validate_file
+
+    wf, problems = validate_file(file)
+    if problems or wf is None:
+        for problem in problems:
+            typer.echo(problem.line(), err=True)
+        raise typer.Exit(2)
     typer.echo(wf.to_yaml(), nl=False)
     typer.echo(
         f"ok: workflow {wf.name!r}: {len(wf.jobs)} jobs, {len(wf.services)} services, "

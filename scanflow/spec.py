@@ -33,7 +33,14 @@ _MEMORY_FACTORS = {
 
 
 class SpecError(ValueError):
-    """A workflow declaration is wrong; the message names the field, the value and what is allowed."""
+    """A workflow declaration is wrong; the message names the field, the value and what is allowed.
+
+    `items`: for a shape error, one (field path, value, message) per problem, so that `scanflow
+    validate` (scanflow.validation) prints one line each; empty for a file-level error."""
+
+    def __init__(self, message: str, items: tuple[tuple[str, Any, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.items = items
 
 
 def parse_memory(value: str | int) -> int:
@@ -239,7 +246,7 @@ class Workflow(_Spec):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise SpecError(format_validation_error(exc)) from None
+            raise SpecError(format_validation_error(exc), validation_error_items(exc)) from None
 
     @classmethod
     def from_yaml(cls, text: str) -> Workflow:
@@ -252,16 +259,22 @@ class Workflow(_Spec):
         return cls.from_dict(data)
 
 
+def validation_error_items(exc: ValidationError) -> tuple[tuple[str, Any, str], ...]:
+    """(field path, value, message) per problem: ('services.0.replicas', 500, 'Input should be ...')."""
+    return tuple(
+        (".".join(str(p) for p in err["loc"]) or "<root>", err.get("input"), str(err["msg"]))
+        for err in exc.errors()
+    )
+
+
 def format_validation_error(exc: ValidationError) -> str:
     """One line per problem: 'services.0.replicas = 500: Input should be less than or equal to 256'."""
     lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
-        value = err.get("input")
+    for loc, value, msg in validation_error_items(exc):
         shown = repr(value)
         if len(shown) > 80:
             shown = shown[:77] + "..."
-        lines.append(f"{loc} = {shown}: {err['msg']}")
+        lines.append(f"{loc} = {shown}: {msg}")
     return "invalid workflow:\n  " + "\n  ".join(lines)
 
 
@@ -297,5 +310,9 @@ def load_python_file(path: str | Path) -> Any:
         raise SpecError(f"cannot import {p}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)  # a half-run module must not be found by a later import
+        raise
     return module

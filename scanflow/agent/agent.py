@@ -2,7 +2,7 @@
 
     agent = Agent("checker", role="checker")
 
-    @agent.sensor(every=5.0)
+    @agent.sensor(every=5.0, emits=("drift.checked",))
     async def poll(ctx): return [("drift.checked", {"drift_rate": 0.2})]
 
     @agent.actuator("plan_retrain")
@@ -98,14 +98,46 @@ def build_strategy(
     return Strategy(name, event, text, compiled, acts, float(cooldown_s), max_per_minute, source)
 
 
+def _names(what: str, values: Iterable[str]) -> tuple[str, ...]:
+    """A tuple of non-empty strings (a lone string is refused: ("x") is a common slip for ("x",))."""
+    if isinstance(values, str):
+        raise AgentDefinitionError(f"{what} must be a list or tuple of names, got the string {values!r}")
+    out = tuple(values)
+    for v in out:
+        if not isinstance(v, str) or not v.strip():
+            raise AgentDefinitionError(f"{what}: every name must be a non-empty string, got {v!r}")
+    return out
+
+
+def _event_names(owner: str, values: Iterable[str]) -> tuple[str, ...]:
+    """Declared event names: exact names, since a strategy's glob is matched against them."""
+    out = _names(f"{owner} emits", values)
+    for v in out:
+        if any(c in v for c in "*?["):
+            raise AgentDefinitionError(f"{owner} emits {v!r}: declare exact event names, not patterns")
+    return out
+
+
 class Agent:
     """The declaration of one agent: sensors, actuators, strategies, extra routes and hooks."""
 
     def __init__(
-        self, name: str, role: Role = "custom", *, description: str = "", max_body_bytes: int | None = None
+        self,
+        name: str,
+        role: Role = "custom",
+        *,
+        description: str = "",
+        max_body_bytes: int | None = None,
+        emits: Iterable[str] = (),
+        settings_keys: Iterable[str] | None = None,
     ) -> None:
         """`max_body_bytes`: the largest request body the app accepts (default 1 MiB); an agent whose
-        router takes big uploads (the Tracker's /predictions) raises it here, where its code lives."""
+        router takes big uploads (the Tracker's /predictions) raises it here, where its code lives.
+
+        `emits`: event names this agent produces outside its sensors and actuators (its routes, hooks);
+        those two declare theirs on their decorators. `settings_keys`: the top-level keys of its
+        AgentSpec.settings it reads (None: it does not say, and they are not checked). Both are read by
+        `scanflow validate` (scanflow.validation), never by the runtime."""
         if not re.match(NAME_RE, name) or len(name) > 63:
             raise AgentDefinitionError(
                 f"agent name {name!r} must be a DNS label: lowercase letters, digits and '-', "
@@ -117,6 +149,8 @@ class Agent:
         if max_body_bytes is not None and max_body_bytes <= 0:
             raise AgentDefinitionError(f"max_body_bytes must be positive, got {max_body_bytes}")
         self.max_body_bytes = max_body_bytes
+        self.emits = _event_names("agent", emits)
+        self.settings_keys = None if settings_keys is None else _names("settings_keys", settings_keys)
         self.sensors: dict[str, SensorSpec] = {}
         self.actuators: dict[str, ActuatorSpec] = {}
         self.strategies: dict[str, Strategy] = {}
@@ -137,36 +171,44 @@ class Agent:
         if name in taken:
             raise AgentDefinitionError(f"{kind} {name!r} is already registered")
 
-    def sensor(self, every: float = 5.0, *, name: str | None = None) -> Callable[[F], F]:
+    def sensor(
+        self, every: float = 5.0, *, name: str | None = None, emits: Iterable[str] = ()
+    ) -> Callable[[F], F]:
         """Register `fn(ctx) -> list[Event | (name, payload)] | None`, run every `every` seconds.
 
         Also callable on demand: `POST /sensors/{name}`. `every=0` means on demand only.
+        `emits`: the event names it returns (for `scanflow validate`).
         """
         if every < 0:
             raise AgentDefinitionError(f"sensor every={every} must be >= 0 seconds")
+        events = _event_names("sensor", emits)
 
         def register(fn: F) -> F:
             n = name or fn.__name__
             self._check_name("sensor", n, self.sensors)
-            self.sensors[n] = SensorSpec(n, fn, float(every), inspect.iscoroutinefunction(fn))
+            self.sensors[n] = SensorSpec(n, fn, float(every), inspect.iscoroutinefunction(fn), events)
             return fn
 
         return register
 
-    def actuator(self, name: str | None = None, *, max_attempts: int = 3) -> Callable[[F], F]:
+    def actuator(
+        self, name: str | None = None, *, max_attempts: int = 3, emits: Iterable[str] = ()
+    ) -> Callable[[F], F]:
         """Register `fn(ctx, args: dict) -> dict`: an action this agent can do (sync ones run in threads).
 
         `ctx.key` is the action's idempotency key: an actuator with outside effects should use it so
         that a retry after a crash does not repeat the effect. Raise TemporaryError to be retried
-        (up to `max_attempts` times with backoff), PermanentError to stop.
+        (up to `max_attempts` times with backoff), PermanentError to stop. `emits`: the event names
+        it emits or sends to peers (for `scanflow validate`).
         """
         if max_attempts < 1:
             raise AgentDefinitionError(f"max_attempts={max_attempts} must be >= 1")
+        events = _event_names("actuator", emits)
 
         def register(fn: F) -> F:
             n = name or fn.__name__
             self._check_name("actuator", n, self.actuators)
-            self.actuators[n] = ActuatorSpec(n, fn, inspect.iscoroutinefunction(fn), max_attempts)
+            self.actuators[n] = ActuatorSpec(n, fn, inspect.iscoroutinefunction(fn), max_attempts, events)
             return fn
 
         return register
@@ -191,6 +233,15 @@ class Agent:
         return self.strategy(
             spec.name, spec.event, spec.constraint, list(spec.actions), spec.cooldown_s, spec.max_per_minute
         )
+
+    def declared_events(self) -> frozenset[str]:
+        """Every event name this agent says it produces: its own `emits`, its sensors' and actuators'."""
+        names = set(self.emits)
+        for sensor in self.sensors.values():
+            names.update(sensor.emits)
+        for actuator in self.actuators.values():
+            names.update(actuator.emits)
+        return frozenset(names)
 
     def on_startup(self, fn: F) -> F:
         """Register `fn(ctx)` (sync or async) to run when the agent's app starts."""

@@ -121,9 +121,15 @@ def intent_key(strategy: str, event_id: int, index: int) -> str:
     return f"{strategy}:{event_id}:{index}"
 
 
+def event_matches(event_name: str, pattern: str) -> bool:
+    """Does a strategy's event (exact name or glob: `drift.*`, `*`) match this event name? The one rule,
+    shared by `match` and by `scanflow validate` (scanflow.validation)."""
+    return pattern == event_name or fnmatch.fnmatchcase(event_name, pattern)
+
+
 def match(event_name: str, strategies: Iterable[Strategy]) -> list[Strategy]:
     """Strategies whose event glob (`drift.*`, `plan.approved`, `*`) matches the event name, in order."""
-    return [s for s in strategies if s.event == event_name or fnmatch.fnmatchcase(event_name, s.event)]
+    return [s for s in strategies if event_matches(event_name, s.event)]
 
 
 def _constraint_holds(strategy: Strategy, event: Event, now: float, env: EvalEnv) -> bool:

@@ -114,22 +114,29 @@ Hook = Callable[["Context"], Awaitable[None] | None]
 
 @dataclass(frozen=True)
 class SensorSpec:
-    """A registered sensor: `fn(ctx)` every `every` seconds, returning events (or None)."""
+    """A registered sensor: `fn(ctx)` every `every` seconds, returning events (or None).
+
+    `emits`: the event names it may return, declared so `scanflow validate` can tell that a
+    strategy's event is produced by someone."""
 
     name: str
     fn: SensorFn
     every: float
     is_async: bool
+    emits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class ActuatorSpec:
-    """A registered actuator: `fn(ctx, args) -> dict`; sync ones run in a thread pool."""
+    """A registered actuator: `fn(ctx, args) -> dict`; sync ones run in a thread pool.
+
+    `emits`: the event names it may emit (to its own inbox or a peer's), for `scanflow validate`."""
 
     name: str
     fn: ActuatorFn
     is_async: bool
     max_attempts: int = 3
+    emits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
