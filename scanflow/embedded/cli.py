@@ -22,8 +22,14 @@ if TYPE_CHECKING:
 HomeOpt = Annotated[Path | None, typer.Option("--home", help="the stack's directory (default .scanflow/<workflow>)")]
 
 
+def one_line(message: str) -> str:
+    """Pure: a possibly multi-line message (a SpecError lists one field per line) as one line."""
+    parts = [p.strip() for p in message.splitlines() if p.strip()]
+    return " ".join(p if p.endswith(":") else p.rstrip(";") + ";" for p in parts).rstrip(";")
+
+
 def _fail(message: str, rc: int = 2) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {one_line(message)}", err=True)
     return typer.Exit(rc)
 
 
