@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from scanflow.agent.cli import app as agent_app
+from scanflow.embedded import cli as stack_cli
 from scanflow.platform.cli import deploy as deploy_command
 from scanflow.serving.cli import app as serve_app
 from scanflow.tracking.cli import app as mlflow_app
@@ -22,6 +23,9 @@ app.add_typer(agent_app, name="agent", help="Serve agents declared in a Python f
 app.add_typer(serve_app, name="serve", help="Run an inference replica or a gateway.")
 app.add_typer(mlflow_app, name="mlflow", help="Run the embedded MLflow tracking server.")
 app.command("deploy")(deploy_command)
+app.command("up")(stack_cli.up)
+app.command("status")(stack_cli.status)
+app.command("down")(stack_cli.down)
 
 
 @app.command()

@@ -11,13 +11,16 @@
 
 On enter: a local MLflow server (knowledge base) in `home/mlflow`; the bootstrap (first champion,
 drift detector) as its own process; then the four agents as OS processes
-(`python -m scanflow.cli agent run agents/<role>.py --port P --peer ...`), each with its own
+(`python -m scanflow.cli agent run FILE --name NAME --port P --peer ...`, FILE being the source of the
+AgentSpec's `module`, else `agents/<role>.py`; P its `port`, else a free one), each with its own
 SCANFLOW_HOME (its durable store), the shared token and MLFLOW_TRACKING_URI. The Executor deploys the
 services at startup; the stack returns once every agent answers /health (the Executor's only after its
 services are ready). Service gateway ports are fixed here, so a restarted Executor serves on the same
 endpoint. On exit (or error): agents get SIGTERM (the Executor stops its services), then SIGKILL, a
-sweep kills anything a SIGKILLed Executor left behind, and MLflow stops.
-Who calls: tests/e2e, benchmarks/s1.py, `scanflow demo`, notebooks.
+sweep kills anything a SIGKILLed Executor left behind, and MLflow stops. `on_progress` hears one line
+per phase as it begins and ends (the library itself prints nothing).
+Who calls: `scanflow up` (scanflow/embedded/up.py), tests/e2e, benchmarks/s1.py, `scanflow demo`,
+notebooks.
 """
 
 from __future__ import annotations
@@ -30,16 +33,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Self
 
 import httpx
 
 from scanflow.agent.client import AgentClient
+from scanflow.embedded.agentfiles import AgentModuleError, agent_target
 from scanflow.embedded.env import QUICK_ENV, WORKFLOW_ENV, primary_service, service_url
 from scanflow.embedded.leftovers import kill_leftovers
 from scanflow.platform.processes import free_port
-from scanflow.spec import Workflow
+from scanflow.spec import AgentSpec, Workflow
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +93,7 @@ class EmbeddedStack:
     def __init__(
         self,
         home: str | Path,
-        workflow: Workflow | None = None,
+        workflow: Workflow,
         *,
         token: str | None = None,
         quick: bool = False,
@@ -96,11 +101,8 @@ class EmbeddedStack:
         python: str = sys.executable,
         ready_timeout_s: float = 300.0,
         extra_env: dict[str, str] | None = None,
+        on_progress: Callable[[str], None] | None = None,
     ) -> None:
-        if workflow is None:
-            from workflows.digits.workflow import workflow as digits
-
-            workflow = digits
         self.home = Path(home).resolve()
         self.token = token or secrets.token_urlsafe(24)
         self.quick = quick
@@ -108,10 +110,16 @@ class EmbeddedStack:
         self.python = python
         self.ready_timeout_s = ready_timeout_s
         self.extra_env = dict(extra_env or {})
+        self.on_progress = on_progress
         # every service gets a fixed gateway port: a restarted Executor must serve on the same endpoint
         services = [s if s.port else s.model_copy(update={"port": free_port()}) for s in workflow.services]
         self.workflow = workflow.model_copy(update={"services": services})
-        self.ports = {role: free_port() for role in ROLES}
+        specs = {role: self.agent_spec(role) for role in ROLES}
+        self.ports = {role: (spec.port if spec and spec.port else free_port()) for role, spec in specs.items()}
+        try:  # a wrong module fails here, before MLflow starts and the bootstrap trains
+            self.targets = {role: agent_target(role, spec, self.agents_dir) for role, spec in specs.items()}
+        except AgentModuleError as exc:
+            raise StackError(str(exc)) from None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._log_from: dict[str, int] = {}  # per role: the log offset where its current process began
         self.mlflow: Any = None
@@ -131,6 +139,17 @@ class EmbeddedStack:
     def service_url(self) -> str:
         """The endpoint clients use: the gateway of the primary service."""
         return service_url(primary_service(self.workflow))
+
+    def agent_spec(self, role: str) -> AgentSpec | None:
+        """The workflow's AgentSpec for `role` (None: the agent runs with the reference file's defaults)."""
+        return next((a for a in self.workflow.agents if a.role == role), None)
+
+    def pids(self) -> dict[str, int]:
+        """Pids of what this stack started and still runs: "mlflow" and each live agent (by role)."""
+        out = {role: p.pid for role, p in self.procs.items() if p.poll() is None}
+        if self.mlflow is not None and self.mlflow.pid is not None:
+            out["mlflow"] = self.mlflow.pid
+        return out
 
     def agent_home(self, role: str) -> Path:
         return self.home / "agents" / role
@@ -155,14 +174,27 @@ class EmbeddedStack:
 
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
         (self.home / "workflow.yaml").write_text(self.workflow.to_yaml())
+        self._say("mlflow: starting")
         self.mlflow = MlflowServer(self.home / "mlflow")
         self.tracking_uri = self.mlflow.start()
+        self._say(f"mlflow: up at {self.tracking_uri}")
+        self._say("bootstrap: training the first champion and fitting the drift detector (this takes a while)")
         self._bootstrap()
+        self._say(f"bootstrap: done (champion version {self.bootstrap_result.get('champion', '?')})")
         for role in ROLES:  # the Executor last: its replicas post to the Tracker
             self._spawn(role)
+        self._say(f"agents: started {', '.join(ROLES)}; waiting for each to answer /health")
         for role in ROLES:
+            if role == "executor":
+                self._say("executor: deploying the services")
             self._wait_healthy(role)
+            self._say(f"agent {role}: healthy at {self.agent_urls[role]}")
+        self._say(f"services: ready ({', '.join(s.name for s in self.workflow.services)})")
         return self
+
+    def _say(self, line: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(line)
 
     def stop(self) -> None:
         """Stop agents (SIGTERM, then SIGKILL), sweep leftovers, stop MLflow. Idempotent."""
@@ -215,8 +247,10 @@ class EmbeddedStack:
         self.bootstrap_result = json.loads(lines[-1]) if lines else {}
 
     def _argv(self, role: str) -> list[str]:
-        argv = [self.python, "-m", "scanflow.cli", "agent", "run", str(self.agents_dir / f"{role}.py"),
-                "--port", str(self.ports[role])]
+        file, name = self.targets[role]
+        argv = [self.python, "-m", "scanflow.cli", "agent", "run", str(file), "--port", str(self.ports[role])]
+        if name is not None:
+            argv += ["--name", name]
         for other, url in self.agent_urls.items():
             if other != role:
                 argv += ["--peer", f"{other}={url}"]
@@ -244,7 +278,8 @@ class EmbeddedStack:
         timeout_s = timeout_s or self.ready_timeout_s
         deadline = time.monotonic() + timeout_s
         url = self.agent_urls[role] + "/health"
-        expected = next((a.name for a in self.workflow.agents if a.role == role), None)
+        spec = self.agent_spec(role)
+        expected = spec.name if spec else None
         respawns = 0
         answered: str | None = None  # the last agent name seen on the port (a foreign one, if any)
         while time.monotonic() < deadline:

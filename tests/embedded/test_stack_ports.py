@@ -134,7 +134,9 @@ def foreign_health_server(port: int, agent: str) -> Iterator[None]:
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_whole_stack_survives_a_busy_port_and_refuses_a_foreign_agent(tmp_path: Path) -> None:
-    stack = EmbeddedStack(tmp_path / "stack", quick=True, ready_timeout_s=240.0)
+    from workflows.digits.workflow import workflow
+
+    stack = EmbeddedStack(tmp_path / "stack", workflow, quick=True, ready_timeout_s=240.0)
     names = {a.role: a.name for a in stack.workflow.agents}
     checker_log = stack.log_path("checker")
     with (port_held_until_logged(stack.ports["checker"], checker_log, ADDR_IN_USE, timeout_s=240.0) as released,
