@@ -1,0 +1,167 @@
+"""S1 on workflows the framework never saw, through `scanflow up`, with labels only as feedback.
+
+- The tabular example (workflows/sensors: 13 columns, one categorical, a scikit-learn model served
+  through its MLflow flavour, a sensor-recalibration drift): drift detected -> one retrain on critical
+  points labelled by feedback (20 % of requests, 2 s late) -> promoted -> swapped with 0 failed
+  requests -> the detector refitted for the new champion reads the same traffic as clean, no second
+  retrain.
+- A regression fixture (tests/fixtures/reg5: 5 features, a pyfunc model): `scanflow up` runs it and
+  its drift checks do not fail.
+Both drive the stack from outside, as a user does: stack.json for the addresses, the token file, HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from e2e_support import wait_for
+
+from scanflow.stack import Traffic
+
+REPO = Path(__file__).resolve().parents[2]
+READY_S = 480.0  # MLflow, the bootstrap's training and detector fit, four agents: minutes on a busy machine
+POST_SWAP_WINDOWS = 5
+MAX_FLAGGED = 2  # of 5 windows at the detector's 5 % false-positive rate: 3+ happens < 1 % of runs
+pytestmark = [pytest.mark.slow]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("SCANFLOW_WORKFLOW", None)
+    return env
+
+
+class UpStack:
+    """`scanflow up FILE --quick` as a subprocess, read through its stack.json and token file."""
+
+    def __init__(self, workflow: Path, home: Path, out: Path) -> None:
+        self.home, self.out = home, out
+        with open(out, "wb") as f:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "scanflow.cli", "up", str(workflow), "--quick", "--home", str(home)],
+                cwd=REPO, env=_env(), stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.state = self._wait_running()
+        self.token = (home / "token").read_text().strip()
+        self.urls: dict[str, Any] = self.state["urls"]
+
+    def _wait_running(self) -> dict[str, Any]:
+        def running() -> dict[str, Any] | None:
+            if self.proc.poll() is not None:
+                pytest.fail(f"up exited with {self.proc.returncode}:\n{self.out.read_text(errors='replace')}")
+            try:
+                s = json.loads((self.home / "stack.json").read_text())
+            except (OSError, ValueError):
+                return None
+            return s if s.get("state") == "running" else None
+        return wait_for(running, READY_S, 1.0, "scanflow up to say running")  # type: ignore[no-any-return]
+
+    def get(self, role: str, path: str, **params: Any) -> Any:
+        r = httpx.get(self.urls["agents"][role] + path, params=params or None, timeout=30.0,
+                      headers={"Authorization": f"Bearer {self.token}"})
+        r.raise_for_status()
+        return r.json()
+
+    def down(self) -> None:
+        if self.proc.poll() is None:
+            subprocess.run([sys.executable, "-m", "scanflow.cli", "down", "--home", str(self.home)], cwd=REPO,
+                           env=_env(), capture_output=True, timeout=240, check=False)
+            self.proc.wait(timeout=60)
+
+
+@pytest.fixture
+def up_stack(tmp_path: Path) -> Iterator[Any]:
+    started: list[UpStack] = []
+
+    def start(workflow: Path) -> UpStack:
+        s = UpStack(workflow, tmp_path / "home", tmp_path / "up.out")
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.down()
+
+
+def _champion(stack: UpStack, model: str) -> str | None:
+    import mlflow
+
+    from scanflow.tracking.registry import CHAMPION, get_alias_version
+
+    mlflow.set_tracking_uri(stack.urls["mlflow"])
+    return get_alias_version(model, CHAMPION)
+
+
+def _drift_checks(stack: UpStack, version: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in stack.get("checker", "/events", limit=1000) if e["name"] == "drift.checked"
+            and (version is None or str(e["payload"].get("detector_version")) == str(version))]
+
+
+@pytest.mark.timeout(900)
+def test_s1_on_the_tabular_workflow_through_scanflow_up(up_stack: Any) -> None:
+    from workflows.sensors.s1 import traffic_pools
+
+    stack = up_stack(REPO / "workflows" / "sensors" / "workflow.py")
+    model = "sensors"
+    pools = traffic_pools()
+    old = wait_for(lambda: _champion(stack, model), 30, what="the bootstrap champion")
+    service = next(iter(stack.urls["services"].values()))
+    with Traffic(service, pools["clean"], pools["drifted"], rate=60, clients=3,
+                 tracker_url=stack.urls["agents"]["tracker"], token=stack.token) as traffic:
+        wait_for(lambda: traffic.count() > 100, 60, what="clean traffic answered")
+        onset = time.time()
+        traffic.drifted = True
+
+        def new_serves() -> str | None:
+            cur = _champion(stack, model)
+            recent = [a for a in traffic.snapshot()[-20:] if a.status == 200]
+            return cur if cur not in (None, old) and recent and all(a.version == cur for a in recent) else None
+
+        new = wait_for(new_serves, 300, what="a new champion serving after the drift onset")
+        served = min(a.t for a in traffic.snapshot() if a.version == new)
+        post = wait_for(lambda: (got := _drift_checks(stack, new)) and len(got) >= POST_SWAP_WINDOWS and got,
+                        150, what=f"{POST_SWAP_WINDOWS} drift checks by the new champion's detector")
+        accuracy_before = traffic.accuracy(since=onset, drifted=True, version=old)
+        accuracy_after = traffic.accuracy(since=served, drifted=True, version=new)
+    plans = stack.get("planner", "/plans")
+    executor = stack.get("executor", "/decisions", limit=1000)
+
+    assert traffic.failed() == [], traffic.failed()[:3]
+    assert traffic.feedback_counts().acknowledged > 0
+    assert len([p for p in plans if p["policy"] == "retrain" and p["retrain"]]) == 1, plans
+    fired = [d for d in executor if d["strategy"] == "execute-retrain" and d["result"] == "fired"]
+    assert len(fired) == 1 and all(o["status"] == "ok" for o in fired[0]["outcomes"].values()), fired
+    assert accuracy_after > accuracy_before + 0.2, (accuracy_before, accuracy_after)
+    flagged = sum(bool(e["payload"]["drift"]) for e in post)
+    assert flagged <= MAX_FLAGGED, [e["payload"]["p_value"] for e in post]
+    print(f"S1 sensors through scanflow up: onset -> v{new} serving {served - onset:.1f}s, drifted accuracy "
+          f"{accuracy_before:.3f} -> {accuracy_after:.3f}, {flagged} of {len(post)} post-swap windows flagged")
+
+
+@pytest.mark.timeout(600)
+def test_a_regression_workflow_of_another_width_runs_with_drift_checks(up_stack: Any) -> None:
+    stack = up_stack(REPO / "tests" / "fixtures" / "reg5" / "workflow.py")
+    service = next(iter(stack.urls["services"].values()))
+    rng = np.random.default_rng(0)
+    with httpx.Client(timeout=30.0) as http:
+        for i in range(450):  # past two quick windows of the Tracker (it counts requests)
+            rows = rng.normal(size=(2, 5)).tolist()
+            r = http.post(f"{service}/predict", json={"inputs": rows, "request_id": f"reg-{i}"})
+            assert r.status_code == 200, r.text
+            assert all(isinstance(v, float) for v in r.json()["outputs"])
+    checks = wait_for(lambda: _drift_checks(stack), 120, what="a drift check of the regression workflow")
+    assert checks[0]["payload"]["n"] > 0
+    failed = [d for d in stack.get("checker", "/decisions", limit=1000) if d["result"] == "error"
+              or any(o.get("status") not in ("ok", None) for o in (d.get("outcomes") or {}).values())]
+    assert not failed, failed
