@@ -1,15 +1,21 @@
-"""Drift detection: a torch autoencoder, critical points, a calibrated window test, typed reports.
+"""Drift detection: torch autoencoders, critical points, a calibrated window test, typed reports.
 
-Public API: `AutoencoderDriftDetector`, `DriftDetector` (base), `DriftReport`, `NotFittedError`,
-`DriftError`. Importing this package loads torch (the detector's model); alibi-detect is only
-imported when a backend other than "ae" is asked for.
+Public API: `AutoencoderDriftDetector` (images), `TabularAutoencoderDriftDetector` (tabular rows),
+their base `ReconstructionDriftDetector`, `detector_for` / `fit_reference` (the detector a
+`DataSchema` needs), `load_detector` / `load_detector_from_mlflow` (any saved detector),
+`DriftDetector` (base), `DriftReport`, `NotFittedError`, `DriftError`. Importing this package loads
+torch (the detectors' models); alibi-detect is only imported when a backend other than "ae" is asked for.
 """
 
 from __future__ import annotations
 
+from scanflow.drift.alibi_backend import alibi_available
 from scanflow.drift.base import DriftDetector, DriftError, NotFittedError
-from scanflow.drift.detector import BACKENDS, AutoencoderDriftDetector, alibi_available
+from scanflow.drift.detector import AutoencoderDriftDetector
+from scanflow.drift.factory import detector_for, fit_reference, load_detector, load_detector_from_mlflow
+from scanflow.drift.reconstruction import BACKENDS, ReconstructionDriftDetector
 from scanflow.drift.report import DriftReport
+from scanflow.drift.tabular import TabularAutoencoderDriftDetector
 
 __all__ = [
     "BACKENDS",
@@ -18,5 +24,11 @@ __all__ = [
     "DriftError",
     "DriftReport",
     "NotFittedError",
+    "ReconstructionDriftDetector",
+    "TabularAutoencoderDriftDetector",
     "alibi_available",
+    "detector_for",
+    "fit_reference",
+    "load_detector",
+    "load_detector_from_mlflow",
 ]

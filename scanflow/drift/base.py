@@ -1,6 +1,7 @@
 """The detector workflow, alibi-detect style: reference data -> fit -> infer threshold -> predict.
 
-Who calls it: subclasses (AutoencoderDriftDetector) implement `_fit`, `_calibrate` and `_predict`;
+Who calls it: subclasses (`ReconstructionDriftDetector`, which the image and tabular autoencoder
+detectors build on) implement `_fit`, `_calibrate` and `_predict`;
 users and the Checker agent call `fit` once and `predict` per window. The base owns what every
 detector must get right the same way: input validation (shape, dtype, finite values), the stated
 false-positive rate, the hold-out used for calibration when none is given, and refusing to predict
@@ -9,6 +10,7 @@ before it is fitted.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Self
@@ -34,7 +36,7 @@ class DriftDetector(ABC):
     """Owns the reference data, optional preprocessing and the false-positive rate.
 
     fpr: the stated false-positive rate; a window is flagged when its p-value is below it.
-    n_features: expected columns of every input (64 for 8x8 digits).
+    n_features: expected columns of every input (the reference's width; 64 for 8x8 images).
     calibration_fraction: when `fit` gets no calibration data, this share of the reference is held
         out (never trained on) to calibrate the null distribution.
     preprocess_fn: applied to every input before the detector sees it (same in fit and predict).
@@ -114,10 +116,15 @@ class DriftDetector(ABC):
             arr = np.asarray(x, dtype=np.float32)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{what}: not a numeric array ({exc})") from None
-        if arr.ndim == 3 and arr.shape[1] * arr.shape[2] == self.n_features:
-            arr = arr.reshape(len(arr), self.n_features)  # accept (n, 8, 8) images
-        if arr.ndim != 2 or arr.shape[1] != self.n_features:
-            raise ValueError(f"{what}: expected shape (n, {self.n_features}), got {arr.shape}")
+        if arr.ndim > 2 and math.prod(arr.shape[1:]) == self.n_features:
+            arr = arr.reshape(len(arr), self.n_features)  # accept images as (n, H, W) or (n, C, H, W)
+        if arr.ndim != 2:
+            raise ValueError(f"{what}: expected rows of features, shape (n, {self.n_features}), got {arr.shape}")
+        if arr.shape[1] != self.n_features:
+            raise ValueError(
+                f"{what}: expected {self.n_features} features (the reference's schema), got {arr.shape[1]} "
+                f"(expected shape (n, {self.n_features}), got {arr.shape})"
+            )
         if len(arr) < min_rows:
             raise ValueError(f"{what}: need at least {min_rows} rows, got {len(arr)}")
         if not np.isfinite(arr).all():

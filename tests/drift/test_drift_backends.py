@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import scanflow.drift.detector as detector_module
+import scanflow.drift.alibi_backend as alibi_module
 from scanflow.drift import AutoencoderDriftDetector, alibi_available
 from workflows.digits.data import corrupt
 
@@ -13,7 +13,7 @@ needs_alibi = pytest.mark.skipif(not alibi_available(), reason="alibi-detect is 
 
 
 def test_missing_alibi_is_a_clear_error_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(detector_module, "alibi_available", lambda: False)
+    monkeypatch.setattr(alibi_module, "alibi_available", lambda: False)
     with pytest.raises(ImportError, match="alibi-detect"):
         AutoencoderDriftDetector(backend="mmd")
     AutoencoderDriftDetector(backend="ae")  # the core needs no alibi-detect

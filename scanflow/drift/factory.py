@@ -1,0 +1,70 @@
+"""Schema-driven construction: the detector a `DataSchema` needs, fitted from a `Reference`, and loading any.
+
+Who calls it: the bootstrap and the Checker agent. They know a model only by the reference data and
+schema its training job logged (scanflow/tracking/reference.py), so they ask here for "the detector
+for this schema" instead of naming a class, and load a saved detector by the class its detector.json
+names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scanflow.drift.base import PreprocessFn
+from scanflow.drift.detector import AutoencoderDriftDetector
+from scanflow.drift.reconstruction import ReconstructionDriftDetector
+from scanflow.drift.tabular import TabularAutoencoderDriftDetector
+from scanflow.tracking.reference import DataSchema, Reference
+
+
+def detector_for(
+    schema: DataSchema, *, fpr: float = 0.05, epochs: int | None = None, num_threads: int | None = 1, seed: int = 0
+) -> ReconstructionDriftDetector:
+    """An unfitted detector for `schema`: images -> `AutoencoderDriftDetector(image_shape=...)`,
+    tabular -> `TabularAutoencoderDriftDetector(n_features, categorical=...)`.
+
+    epochs: None keeps the detector's default (30 for images, 60 for tabular rows).
+    num_threads: torch threads for fitting and scoring; 1 by default (agents share a busy machine).
+    """
+    common: dict[str, Any] = {"fpr": fpr, "num_threads": num_threads, "seed": seed}
+    if epochs is not None:
+        common["epochs"] = int(epochs)
+    if schema.kind == "image":
+        return AutoencoderDriftDetector(image_shape=tuple(schema.image_shape), **common)
+    if schema.kind == "tabular":
+        return TabularAutoencoderDriftDetector(schema.n_features, categorical=schema.categorical, **common)
+    raise ValueError(f"no drift detector for schema kind {schema.kind!r}; expected 'image' or 'tabular'")
+
+
+def fit_reference(ref: Reference, **kwargs: Any) -> ReconstructionDriftDetector:
+    """`detector_for(ref.schema, **kwargs)` fitted on `ref.x` and calibrated on clean rows it never trained on.
+
+    A `calibration_fraction` (0.35) of `ref.x` is held out (seeded) and joined to `ref.x_holdout`: the
+    autoencoder trains on the rest only. More calibration rows give a steadier null (docs/drift.md, what
+    "FPR" means); the held-out reference rows also keep the calibration like the traffic `x` stands for.
+    Blocking (seconds): async callers use `asyncio.to_thread`.
+    """
+    det = detector_for(ref.schema, **kwargs)
+    x = det.validate(ref.x, what="reference x")
+    holdout = det.validate(ref.x_holdout, what="reference x_holdout")
+    order = np.random.default_rng(det.seed).permutation(len(x))
+    n_cal = round(det.calibration_fraction * len(x))
+    if len(x) - n_cal < 2:
+        raise ValueError(f"reference x has {len(x)} rows: too few to train on after holding out calibration rows")
+    train, held = x[np.sort(order[n_cal:])], x[np.sort(order[:n_cal])]
+    return det.fit(train, np.concatenate([held, holdout]))
+
+
+def load_detector(directory: str | Path, *, preprocess_fn: PreprocessFn | None = None) -> ReconstructionDriftDetector:
+    """A detector written by `save`, as the class its detector.json names (image or tabular)."""
+    return ReconstructionDriftDetector.load(directory, preprocess_fn=preprocess_fn)
+
+
+def load_detector_from_mlflow(
+    uri: str, *, tracking_uri: str | None = None, preprocess_fn: PreprocessFn | None = None
+) -> ReconstructionDriftDetector:
+    """A detector logged by `log_to_mlflow` ("runs:/<id>/drift_detector"), as the class it was saved as."""
+    return ReconstructionDriftDetector.load_from_mlflow(uri, tracking_uri=tracking_uri, preprocess_fn=preprocess_fn)
