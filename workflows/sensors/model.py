@@ -17,6 +17,11 @@ import numpy as np
 from workflows.sensors.data import CATEGORICAL, NUMERIC, Array, Labels
 
 ADAPT_CHOICES = ("moments", "none")
+# What the skops file of a fitted model may hold besides plain sklearn/numpy types. Why: mlflow.sklearn
+# saves in skops format, which refuses to load types not named here; these are the ones the boosted
+# trees reference, reviewed: the model is written by our own training job.
+SKOPS_TRUSTED_TYPES: tuple[str, ...] = ("functools.partial", "sklearn.utils.validation.check_array",
+                                        "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor")
 # The labelled drifted rows together weigh at least this share of the clean training rows (each row
 # weighs max(1, EXTRA_SHARE * n_clean / n_extra)): 80 rows against 3,000 clean ones weigh 7.5 each.
 EXTRA_SHARE = 0.2

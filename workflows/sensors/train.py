@@ -33,7 +33,7 @@ def _pip_requirements() -> list[str]:
     subprocess, seconds of a job that fits in about one."""
     from importlib.metadata import version
 
-    return [f"{name}=={version(name).split('+')[0]}" for name in ("scikit-learn", "numpy", "cloudpickle")]
+    return [f"{name}=={version(name).split('+')[0]}" for name in ("scikit-learn", "numpy", "skops")]
 
 
 def train(
@@ -86,7 +86,7 @@ def train(
     from scanflow.tracking.reference import log_reference
     from scanflow.tracking.registry import CHAMPION, ensure_experiment, get_alias_version, set_alias
     from workflows.sensors.data import CATEGORICAL, FEATURE_NAMES, load_splits, recalibrate
-    from workflows.sensors.model import accuracy, build_model, fit, training_rows
+    from workflows.sensors.model import SKOPS_TRUSTED_TYPES, accuracy, build_model, fit, training_rows
 
     if tracking_uri:
         mlflow.set_tracking_uri(tracking_uri)
@@ -118,6 +118,7 @@ def train(
         info = mlflow.sklearn.log_model(
             model, name=model_name, signature=infer_signature(example, model.predict(example)),
             input_example=example[:2], registered_model_name=model_name, pip_requirements=_pip_requirements(),
+            serialization_format="skops", skops_trusted_types=list(SKOPS_TRUSTED_TYPES),
         )
         log_reference(x_reference, s.x_holdout, s.y_holdout, task="classification", kind="tabular",
                       categorical=CATEGORICAL, feature_names=FEATURE_NAMES, run_id=run.info.run_id, seed=seed)
