@@ -405,11 +405,35 @@ def _evaluate(version: str, x_clean: np.ndarray, y_clean: np.ndarray, x_d: np.nd
     return Evaluation(on(x_clean, y_clean), on(x_d, y_d), version, metric)
 
 
-def _log_serving_reference(ref: Any, rec: dict[str, Any]) -> str | None:
+MIN_SERVING_ROWS = 200  # fresh rows after the plan's windows enough to stand for what the new model serves
+
+
+def _serving_inputs(plan: dict[str, Any], fallback: np.ndarray) -> np.ndarray:
+    """The inputs the new champion will serve: the traffic logged after the plan's last drifted window
+    (`to_seq`), the most recent `reference_rows` of it. Why not the rows since the first drifted window:
+    that window straddles the drift onset, and a reference mixing clean rows into the drifted ones made
+    the refitted detector flag every later window of the same drifted traffic (5 of 5 in the S1 e2e run).
+    Falls back to (and tops up from) `fallback`, the plan's recent rows, when too few came in since."""
+    from scanflow.tracking.predictions import prediction_run_id, read_since
+
+    wf = current_workflow()
+    run_id = prediction_run_id(wf.name, wf.name)
+    keep = int(_setting("reference_rows", 2000))
+    fresh = np.zeros((0, fallback.shape[1] if fallback.ndim == 2 else 0), np.float32)
+    if run_id is not None and plan.get("to_seq") is not None:
+        got = read_since(run_id, int(plan["to_seq"])).inputs()
+        if got.ndim == 2 and got.size:
+            fresh = got[-keep:]
+    if len(fresh) >= MIN_SERVING_ROWS:
+        return fresh
+    return np.concatenate([fallback, fresh])[-keep:] if len(fresh) else fallback
+
+
+def _log_serving_reference(ref: Any, rec: dict[str, Any], plan: dict[str, Any]) -> str | None:
     """Log, in the challenger's run, the reference of what it will serve: the recent drifted inputs
-    (the detector's new normal) and the plan's labelled holdout (the next gate's clean part; with
-    fewer than the minimum, every labelled row of the plan). Before the alias moves, so the Checker
-    never fits the new champion's detector from the job's training rows instead."""
+    (`_serving_inputs`: the detector's new normal) and the plan's labelled holdout (the next gate's
+    clean part; with fewer than the minimum, every labelled row of the plan). Before the alias moves,
+    so the Checker never fits the new champion's detector from the job's training rows instead."""
     from scanflow.tracking.reference import MIN_HOLDOUT_ROWS, SERVING_REFERENCE_DIR, log_reference
 
     if not rec.get("run_id"):
@@ -419,9 +443,9 @@ def _log_serving_reference(ref: Any, rec: dict[str, Any]) -> str | None:
         if len(x_hold) < MIN_HOLDOUT_ROWS:
             x_hold, y_hold = np.concatenate([x_hold, t["x"]]), np.concatenate([y_hold, t["y"]])
     s = ref.schema
-    return log_reference(x_recent, x_hold, y_hold, task=s.task, kind=s.kind, image_shape=s.image_shape,
-                         categorical=s.categorical, feature_names=s.feature_names, run_id=rec["run_id"],
-                         artifact_path=SERVING_REFERENCE_DIR)
+    return log_reference(_serving_inputs(plan, x_recent), x_hold, y_hold, task=s.task, kind=s.kind,
+                         image_shape=s.image_shape, categorical=s.categorical, feature_names=s.feature_names,
+                         run_id=rec["run_id"], artifact_path=SERVING_REFERENCE_DIR)
 
 
 @agent.actuator("evaluate_and_promote", max_attempts=3)
@@ -432,7 +456,7 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     from scanflow.policies.retrain import PromotionConfig, decide_promotion
     from scanflow.tracking.registry import set_alias
 
-    pid, _plan_payload = _plan(ctx, args)
+    pid, plan = _plan(ctx, args)
     rec = ctx.state.get("plans", {}).get(pid)
     if rec is None:
         raise PermanentError(f"plan {pid}: no trained challenger (retrain did not succeed)")
@@ -457,7 +481,7 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                f"champion_{metric}_clean": cur.clean, f"champion_{metric}_drifted": cur.drifted,
                "gate_rows_clean": float(len(ref.x_holdout)), "gate_rows_drifted": float(len(x_d))}
     if decision.promote:
-        rec["serving_reference"] = _log_serving_reference(ref, rec)
+        rec["serving_reference"] = _log_serving_reference(ref, rec, plan)
         set_alias(name, CHAMPION_ALIAS, challenger, actor="executor", reason=decision.reason, metrics=metrics)
     rec["promoted"] = decision.promote
     rec["evaluation"] = metrics
