@@ -50,6 +50,7 @@ def urls_of(stack: EmbeddedStack) -> dict[str, object]:
     agents = stack.agent_urls
     services = stack.service_urls
     return {"mlflow": stack.tracking_uri or None, "agents": agents, "services": services,
+            "primary": stack.service_url,  # the endpoint clients use (the service that names a backup)
             "predict": {n: f"{u}/predict" for n, u in services.items()},
             "feedback": f"{agents['tracker']}/feedback"}
 

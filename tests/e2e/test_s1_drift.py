@@ -1,7 +1,7 @@
 """S1 end to end: corrupted traffic -> drift detected -> one retrain on critical points with TRUE labels from
 feedback (20 % of requests, 2 s late, posted to the Tracker) -> challenger evaluated -> promoted -> hot swap
 with 0 failed requests -> the detector refitted for the new champion reads the same traffic as clean.
-Real MLflow, agents, replicas.
+Real MLflow, agents, replicas, all started by `scanflow up` and driven from outside.
 
 The drift is S1's "new scanner" (workflows/digits/s1.py); the promotion gate evaluates on the champion's
 clean reference holdout and on labelled drifted rows held out of the retrain."""
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from e2e_support import count_ok, digits_workflow, wait_for
 from scenario import run_s1
+from up_support import UpStack
 
-from scanflow.stack import EmbeddedStack, Traffic
+from scanflow.stack import Traffic
 
 Pool = tuple[np.ndarray, np.ndarray]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
@@ -41,14 +42,14 @@ POST_SWAP_WINDOWS = 5
 MAX_FLAGGED = 2
 
 
-def _checks_by(stack: EmbeddedStack, version: str, at_least: int) -> list[dict] | None:  # type: ignore[type-arg]
+def _checks_by(stack: UpStack, version: str, at_least: int) -> list[dict] | None:  # type: ignore[type-arg]
     """The Checker's drift.checked events judged by `version`'s detector, once there are `at_least`."""
     got = [e for e in stack.events("checker") if e["name"] == "drift.checked"
            and str(e["payload"].get("detector_version")) == str(version)]
     return got if len(got) >= at_least else None
 
 
-def _detector_sources(stack: EmbeddedStack) -> dict[str, str]:
+def _detector_sources(stack: UpStack) -> dict[str, str]:
     """model version -> the reference its logged drift detector was fitted on (MLflow tags)."""
     import mlflow
     from mlflow import MlflowClient
@@ -57,14 +58,17 @@ def _detector_sources(stack: EmbeddedStack) -> dict[str, str]:
 
     mlflow.set_tracking_uri(stack.tracking_uri)
     client = MlflowClient()
-    exp = client.get_experiment_by_name(stack.workflow.name)
+    exp = client.get_experiment_by_name(stack.workflow_name)
     runs = client.search_runs([exp.experiment_id], f"tags.`{DETECTOR_TAG}` = '{DETECTOR_KIND}'")
     return {r.data.tags[VERSION_TAG]: r.data.tags.get(SOURCE_TAG, "") for r in runs}
 
 
 def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ignore[no-untyped-def]
     pools = s1_pools
-    with EmbeddedStack(tmp_path / "stack", digits_workflow(), quick=True) as stack:
+    declared = tmp_path / "digits.yaml"  # the digits workflow without autoscaling, as a user's file
+    declared.write_text(digits_workflow().to_yaml())
+    stack = UpStack(declared, tmp_path / "home", tmp_path / "up.out")
+    try:
         with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=60, clients=3,
                      tracker_url=stack.agent_urls["tracker"], token=stack.token) as traffic:
             res = run_s1(stack, traffic)
@@ -75,6 +79,8 @@ def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ign
         plans = stack.get("planner", "/plans")
         unseen = _unseen_drifted_accuracy(res.old_version, res.new_version)
         detectors = _detector_sources(stack)
+    finally:
+        stack.down()
 
     assert res.new_version != res.old_version
     # the Planner's policy saw drift in k of m windows and asked for exactly one retrain

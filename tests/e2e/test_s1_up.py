@@ -12,10 +12,6 @@ Both drive the stack from outside, as a user does: stack.json for the addresses,
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,59 +21,13 @@ import httpx
 import numpy as np
 import pytest
 from e2e_support import wait_for
+from up_support import REPO, UpStack
 
 from scanflow.stack import Traffic
 
-REPO = Path(__file__).resolve().parents[2]
-READY_S = 480.0  # MLflow, the bootstrap's training and detector fit, four agents: minutes on a busy machine
 POST_SWAP_WINDOWS = 5
 MAX_FLAGGED = 2  # of 5 windows at the detector's 5 % false-positive rate: 3+ happens < 1 % of runs
 pytestmark = [pytest.mark.slow]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.pop("SCANFLOW_WORKFLOW", None)
-    return env
-
-
-class UpStack:
-    """`scanflow up FILE --quick` as a subprocess, read through its stack.json and token file."""
-
-    def __init__(self, workflow: Path, home: Path, out: Path) -> None:
-        self.home, self.out = home, out
-        with open(out, "wb") as f:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "scanflow.cli", "up", str(workflow), "--quick", "--home", str(home)],
-                cwd=REPO, env=_env(), stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.state = self._wait_running()
-        self.token = (home / "token").read_text().strip()
-        self.urls: dict[str, Any] = self.state["urls"]
-
-    def _wait_running(self) -> dict[str, Any]:
-        def running() -> dict[str, Any] | None:
-            if self.proc.poll() is not None:
-                pytest.fail(f"up exited with {self.proc.returncode}:\n{self.out.read_text(errors='replace')}")
-            try:
-                s = json.loads((self.home / "stack.json").read_text())
-            except (OSError, ValueError):
-                return None
-            return s if s.get("state") == "running" else None
-        return wait_for(running, READY_S, 1.0, "scanflow up to say running")  # type: ignore[no-any-return]
-
-    def get(self, role: str, path: str, **params: Any) -> Any:
-        r = httpx.get(self.urls["agents"][role] + path, params=params or None, timeout=30.0,
-                      headers={"Authorization": f"Bearer {self.token}"})
-        r.raise_for_status()
-        return r.json()
-
-    def down(self) -> None:
-        if self.proc.poll() is None:
-            subprocess.run([sys.executable, "-m", "scanflow.cli", "down", "--home", str(self.home)], cwd=REPO,
-                           env=_env(), capture_output=True, timeout=240, check=False)
-            self.proc.wait(timeout=60)
 
 
 @pytest.fixture
@@ -99,7 +49,7 @@ def _champion(stack: UpStack, model: str) -> str | None:
 
     from scanflow.tracking.registry import CHAMPION, get_alias_version
 
-    mlflow.set_tracking_uri(stack.urls["mlflow"])
+    mlflow.set_tracking_uri(stack.tracking_uri)
     return get_alias_version(model, CHAMPION)
 
 
@@ -116,9 +66,8 @@ def test_s1_on_the_tabular_workflow_through_scanflow_up(up_stack: Any) -> None:
     model = "sensors"
     pools = traffic_pools()
     old = wait_for(lambda: _champion(stack, model), 30, what="the bootstrap champion")
-    service = next(iter(stack.urls["services"].values()))
-    with Traffic(service, pools["clean"], pools["drifted"], rate=60, clients=3,
-                 tracker_url=stack.urls["agents"]["tracker"], token=stack.token) as traffic:
+    with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=60, clients=3,
+                 tracker_url=stack.agent_urls["tracker"], token=stack.token) as traffic:
         wait_for(lambda: traffic.count() > 100, 60, what="clean traffic answered")
         onset = time.time()
         traffic.drifted = True
@@ -152,7 +101,7 @@ def test_s1_on_the_tabular_workflow_through_scanflow_up(up_stack: Any) -> None:
 @pytest.mark.timeout(600)
 def test_a_regression_workflow_of_another_width_runs_with_drift_checks(up_stack: Any) -> None:
     stack = up_stack(REPO / "tests" / "fixtures" / "reg5" / "workflow.py")
-    service = next(iter(stack.urls["services"].values()))
+    service = stack.service_url
     rng = np.random.default_rng(0)
     with httpx.Client(timeout=30.0) as http:
         for i in range(450):  # past two quick windows of the Tracker (it counts requests)
