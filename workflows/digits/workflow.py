@@ -91,7 +91,7 @@ checker = AgentSpec(
             actions=[ActionSpec(actuator="forward", args={"agent": "planner"})],
         ),
     ],
-    settings={"reference_size": 1000, "fpr": 0.05},
+    settings={"fpr": 0.05},
 )
 
 planner = AgentSpec(

@@ -2,15 +2,16 @@
 
 `workflow` is what `scanflow validate workflows/sensors/workflow.py` and `scanflow deploy` read;
 workflow.yaml beside it is its exact YAML form (regenerate it with `python -m workflows.sensors.workflow`;
-a test checks the two are equal). Same agents and strategies as the digits workflow: nothing in them
-knows this dataset; they learn it from the reference data the training job logs.
+a test checks the two are equal). The four standard agents (scanflow.standard): nothing in them knows this
+dataset; they learn it from the reference data the training job logs.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from scanflow.spec import SLO, ActionSpec, AgentSpec, Job, Resources, Service, StrategySpec, Workflow
+from scanflow.spec import SLO, Job, Resources, Service, Workflow
+from scanflow.standard import standard_agents
 
 MODEL_NAME = "sensors"
 SLO_SENSORS = SLO(latency_ms=50.0, percentile=99.0, error_rate=0.01)
@@ -47,107 +48,16 @@ backup_service = Service(
     slo=SLO_SENSORS,
 )
 
-# The MAPE-K chain (agents/*.py implement the actuators):
-# Tracker predictions.logged -> Checker.check_drift -> drift.checked -> Planner.plan_retrain ->
-# drift.detected -> Planner.submit_plan -> Executor plan.approved -> retrain, evaluate_and_promote,
-# swap_model. Events cross agents through `forward` / `submit_plan` (the receiver's durable inbox).
-tracker = AgentSpec(
-    name="tracker",
-    role="tracker",
-    module="agents.tracker:agent",
-    strategies=[
-        StrategySpec(
-            name="check-drift",
-            event="predictions.logged",
-            constraint="event.count_since_check >= event.window",
-            actions=[ActionSpec(actuator="check_drift", agent="checker")],
-        )
-    ],
-    settings={"service": "sensors", "window": 500, "quick_window": 200},
-)
-
-checker = AgentSpec(
-    name="checker",
-    role="checker",
-    module="agents.checker:agent",
-    strategies=[
-        # every verdict goes on: the Planner's policy needs the clean windows too (k of the last m)
-        StrategySpec(
-            name="drift-to-planner",
-            event="drift.checked",
-            actions=[ActionSpec(actuator="forward", args={"agent": "planner"})],
-        ),
-        # each watch tick with a breach, or with replicas above the minimum (the autoscale policy owns
-        # hysteresis and cooldowns; a cooldown here would hide the ticks its scale-down counts)
-        StrategySpec(
-            name="latency-to-planner",
-            event="latency.checked",
-            actions=[ActionSpec(actuator="forward", args={"agent": "planner"})],
-        ),
-        StrategySpec(
-            name="health-to-planner",
-            event="service.checked",
-            actions=[ActionSpec(actuator="forward", args={"agent": "planner"})],
-        ),
-    ],
-    settings={"reference_size": 1000, "fpr": 0.05},
-)
-
-planner = AgentSpec(
-    name="planner",
-    role="planner",
-    module="agents.planner:agent",
-    strategies=[
-        StrategySpec(name="assess-drift", event="drift.checked", actions=[ActionSpec(actuator="plan_retrain")]),
-        StrategySpec(
-            name="retrain-on-drift",
-            event="drift.detected",
-            constraint="since('submit_plan') > 600",
-            actions=[ActionSpec(actuator="submit_plan", args={"plan": "retrain"})],
-            cooldown_s=600.0,
-        ),
-        StrategySpec(name="failover", event="service.checked", actions=[ActionSpec(actuator="plan_failover")]),
-        StrategySpec(name="autoscale", event="latency.checked", actions=[ActionSpec(actuator="plan_scale")]),
-    ],
-    settings={
-        "retrain": {"k": 2, "m": 3, "cooldown_s": 600.0},
-        "promotion": {"min_gain_drifted": 0.0, "clean_tolerance": 0.01},
-        "autoscale": {"target_utilization": 0.7, "latency_low": 0.5, "down_window_s": 30.0},
-        "failover": {"fail_checks": 3, "recover_checks": 5},
-    },
-)
-
-executor = AgentSpec(
-    name="executor",
-    role="executor",
-    module="agents.executor:agent",
-    strategies=[
-        StrategySpec(
-            name="execute-retrain",
-            event="plan.approved",
-            constraint="event.plan == 'retrain'",
-            actions=[
-                ActionSpec(actuator="retrain"),
-                ActionSpec(actuator="evaluate_and_promote"),
-                ActionSpec(actuator="swap_model"),
-            ],
-        ),
-        StrategySpec(name="execute-route", event="plan.approved", constraint="event.plan == 'route'",
-                     actions=[ActionSpec(actuator="route")]),
-        StrategySpec(name="execute-scale", event="plan.approved", constraint="event.plan == 'scale'",
-                     actions=[ActionSpec(actuator="scale")]),
-        StrategySpec(name="execute-resources", event="plan.approved", constraint="event.plan == 'resources'",
-                     actions=[ActionSpec(actuator="set_resources")]),
-    ],
-    # the Executor's duplicate check gets no tolerance: scores differ by any amount or not at all
-    settings={"duplicate_tolerance": 0.0},
-)
+# The MAPE-K chain of the four reference agents (scanflow.standard spells it out; agents/*.py implement
+# the actuators). The Executor's duplicate check gets no tolerance: readings differ by any amount or
+# not at all.
+agents = standard_agents("sensors", executor={"duplicate_tolerance": 0.0})
 
 workflow = Workflow(
     name="sensors",
     jobs=[train_job],
     services=[sensors_service, backup_service],
-    agents=[tracker, checker, planner, executor],
+    agents=agents,
     labels={"app": "sensors", "scenario": "recalibration"},
 )
 
