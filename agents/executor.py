@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ SPEC = agent_spec("executor")
 HOLDOUT_FRACTION = 0.3
 CHAMPION_ALIAS = "champion"
 agent = Agent(SPEC.name, role="executor", description="runs jobs, promotes models, scales, routes",
-              settings_keys=("holdout_fraction", "duplicate_tolerance", "reference_rows", "promotion"))
+              settings_keys=("holdout_fraction", "duplicate_tolerance", "reference_rows", "serving_wait_s", "promotion"))
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
 
@@ -405,28 +406,38 @@ def _evaluate(version: str, x_clean: np.ndarray, y_clean: np.ndarray, x_d: np.nd
     return Evaluation(on(x_clean, y_clean), on(x_d, y_d), version, metric)
 
 
-MIN_SERVING_ROWS = 200  # fresh rows after the plan's windows enough to stand for what the new model serves
+MIN_SERVING_ROWS = 500  # fresh rows after the plan's windows that stand for what the new model serves
+SERVING_WAIT_S = 60.0  # how long evaluate_and_promote waits for them before it makes do with fewer
 
 
 def _serving_inputs(plan: dict[str, Any], fallback: np.ndarray) -> np.ndarray:
     """The inputs the new champion will serve: the traffic logged after the plan's last drifted window
-    (`to_seq`), the most recent `reference_rows` of it. Why not the rows since the first drifted window:
-    that window straddles the drift onset, and a reference mixing clean rows into the drifted ones made
-    the refitted detector flag every later window of the same drifted traffic (5 of 5 in the S1 e2e run).
-    Falls back to (and tops up from) `fallback`, the plan's recent rows, when too few came in since."""
+    (`to_seq`), the most recent `reference_rows` of it, once at least MIN_SERVING_ROWS came in (waiting
+    up to `serving_wait_s`, 60 s; the training job usually takes longer than that traffic needs).
+    Why not the rows since the first drifted window: that window straddles the drift onset, and a
+    reference mixing clean rows into the drifted ones made the refitted detector flag every later window
+    of the same drifted traffic (5 of 5 in an S1 e2e run); and a few hundred fresh rows gave a
+    calibration too small to hold the false-positive rate (3 of 5 flagged on the tabular example).
+    Makes do with `fallback`, the plan's own recent rows, when the traffic stopped."""
     from scanflow.tracking.predictions import prediction_run_id, read_since
 
     wf = current_workflow()
-    run_id = prediction_run_id(wf.name, wf.name)
     keep = int(_setting("reference_rows", 2000))
-    fresh = np.zeros((0, fallback.shape[1] if fallback.ndim == 2 else 0), np.float32)
-    if run_id is not None and plan.get("to_seq") is not None:
-        got = read_since(run_id, int(plan["to_seq"])).inputs()
+    if plan.get("to_seq") is None:
+        return fallback
+    deadline = time.monotonic() + float(_setting("serving_wait_s", SERVING_WAIT_S))
+    fresh = np.zeros((0, 0), np.float32)
+    while True:
+        run_id = prediction_run_id(wf.name, wf.name)
+        got = read_since(run_id, int(plan["to_seq"])).inputs() if run_id else fresh
+        if got.ndim == 2 and len(got) >= MIN_SERVING_ROWS:
+            return got[-keep:]
         if got.ndim == 2 and got.size:
-            fresh = got[-keep:]
-    if len(fresh) >= MIN_SERVING_ROWS:
-        return fresh
-    return np.concatenate([fallback, fresh])[-keep:] if len(fresh) else fallback
+            fresh = got
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)  # the Tracker flushes to MLflow every second
+    return np.concatenate([fallback, fresh])[-keep:] if fresh.size else fallback
 
 
 def _log_serving_reference(ref: Any, rec: dict[str, Any], plan: dict[str, Any]) -> str | None:

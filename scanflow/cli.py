@@ -54,6 +54,23 @@ def validate(
 
 
 @app.command()
+def init(
+    name: Annotated[str, typer.Argument(help="package and workflow name, e.g. churn (lower case, underscores)")],
+    directory: Annotated[Path, typer.Option("--dir", help="where to create NAME/")] = Path("."),
+) -> None:
+    """Write a runnable workflow skeleton NAME/ (training job, workflow, README) to make your own."""
+    from scanflow.scaffold import ScaffoldError, write
+
+    try:
+        target = write(name, directory)
+    except (ScaffoldError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {target}/: data.py, train.py, workflow.py, README.md\n"
+               f"next: scanflow validate {target}/workflow.py && scanflow up {target}/workflow.py")
+
+
+@app.command()
 def demo(
     json_output: Annotated[bool, typer.Option("--json", help="print the figures as JSON, last line")] = False,
     quick: Annotated[bool, typer.Option("--quick", help="small sizes (as in the tests)")] = False,

@@ -9,6 +9,7 @@ platforms (what to run), the agents (the SLO they defend).
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
@@ -278,14 +279,38 @@ def format_validation_error(exc: ValidationError) -> str:
     return "invalid workflow:\n  " + "\n  ".join(lines)
 
 
+def code_root(path: str | Path) -> Path:
+    """The directory a workflow file's code imports from: the file's directory, or above it the first
+    one that is not a package (no __init__.py). `team/churn/workflow.py` in package `churn` -> `team/`,
+    so `churn.train:train` imports. Pure but for reading the file system."""
+    d = Path(path).resolve().parent
+    while (d / "__init__.py").exists() and d.parent != d:
+        d = d.parent
+    return d
+
+
+def make_importable(root: str | Path) -> None:
+    """Put `root` first on sys.path and on PYTHONPATH, so this process and the ones it starts (the
+    bootstrap, agents, jobs, replicas) import the workflow's own modules: a team's code lives outside
+    this package, and the console script's sys.path does not hold the current directory."""
+    r = str(Path(root).resolve())
+    if r not in sys.path:
+        sys.path.insert(0, r)
+    parts = [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]
+    if r not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([r, *parts])
+
+
 def load_workflow(path: str | Path) -> Workflow:
     """Read a workflow from YAML/JSON, or from a Python file that defines `workflow` (a Workflow).
 
-    The Python file runs as a module (user code: load only files you trust, as with any import).
+    The Python file runs as a module (user code: load only files you trust, as with any import). The
+    file's code root (`code_root`) becomes importable here and in child processes (`make_importable`).
     """
     p = Path(path)
     if not p.exists():
         raise SpecError(f"workflow file {str(p)!r} does not exist")
+    make_importable(code_root(p))
     if p.suffix in {".yaml", ".yml", ".json"}:
         return Workflow.from_yaml(p.read_text())
     if p.suffix == ".py":

@@ -7,6 +7,7 @@
   retrain.
 - A regression fixture (tests/fixtures/reg5: 5 features, a pyfunc model): `scanflow up` runs it and
   its drift checks do not fail.
+- A skeleton from `scanflow init`, outside the repository: every process imports the team's package.
 Both drive the stack from outside, as a user does: stack.json for the addresses, the token file, HTTP.
 """
 
@@ -35,7 +36,7 @@ def up_stack(tmp_path: Path) -> Iterator[Any]:
     started: list[UpStack] = []
 
     def start(workflow: Path) -> UpStack:
-        s = UpStack(workflow, tmp_path / "home", tmp_path / "up.out")
+        s = UpStack(workflow, tmp_path / f"home{len(started)}", tmp_path / f"up{len(started)}.out")
         started.append(s)
         return s
 
@@ -114,3 +115,19 @@ def test_a_regression_workflow_of_another_width_runs_with_drift_checks(up_stack:
     failed = [d for d in stack.get("checker", "/decisions", limit=1000) if d["result"] == "error"
               or any(o.get("status") not in ("ok", None) for o in (d.get("outcomes") or {}).values())]
     assert not failed, failed
+
+
+@pytest.mark.timeout(600)
+def test_a_scaffolded_workflow_outside_the_repository_runs(up_stack: Any, tmp_path: Path) -> None:
+    """`scanflow init` writes a team's package somewhere else; `scanflow up` imports it in every process."""
+    from scanflow.scaffold import write
+
+    pkg = write("teamskel", tmp_path / "team")
+    stack = up_stack(pkg / "workflow.py")
+    rng = np.random.default_rng(1)
+    with httpx.Client(timeout=30.0) as http:
+        for i in range(220):
+            r = http.post(f"{stack.service_url}/predict", json={"inputs": rng.normal(size=(1, 8)).tolist()})
+            assert r.status_code == 200, r.text
+    checks = wait_for(lambda: _drift_checks(stack), 120, what="a drift check of the scaffolded workflow")
+    assert checks[0]["payload"]["n"] > 0
