@@ -28,13 +28,18 @@ def count_ok(decisions_or_actions: list[dict[str, Any]], **match: Any) -> int:
 
 
 def digits_workflow(without: tuple[str, ...] = ("autoscale",)):  # type: ignore[no-untyped-def]
-    """The digits workflow with some Planner strategies left out.
+    """The digits workflow with some Planner strategies left out (see `without_planner_strategies`)."""
+    from workflows.digits.workflow import workflow
+
+    return without_planner_strategies(workflow, without)
+
+
+def without_planner_strategies(workflow, without: tuple[str, ...] = ("autoscale",)):  # type: ignore[no-untyped-def]
+    """`workflow` with some Planner strategies left out.
 
     S1 and S4 run with autoscaling off: on 2 shared cores the SLO of 50 ms p99 is breached by every
     training job or model load, and the scenarios are about drift and failover, not replica counts.
     """
-    from workflows.digits.workflow import workflow
-
     agents = []
     for a in workflow.agents:
         if a.role == "planner":

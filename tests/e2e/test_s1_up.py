@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from e2e_support import wait_for
+from e2e_support import wait_for, without_planner_strategies
 from up_support import REPO, UpStack
 
 from scanflow.stack import Traffic
@@ -60,10 +60,13 @@ def _drift_checks(stack: UpStack, version: str | None = None) -> list[dict[str, 
 
 
 @pytest.mark.timeout(900)
-def test_s1_on_the_tabular_workflow_through_scanflow_up(up_stack: Any) -> None:
+def test_s1_on_the_tabular_workflow_through_scanflow_up(up_stack: Any, tmp_path: Path) -> None:
     from workflows.sensors.s1 import traffic_pools
+    from workflows.sensors.workflow import workflow
 
-    stack = up_stack(REPO / "workflows" / "sensors" / "workflow.py")
+    declared = tmp_path / "sensors.yaml"  # without autoscaling, as S1 runs (e2e_support)
+    declared.write_text(without_planner_strategies(workflow).to_yaml())
+    stack = up_stack(declared)
     model = "sensors"
     pools = traffic_pools()
     old = wait_for(lambda: _champion(stack, model), 30, what="the bootstrap champion")

@@ -240,6 +240,7 @@ class FakeStack:
         self.home, self.on_progress, self.sig = home, on_progress, sig
         self.agent_urls = {"tracker": "http://127.0.0.1:2"}
         self.service_urls = {"digits": "http://127.0.0.1:3"}
+        self.service_url = "http://127.0.0.1:3"
         self.tracking_uri = ""
         self.token = token
         self.stopped = 0
