@@ -7,8 +7,9 @@ Endpoints (mutating ones need `Authorization: Bearer <token>` unless allow_anony
                                (503 + Retry-After for a temporary failure, 422 for a permanent one)
   POST /sensors/{name}         run a sensor now -> {events: [ids]}
   POST /strategies             a StrategySpec -> 201 (422 for an invalid constraint, 409 if it exists)
-  DELETE /strategies/{name}    -> 204
-Bad input is a 4xx with a message (strict pydantic models; a body over the size limit is 413); an
+  DELETE /strategies/{name}    -> 204 (a strategy added over REST; 409 for one declared in code)
+Bad input is a 4xx with a message (strict pydantic models; a body over the size limit is 413, a JSON
+body nested deeper than 64 levels 422, before it is parsed); an
 unexpected error is a JSON 500 that says where to look, never the exception text (it may hold secrets).
 The agent author's `agent.router` is mounted too, its non-GET routes behind the same token check.
 Who calls: `serve()` / `scanflow agent run`, tests (httpx ASGITransport or a real uvicorn).
@@ -34,7 +35,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scanflow.agent.agent import Agent, AgentDefinitionError, build_strategy
 from scanflow.agent.context import Context
-from scanflow.agent.jsonsafe import check_finite, non_finite_path
+from scanflow.agent.jsonsafe import (
+    MAX_JSON_DEPTH,
+    check_finite,
+    clip_depth,
+    non_finite_path,
+    raw_json_depth,
+    too_deep_path,
+)
 from scanflow.agent.runtime import Runtime
 from scanflow.agent.store import Store
 from scanflow.agent.types import Event
@@ -108,16 +116,25 @@ class ActuatorResult(BaseModel):
 
 
 class BodySizeLimit:
-    """ASGI middleware: refuse request bodies over `max_bytes` with 413, before anyone parses them."""
+    """ASGI middleware: refuse request bodies over `max_bytes` with 413, and JSON bodies nested deeper
+    than `max_depth` levels with 422, before anyone parses them.
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    Why the depth: a 900-deep event payload was accepted, then GET /events answered 500 for good
+    (pydantic's serializer refuses the depth), and deeper bodies reach Python's recursion limit in
+    the parser, the NaN check or FastAPI's error echo. The body is read here in full (it is bounded
+    by `max_bytes`; the app would read it all anyway) and handed on unchanged.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.max_depth = max_depth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        content_type = b""
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -125,34 +142,54 @@ class BodySizeLimit:
                 except ValueError:
                     too_big = False
                 if too_big:
-                    await self._refuse(send)
+                    await self._refuse(send, 413, f"request body is larger than {self.max_bytes} bytes")
                     return
+            elif name == b"content-type":
+                content_type = value.lower()
+        chunks: list[bytes] = []
         received = 0
-
-        async def limited() -> Message:
-            nonlocal received
+        while True:
             msg = await receive()
-            if msg["type"] == "http.request":
-                received += len(msg.get("body", b""))
-                if received > self.max_bytes:
-                    raise _TooLarge()
-            return msg
+            if msg["type"] != "http.request":  # the client left: nothing to answer
+                return
+            chunk = msg.get("body", b"")
+            received += len(chunk)
+            if received > self.max_bytes:
+                await self._refuse(send, 413, f"request body is larger than {self.max_bytes} bytes")
+                return
+            chunks.append(chunk)
+            if not msg.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        # FastAPI reads a body as JSON when its content type says json, or says nothing
+        if body and (not content_type or b"json" in content_type):
+            # ~1 us for a small body; a big one (a few ms per MiB, ~130 ms for 1 MiB of brackets)
+            # is measured off the event loop
+            depth = (
+                raw_json_depth(body) if len(body) < 65536 else await asyncio.to_thread(raw_json_depth, body)
+            )
+            if depth > self.max_depth:
+                await self._refuse(
+                    send,
+                    422,
+                    f"request body is nested {depth} levels deep; the limit is {self.max_depth} "
+                    "levels of JSON objects/arrays (the body itself counts as one)",
+                )
+                return
+        replayed = False
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await self._refuse(send)
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: the disconnect, when it comes
 
-    async def _refuse(self, send: Send) -> None:
-        resp = JSONResponse(
-            {"detail": f"request body is larger than {self.max_bytes} bytes"},
-            status_code=413,
-        )
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send, code: int, detail: str) -> None:
+        resp = JSONResponse({"detail": detail}, status_code=code)
         await resp({"type": "http"}, _no_receive, send)
-
-
-class _TooLarge(Exception):
-    pass
 
 
 async def _no_receive() -> Message:  # pragma: no cover - JSONResponse never reads
@@ -266,7 +303,7 @@ def create_app(
         status_: Literal["pending", "done"] | None = Query(None, alias="status"),
         limit: int = Query(100, ge=1, le=1000),
     ) -> list[dict[str, Any]]:
-        return await _thread(rt.store.list_events, status_, limit)
+        return await _thread(_clipped, rt.store.list_events, status_, limit)
 
     @app.post("/actuators/{name}", dependencies=mutating)
     async def call_actuator(name: str, body: ActuatorCall, rt: RuntimeDep) -> Response:
@@ -343,8 +380,17 @@ def create_app(
 
     @app.delete("/strategies/{name}", status_code=status.HTTP_204_NO_CONTENT, dependencies=mutating)
     async def delete_strategy(name: str, rt: RuntimeDep) -> Response:
-        if name not in rt.strategies:
+        s = rt.strategies.get(name)
+        if s is None:
             raise HTTPException(404, f"no strategy {name!r}")
+        if s.source != "rest":
+            # Only strategies added over REST are stored; one declared in the agent's code would come
+            # back at the next start, so a 204 would be a lie. Change the code to remove it.
+            raise HTTPException(
+                409,
+                f"strategy {name!r} is declared in the agent's code, not added over REST: it cannot "
+                "be deleted here (remove it from the code and restart the agent)",
+            )
         await rt.remove_strategy(name)
         return Response(status_code=204)
 
@@ -354,7 +400,7 @@ def create_app(
         limit: int = Query(100, ge=1, le=1000),
         strategy: str | None = Query(None, max_length=100),
     ) -> list[dict[str, Any]]:
-        return await _thread(rt.store.list_decisions, limit, strategy)
+        return await _thread(_clipped, rt.store.list_decisions, limit, strategy)
 
     @app.get("/metrics")
     async def metrics(rt: RuntimeDep) -> Response:
@@ -366,12 +412,12 @@ def create_app(
 
 
 def _json_safe_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
-    """Pure: validation errors without the echoed input where it holds NaN/infinity (or `ctx`, which
-    may hold the exception object)."""
+    """Pure: validation errors without the echoed input where it holds NaN/infinity or nests too deep
+    to encode (or `ctx`, which may hold the exception object)."""
     out = []
     for e in errors:
         e = {k: v for k, v in dict(e).items() if k != "ctx"}
-        if non_finite_path(e.get("input")) is not None:
+        if too_deep_path(e.get("input")) is not None or non_finite_path(e.get("input")) is not None:
             e.pop("input")
         out.append(e)
     return out
@@ -400,3 +446,10 @@ def _unsafe_methods_only(check: Callable[..., None]) -> Callable[..., Awaitable[
 
 async def _thread(fn: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.to_thread(fn, *args)
+
+
+def _clipped(read: Callable[..., list[dict[str, Any]]], *args: Any) -> list[dict[str, Any]]:
+    """Rows of a store read with anything nested deeper than the body bound cut off (rows stored
+    before the bound existed: a 900-deep payload made GET /events a 500 at every limit). Run in a
+    worker thread with the read."""
+    return [clip_depth(row, MAX_JSON_DEPTH + 2) for row in read(*args)]  # row + payload/inputs

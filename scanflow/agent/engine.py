@@ -132,6 +132,17 @@ def match(event_name: str, strategies: Iterable[Strategy]) -> list[Strategy]:
     return [s for s in strategies if event_matches(event_name, s.event)]
 
 
+def evaluates_code(event_name: str, strategies: Iterable[Strategy]) -> bool:
+    """Pure: does this event reach a constraint that needs evaluating (an expression that is not a
+    constant such as 'True', or a callable)? The runtime then runs `decide` off its event loop;
+    events that match nothing or only constant constraints skip the thread hop."""
+    for s in match(event_name, strategies):
+        c = s.constraint
+        if not (isinstance(c, Expression) and c.is_constant):
+            return True
+    return False
+
+
 def _constraint_holds(strategy: Strategy, event: Event, now: float, env: EvalEnv) -> bool:
     c = strategy.constraint
     if isinstance(c, Expression):

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from scanflow.agent.agent import Agent
 from scanflow.agent.client import AgentClient
 from scanflow.agent.context import Context
-from scanflow.agent.engine import EvalEnv, Intent, StrategyState, decide
+from scanflow.agent.engine import EvalEnv, Intent, StrategyState, decide, evaluates_code
 from scanflow.agent.jsonsafe import NotJSONError, to_json_value
 from scanflow.agent.store import REST_STRATEGIES_KEY, STATE_KEY, WATERMARK_PREFIX, Store
 from scanflow.agent.types import Event, Outcome, PermanentError, Strategy, TemporaryError
@@ -318,8 +318,17 @@ class Runtime:
             intents = await asyncio.to_thread(self.store.intents_for, event.id)
         if intents is None:
             env = EvalEnv(state=self.state, since=self.ctx.since, ctx=self.ctx)
+            strategies = tuple(self.strategies.values())  # a snapshot: POST /strategies may change it
             t0 = time.perf_counter()
-            plan = decide(event, self.strategies.values(), self.strategy_states, self.clock(), env)
+            if evaluates_code(event.name, strategies):
+                # Constraints run off the event loop: each expression is bounded (size limits and a
+                # CPU budget of EVAL_BUDGET_S, ~100 ms), a callable is user code; /health must answer
+                # meanwhile. One thread hop per event that reaches a real constraint.
+                plan = await asyncio.to_thread(
+                    decide, event, strategies, self.strategy_states, self.clock(), env
+                )
+            else:
+                plan = decide(event, strategies, self.strategy_states, self.clock(), env)
             self.metrics.handler_seconds.labels("engine", "decide").observe(time.perf_counter() - t0)
             finish_at = None if plan.intents else self.clock()  # nothing to do: done in the same commit
             changed = plan.states if plan.decisions else None  # nothing matched: states unchanged

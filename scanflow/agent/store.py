@@ -32,7 +32,7 @@ from sqlalchemy.engine import Engine
 
 from scanflow.agent.engine import Decision, Intent, StrategyState
 from scanflow.agent.inbox import Accepted, Checkpointer, Done, EventRow, InboxWriter
-from scanflow.agent.jsonsafe import check_finite
+from scanflow.agent.jsonsafe import check_depth, check_finite
 from scanflow.agent.types import Event
 
 ActionStatus = Literal["started", "succeeded", "failed"]
@@ -280,9 +280,10 @@ class Store:
     ) -> tuple[int, bool]:
         """Insert into the inbox; returns (id, duplicate). A known idempotency key returns its first id.
 
-        Blocks until the event is committed. A payload holding NaN/infinity raises NotJSONError (a
-        ValueError): JSON has no such values, and once stored they would break every later read
-        (GET /events) and every forward to a peer.
+        Blocks until the event is committed. A payload holding NaN/infinity, or nested deeper than
+        MAX_JSON_DEPTH (64) levels, raises NotJSONError (a ValueError): once stored they would break
+        every later read (GET /events) and every forward to a peer. (REST bodies are refused earlier,
+        by the app; this catches sensors and `ctx.emit`.)
         """
         return self.submit_event(name, payload, key, source, now).result()
 
@@ -299,6 +300,7 @@ class Store:
         Validation errors raise here, in the caller's thread; a failed commit is the Future's error.
         Async callers: `await asyncio.wrap_future(store.submit_event(...))` (no thread-pool hop).
         """
+        check_depth(payload, f"event {name!r} payload")  # first: the NaN walk below recurses
         check_finite(payload, f"event {name!r} payload")
         row = EventRow(
             name=name,

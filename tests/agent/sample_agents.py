@@ -55,3 +55,12 @@ def apply(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if ctx.key not in done:
         _append("effects.log", ctx.key)
     return {"applied": ctx.key}
+
+
+# -- evaluator: the responsiveness test (heavy constraints are added over REST) ---------------------
+evaluator = Agent("evaluator")
+
+
+@evaluator.actuator("noop")
+def noop(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    return {}
