@@ -45,6 +45,7 @@ from scanflow.serving.asgi import (
 )
 from scanflow.serving.cliargs import env_value, url_list
 from scanflow.serving.hotmetrics import HotCounter, HotHistogram
+from scanflow.serving.protocols import install_gateway
 from scanflow.serving.routing import (
     MAX_ATTEMPTS,
     RouteMode,
@@ -403,12 +404,12 @@ class Gateway:
         self.metrics.upstream_errors.labels("timeout").inc()
         self.counts["upstream_errors"] += 1
 
-    async def _forward(self, up: Upstream, body: bytes) -> tuple[int, bytes, bytes] | None:
+    async def _forward(self, up: Upstream, body: bytes, path: bytes = b"/predict") -> tuple[int, bytes, bytes] | None:
         """One attempt; None when the upstream could not answer (dead, reset, refused)."""
         up.outstanding += 1
         up.requests += 1
         try:
-            status, payload, ctype = await self._post(up.url, body)
+            status, payload, ctype = await self._post(up.url, body, path)
         except (UpstreamError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             self._mark_dead(up, exc)
             return None
@@ -531,6 +532,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
     async def route(body: RouteRequest) -> dict[str, object]:
         return gw.set_route(body.to)
 
+    install_gateway(api, gw)  # OIP v2, MLflow /invocations, the OpenAPI document
     return GatewayApp(gw, api)
 
 
