@@ -226,13 +226,13 @@ async def test_mlflow_scoring_format_probabilities_and_openapi(digits_models, la
             csv = ",".join(cols) + "\n" + "\n".join(",".join(str(v) for v in row) for row in rows)
             resp = await http.post(url + "/invocations", content=csv, headers={"Content-Type": "text/csv"})
             assert resp.status_code == 200 and resp.json() == {"predictions": expected}, resp.text
-            for body, status, fragment in [
+            for raw, status, fragment in [
                 (b"{}", 400, "exactly one of"),
                 (b'{"instances": [[1, 2]]}', 400, "64 features"),
                 (b'{"instances": [[1, 2]], "params": {"k": 1}}', 400, "params"),
                 (b"nope", 400, "not valid JSON"),
             ]:
-                resp = await http.post(url + "/invocations", content=body, headers={"Content-Type": "application/json"})
+                resp = await http.post(url + "/invocations", content=raw, headers={"Content-Type": "application/json"})
                 assert resp.status_code == status, resp.text
                 assert resp.json()["error_code"] == "BAD_REQUEST" and fragment in resp.json()["message"]
             resp = await http.post(url + "/invocations", content=b"x", headers={"Content-Type": "text/plain"})
