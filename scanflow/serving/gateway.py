@@ -11,7 +11,8 @@ routing.choose_attempt): predict is idempotent, so scale-down and crashes do not
 Health checks (`GET /ready`) run every interval; a failing replica leaves
 the set and comes back when healthy. With no healthy primary replica, traffic fails over to the backup
 URL (another service's gateway or replica) and fails back when one is healthy again; `PUT /admin/route`
-overrides. Who uses it: the platforms (local processes, Kubernetes), the Executor agent (admin API).
+overrides. The standard protocols (/v2, /invocations: scanflow.serving.protocols) are forwarded with
+the same retries and failover. Who uses it: the platforms (local processes, Kubernetes), the Executor agent (admin API).
 """
 
 from __future__ import annotations

@@ -153,4 +153,5 @@ def native_error(status: int, body: bytes) -> tuple[int, bytes]:
         message = body.decode("utf-8", "replace")[:500] or f"HTTP {status}"
     if 400 <= status < 500 and status != 413:
         return 400, error_body(message)
-    return status, error_body(message, "INTERNAL_ERROR" if status >= 500 else "BAD_REQUEST")
+    code = "TEMPORARILY_UNAVAILABLE" if status in (503, 504) else "INTERNAL_ERROR" if status >= 500 else "BAD_REQUEST"
+    return status, error_body(message, code)

@@ -9,7 +9,9 @@ Unless `--threads` (or POST /admin/threads) pins it, the thread pool follows the
 
 Endpoints: POST /predict (raw ASGI hot path, micro-batched), POST /predict_batch (the gateway's
 coalesced requests, scanflow.serving.batchwire), GET /health, /ready, /metrics, /info,
-POST /admin/model (hot swap), /admin/threads, /admin/drain (token). The model loads in a worker
+POST /admin/model (hot swap), /admin/threads, /admin/drain (token).
+The standard protocols (Open Inference Protocol v2 under /v2, MLflow's POST /invocations) are mounted
+by scanflow.serving.protocols and answered through the same /predict handler. The model loads in a worker
 thread after start-up, so /health answers at once and /ready turns 200 when the model is in.
 """
 
