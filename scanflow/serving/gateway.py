@@ -11,7 +11,8 @@ routing.choose_attempt): predict is idempotent, so scale-down and crashes do not
 Health checks (`GET /ready`) run every interval; a failing replica leaves
 the set and comes back when healthy. With no healthy primary replica, traffic fails over to the backup
 URL (another service's gateway or replica) and fails back when one is healthy again; `PUT /admin/route`
-overrides. Who uses it: the platforms (local processes, Kubernetes), the Executor agent (admin API).
+overrides. The standard protocols (/v2, /invocations: scanflow.serving.protocols) are forwarded with
+the same retries and failover. Who uses it: the platforms (local processes, Kubernetes), the Executor agent (admin API).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from scanflow.serving.asgi import (
 )
 from scanflow.serving.cliargs import env_value, url_list
 from scanflow.serving.hotmetrics import HotCounter, HotHistogram
+from scanflow.serving.protocols import install_gateway
 from scanflow.serving.routing import (
     MAX_ATTEMPTS,
     RouteMode,
@@ -403,12 +405,12 @@ class Gateway:
         self.metrics.upstream_errors.labels("timeout").inc()
         self.counts["upstream_errors"] += 1
 
-    async def _forward(self, up: Upstream, body: bytes) -> tuple[int, bytes, bytes] | None:
+    async def _forward(self, up: Upstream, body: bytes, path: bytes = b"/predict") -> tuple[int, bytes, bytes] | None:
         """One attempt; None when the upstream could not answer (dead, reset, refused)."""
         up.outstanding += 1
         up.requests += 1
         try:
-            status, payload, ctype = await self._post(up.url, body)
+            status, payload, ctype = await self._post(up.url, body, path)
         except (UpstreamError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             self._mark_dead(up, exc)
             return None
@@ -531,6 +533,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
     async def route(body: RouteRequest) -> dict[str, object]:
         return gw.set_route(body.to)
 
+    install_gateway(api, gw)  # OIP v2, MLflow /invocations, the OpenAPI document
     return GatewayApp(gw, api)
 
 

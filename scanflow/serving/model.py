@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,41 @@ class LoadedModel:
     version: str  # registry version, or the run id / URI when not registered
     n_features: int | None
     predict: PredictFn
+    # What the standard protocols publish (scanflow.serving.oip): the registered model name (None for
+    # runs:/ and path URIs), the MLflow flavor it was loaded with, and its MLflow signature (or None).
+    name: str | None = None
+    flavor: str = "python_function"
+    signature: Any = None
+
+
+def registered_name(uri: str) -> str | None:
+    """'models:/digits@champion' | 'models:/digits/3' | 'models:/digits' -> 'digits'; None otherwise.
+
+    Why from the URI: a replica must answer to its model's name before the model has loaded
+    (`GET /v2/models/{name}/ready` says "not yet" rather than "unknown model")."""
+    for rx in (_VERSION_RE, _ALIAS_RE, _LATEST_RE):
+        if m := rx.match(uri):
+            return m["name"]
+    return None
+
+
+def as_probabilities(scores: np.ndarray) -> np.ndarray:
+    """Class probabilities from a classifier's per-class outputs, row by row.
+
+    The rule: a row that already is a distribution (every value in [0, 1], summing to 1 within 1e-3)
+    is kept as it is (a softmax head, sklearn's predict_proba); any other row is taken as logits and
+    goes through a softmax (max-subtracted, so large logits do not overflow). Why here and not in the
+    model call: only the requests that ask for probabilities pay for it, and the classes (argmax) are
+    the same either way."""
+    p = np.asarray(scores, dtype=np.float64)
+    if p.ndim != 2 or not p.size:
+        return p
+    is_dist = (p >= 0.0).all(axis=1) & (p <= 1.0).all(axis=1) & (np.abs(p.sum(axis=1) - 1.0) <= 1e-3)
+    if is_dist.all():
+        return p
+    e = np.exp(p - p.max(axis=1, keepdims=True))
+    soft = e / e.sum(axis=1, keepdims=True)
+    return np.where(is_dist[:, None], p, soft)
 
 
 def resolve_uri(uri: str) -> tuple[str, str | None]:
@@ -120,7 +156,8 @@ def load_model(uri: str) -> LoadedModel:
     try:
         local_path = mlflow.artifacts.download_artifacts(artifact_uri=resolved)
         meta = Model.load(local_path)
-        if "pytorch" in meta.flavors:
+        flavor = "pytorch" if "pytorch" in meta.flavors else "python_function"
+        if flavor == "pytorch":
             import mlflow.pytorch
 
             predict = _torch_predict(mlflow.pytorch.load_model(local_path, map_location="cpu"))
@@ -136,4 +173,5 @@ def load_model(uri: str) -> LoadedModel:
     # Warm up once (first torch call allocates), so the first client does not pay for it.
     if n is not None:
         predict(np.zeros((2, n), dtype=np.float32))
-    return LoadedModel(uri=uri, resolved_uri=resolved, version=str(version), n_features=n, predict=predict)
+    return LoadedModel(uri=uri, resolved_uri=resolved, version=str(version), n_features=n, predict=predict,
+                       name=registered_name(resolved), flavor=flavor, signature=getattr(meta, "signature", None))

@@ -9,7 +9,9 @@ Unless `--threads` (or POST /admin/threads) pins it, the thread pool follows the
 
 Endpoints: POST /predict (raw ASGI hot path, micro-batched), POST /predict_batch (the gateway's
 coalesced requests, scanflow.serving.batchwire), GET /health, /ready, /metrics, /info,
-POST /admin/model (hot swap), /admin/threads, /admin/drain (token). The model loads in a worker
+POST /admin/model (hot swap), /admin/threads, /admin/drain (token).
+The standard protocols (Open Inference Protocol v2 under /v2, MLflow's POST /invocations) are mounted
+by scanflow.serving.protocols and answered through the same /predict handler. The model loads in a worker
 thread after start-up, so /health answers at once and /ready turns 200 when the model is in.
 """
 
@@ -50,8 +52,9 @@ from scanflow.serving.batching import BatchResult, MicroBatcher, ModelNotReady
 from scanflow.serving.cliargs import env_value
 from scanflow.serving.cpuwatch import CpuLimitReader, threads_for_cores
 from scanflow.serving.hotmetrics import HotCounter, HotHistogram
-from scanflow.serving.model import LoadedModel, ModelLoadError, load_model
+from scanflow.serving.model import LoadedModel, ModelLoadError, as_probabilities, load_model
 from scanflow.serving.payload import PayloadError, PredictRequest, parse_batch, parse_predict
+from scanflow.serving.protocols import install_replica
 from scanflow.serving.server import LATENCY_BUCKETS, HotPathApp, alive, base_api, run_server
 from scanflow.serving.sink import TrackerSink
 
@@ -287,7 +290,7 @@ class Replica:
         request_id = req.request_id or self._new_id()
         doc: dict[str, object] = {"outputs": outputs, "model_version": version, "request_id": request_id}
         if req.want_probabilities and probabilities is not None:
-            doc["probabilities"] = probabilities
+            doc["probabilities"] = as_probabilities(probabilities)
         return request_id, doc
 
     def _record(
@@ -403,7 +406,7 @@ class Replica:
             request_id = req.request_id or self._new_id()
             doc: dict[str, object] = {"outputs": out, "model_version": version, "request_id": request_id}
             if req.want_probabilities and probs is not None:
-                doc["probabilities"] = probs[start:end]
+                doc["probabilities"] = as_probabilities(probs[start:end])
             answers[i] = (200, dumps(doc, option=opt))
             if rows is not None:
                 self._record(req, request_id, rows[start:end], out, version, latency)
@@ -514,6 +517,7 @@ def create_app(config: ReplicaConfig) -> ReplicaApp:
     async def drain() -> dict[str, object]:
         return await replica.drain()
 
+    install_replica(api, replica)  # OIP v2, MLflow /invocations, the OpenAPI document
     return ReplicaApp(replica, api)
 
 
