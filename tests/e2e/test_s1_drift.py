@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from e2e_support import count_ok, digits_workflow, wait_for
 from scenario import run_s1
-from up_support import UpStack
+from up_support import UpStack, detector_sources
 
 from scanflow.stack import Traffic
 
@@ -49,20 +49,6 @@ def _checks_by(stack: UpStack, version: str, at_least: int) -> list[dict] | None
     return got if len(got) >= at_least else None
 
 
-def _detector_sources(stack: UpStack) -> dict[str, str]:
-    """model version -> the reference its logged drift detector was fitted on (MLflow tags)."""
-    import mlflow
-    from mlflow import MlflowClient
-
-    from scanflow.drift.lifecycle import DETECTOR_KIND, DETECTOR_TAG, SOURCE_TAG, VERSION_TAG
-
-    mlflow.set_tracking_uri(stack.tracking_uri)
-    client = MlflowClient()
-    exp = client.get_experiment_by_name(stack.workflow_name)
-    runs = client.search_runs([exp.experiment_id], f"tags.`{DETECTOR_TAG}` = '{DETECTOR_KIND}'")
-    return {r.data.tags[VERSION_TAG]: r.data.tags.get(SOURCE_TAG, "") for r in runs}
-
-
 def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ignore[no-untyped-def]
     pools = s1_pools
     declared = tmp_path / "digits.yaml"  # the digits workflow without autoscaling, as a user's file
@@ -78,7 +64,7 @@ def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ign
         planner, executor = stack.decisions("planner"), stack.decisions("executor")
         plans = stack.get("planner", "/plans")
         unseen = _unseen_drifted_accuracy(res.old_version, res.new_version)
-        detectors = _detector_sources(stack)
+        detectors = detector_sources(stack)
     finally:
         stack.down()
 

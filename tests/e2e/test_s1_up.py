@@ -22,7 +22,7 @@ import httpx
 import numpy as np
 import pytest
 from e2e_support import wait_for, without_planner_strategies
-from up_support import REPO, UpStack
+from up_support import REPO, UpStack, detector_sources
 
 from scanflow.stack import Traffic
 
@@ -87,6 +87,7 @@ def test_s1_on_the_tabular_workflow_through_scanflow_up(up_stack: Any, tmp_path:
                         150, what=f"{POST_SWAP_WINDOWS} drift checks by the new champion's detector")
         accuracy_before = traffic.accuracy(since=onset, drifted=True, version=old)
         accuracy_after = traffic.accuracy(since=served, drifted=True, version=new)
+        detectors = detector_sources(stack)
     plans = stack.get("planner", "/plans")
     executor = stack.get("executor", "/decisions", limit=1000)
 
@@ -96,6 +97,8 @@ def test_s1_on_the_tabular_workflow_through_scanflow_up(up_stack: Any, tmp_path:
     fired = [d for d in executor if d["strategy"] == "execute-retrain" and d["result"] == "fired"]
     assert len(fired) == 1 and all(o["status"] == "ok" for o in fired[0]["outcomes"].values()), fired
     assert accuracy_after > accuracy_before + 0.2, (accuracy_before, accuracy_after)
+    # refitted for the new champion from its serving reference, which reads the same traffic as clean
+    assert detectors.get(str(new), "").endswith("scanflow/serving_reference"), detectors
     flagged = sum(bool(e["payload"]["drift"]) for e in post)
     assert flagged <= MAX_FLAGGED, [e["payload"]["p_value"] for e in post]
     print(f"S1 sensors through scanflow up: onset -> v{new} serving {served - onset:.1f}s, drifted accuracy "

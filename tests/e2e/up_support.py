@@ -75,3 +75,17 @@ class UpStack:
             subprocess.run([sys.executable, "-m", "scanflow.cli", "down", "--home", str(self.home)], cwd=REPO,
                            env=cli_env(), capture_output=True, timeout=240, check=False)
             self.proc.wait(timeout=60)
+
+
+def detector_sources(stack: UpStack) -> dict[str, str]:
+    """model version -> the reference its logged drift detector was fitted on (MLflow tags)."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from scanflow.drift.lifecycle import DETECTOR_KIND, DETECTOR_TAG, SOURCE_TAG, VERSION_TAG
+
+    mlflow.set_tracking_uri(stack.tracking_uri)
+    client = MlflowClient()
+    exp = client.get_experiment_by_name(stack.workflow_name)
+    runs = client.search_runs([exp.experiment_id], f"tags.`{DETECTOR_TAG}` = '{DETECTOR_KIND}'")
+    return {r.data.tags[VERSION_TAG]: r.data.tags.get(SOURCE_TAG, "") for r in runs}
