@@ -1,29 +1,27 @@
-"""Drift detection benchmark: power, false-positive rate across splits, latency; ours vs alibi-detect.
+"""Drift detection benchmark: false-positive rate per deployment, power, latency; digits and a sensor table.
 
-    .venv/bin/python benchmarks/drift.py --quick     # < 1 min on 2 cores, reduced counts (printed)
-    .venv/bin/python benchmarks/drift.py             # full counts (a few minutes)
+    .venv/bin/python benchmarks/drift.py --quick     # ~1-2 min on 2 shared cores, reduced counts (printed)
+    .venv/bin/python benchmarks/drift.py             # full counts (several minutes)
+    options: --splits N, --windows 200 500, --data digits sensors
 
-A *split* is an independent draw of the reference: a random 720 digits train a fresh autoencoder;
-the other 1,077 are held out. Per split and window size (100, 500):
+A *split* is one deployment: a fresh reference draw trains an autoencoder and ONE calibration set
+calibrates it, as `fit` does in production; then fresh clean windows (the per-split FPR, the rate that
+deployment pages with) and corrupted windows (power) are tested against that fixed calibration.
 
-- clean windows, "fresh" (the FPR figures): each window is a fresh random partition of the held-out
-  rows into a calibration set (450) and a window (w rows, the rest unused); the detector is
-  re-calibrated on that calibration set (`infer_threshold`, the public API) and tests the window.
-  Given the split's autoencoder, windows are independent draws, so the per-split FPR is a real rate
-  and the worst split says how much the FPR depends on the reference the autoencoder was fitted on.
-  (C's first version drew 500-row windows without replacement from one 627-row pool against one
-  calibration set: the windows of a split nearly coincided and flagged all or none.)
-- clean windows, "bootstrap": one fixed calibration set, windows drawn *with replacement* from the
-  627 rows held out from both. Reported too, for comparison: the pool's own sampling error adds
-  variance no detector calibrated on other rows can know about, so this over-states the FPR of a
-  test calibrated for fresh data (by about 1/627 against 1/450 + 1/500 in variance at w = 500).
-- corrupted windows (power): a fixed calibration set; a random w of the other held-out rows,
-  corrupted (noise, rotation, shift; severities 1-3, severity 1 mild enough that MMD misses it).
+- digits (1,797 images: too few to draw fresh 500-row windows beside a reference): 720 random digits
+  train the autoencoder; the other 1,077 are the split's *population*. The calibration set (450) and
+  every window are drawn from it with replacement, so calibration and windows are independent draws
+  of one distribution, the calibration is fixed for the split, and windows are fresh. Corruptions:
+  noise, rotation, shift at severities 1-3 (workflows/digits/data.py).
+- sensors (workflows/sensors/data.py, generated, 10 columns, one a category code): each split
+  generates its own reference (800 training, 500 calibration rows) and every window from new seeds.
+  Drift: the sensor recalibration at strengths 0.05 / 0.1 / 0.2 of the scenario's (strength 1 puts
+  temperature in degrees F, a schema violation rather than drift).
 
-Side by side, in the same run, on the same windows: alibi-detect MMD and KS (backend pytorch) with
-the split's encoder as preprocess_fn and the calibration rows as reference, on fewer windows (MMD is
-a permutation test, ~0.4 s per window). Latency: median wall time of `predict` per window, one torch
-thread (the detector's CPU time is printed too, since the machine is shared). Last line: JSON.
+The previous rule (Welch, `stats.welch_location_scale`) is scored on the same windows from the
+report's errors ("welch" column): before/after on identical data. alibi-detect MMD and KS (digits,
+first split, few windows) as before. Latency: median wall time of `predict` at the detector's default
+threads (1 for windows <= 1,000 rows). Last line: JSON.
 """
 
 from __future__ import annotations
@@ -40,210 +38,197 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scanflow.drift import AutoencoderDriftDetector, alibi_available
+from scanflow.drift import AutoencoderDriftDetector, TabularAutoencoderDriftDetector, alibi_available, stats
+from scanflow.drift.reconstruction import ReconstructionDriftDetector
 from workflows.digits.data import KINDS, SEVERITIES, corrupt, load_digits_scaled
+from workflows.sensors import data as sensors
 
-WINDOWS = (100, 500)
 N_TRAIN, N_CAL = 720, 450
-QUICK_NOTE = (
-    " --quick (reduced against the full run: 15 autoencoder epochs instead of 30, 20 splits instead of 40,"
-    " 5 bootstrap windows instead of 10, alibi-detect on 1 split instead of 10 with 1 clean and 1 corrupted"
-    " window per cell instead of 5 and 2: its columns are a rough indication only)"
-)
-CONDITIONS = ["clean"] + [f"{k}/{s}" for k in KINDS for s in SEVERITIES]
+SENSOR_TRAIN, SENSOR_CAL = 800, 500
+SENSOR_STRENGTHS = (0.05, 0.1, 0.2)
 
 
 @dataclass
 class Tally:
-    """Outcomes and latencies of one detector, keyed by (window size, condition)."""
+    """Outcomes and latencies of one rule on one data kind, keyed by (window size, condition)."""
 
     hits: dict[tuple[int, str], list[bool]] = field(default_factory=dict)
-    per_split: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+    per_split: dict[int, list[float]] = field(default_factory=dict)
     latency_s: dict[int, list[float]] = field(default_factory=dict)
-    cpu_s: dict[int, list[float]] = field(default_factory=dict)
 
-    def add(self, w: int, cond: str, flagged: bool, seconds: float, cpu: float) -> None:
-        self.hits.setdefault((w, cond), []).append(flagged)
-        self.latency_s.setdefault(w, []).append(seconds)
-        self.cpu_s.setdefault(w, []).append(cpu)
+    def add(self, w: int, cond: str, flagged: bool, seconds: float | None = None) -> None:
+        self.hits.setdefault((w, cond), []).append(bool(flagged))
+        if seconds is not None:
+            self.latency_s.setdefault(w, []).append(seconds)
 
-    def close_split(self, w: int, cond: str, flags: list[bool]) -> None:
-        if flags:
-            self.per_split.setdefault((w, cond), []).append(float(np.mean(flags)))
-
-    def n(self, w: int, cond: str) -> int:
-        return len(self.hits.get((w, cond), []))
+    def close_split(self, w: int, flags: list[bool]) -> None:
+        self.per_split.setdefault(w, []).append(float(np.mean(flags)))
 
     def rate(self, w: int, cond: str) -> float:
         v = self.hits.get((w, cond), [])
         return float(np.mean(v)) if v else float("nan")
 
-    def power(self, w: int) -> float:
-        return float(np.nanmean([self.rate(w, f"{k}/{s}") for k in KINDS for s in SEVERITIES]))
+    def n(self, w: int, cond: str) -> int:
+        return len(self.hits.get((w, cond), []))
 
-    def worst_split(self, w: int, cond: str = "clean") -> float:
-        v = self.per_split.get((w, cond), [])
-        return float(max(v)) if v else float("nan")
+    def power(self, w: int) -> float:
+        cells = [c for (ww, c) in self.hits if ww == w and c != "clean"]
+        return float(np.mean([self.rate(w, c) for c in cells])) if cells else float("nan")
+
+    def worst_split(self, w: int) -> float:
+        return float(max(self.per_split.get(w, [float("nan")])))
 
     def latency_ms(self, w: int) -> float:
         v = self.latency_s.get(w, [])
         return 1000 * statistics.median(v) if v else float("nan")
 
-    def cpu_ms(self, w: int) -> float:
-        v = self.cpu_s.get(w, [])
-        return 1000 * statistics.median(v) if v else float("nan")
+
+def welch_flag(det: ReconstructionDriftDetector, errors: np.ndarray) -> bool:
+    """The previous rule on the same window: Welch location + Brown-Forsythe spread, Bonferroni."""
+    assert det.calibration_errors is not None
+    cal = stats.log_errors(det.calibration_errors)
+    _, _, p_loc, p_sc = stats.welch_location_scale(
+        stats.log_errors(errors), stats.NullStats.of(cal), stats.NullStats.of(stats.abs_deviations(cal))
+    )
+    return stats.bonferroni(p_loc, p_sc) < det.fpr
 
 
-def timed_predict(det: AutoencoderDriftDetector, x: np.ndarray) -> tuple[bool, float, float]:
-    """(is_drift, wall seconds, CPU seconds of this thread) of one predict."""
-    c0, t0 = time.thread_time(), time.perf_counter()
+def score(det: ReconstructionDriftDetector, x: np.ndarray, w: int, cond: str, t: dict[str, Tally]) -> tuple[bool, bool]:
+    t0 = time.perf_counter()
     rep = det.predict(x)
-    return rep.is_drift, time.perf_counter() - t0, time.thread_time() - c0
+    dt = time.perf_counter() - t0
+    assert rep.errors is not None
+    old = welch_flag(det, rep.errors)
+    t["ae"].add(w, cond, rep.is_drift, dt)
+    t["welch"].add(w, cond, old)
+    return rep.is_drift, old
 
 
-def alibi_twins(det: AutoencoderDriftDetector, x_cal: np.ndarray) -> dict[str, AutoencoderDriftDetector]:
-    """MMD and KS detectors sharing `det`'s trained autoencoder (no retraining), reference x_cal."""
-    out = {}
+def digits_split(split: int, args: argparse.Namespace, x_all: np.ndarray, t: dict[str, Tally]) -> None:
+    rng = np.random.default_rng(1000 + split)
+    perm = rng.permutation(len(x_all))
+    population = x_all[perm[N_TRAIN:]]
+    cal = population[rng.integers(0, len(population), N_CAL)]
+    det = AutoencoderDriftDetector(epochs=args.epochs, seed=split).fit(x_all[perm[:N_TRAIN]], cal)
+    t["ae"].min_windows.append(det.min_window)  # type: ignore[attr-defined]
+    for w in args.windows:
+        flags: list[tuple[bool, bool]] = []
+        for _ in range(args.clean):
+            flags.append(score(det, population[rng.integers(0, len(population), w)], w, "clean", t))
+        t["ae"].close_split(w, [a for a, _ in flags])
+        t["welch"].close_split(w, [b for _, b in flags])
+        for kind in KINDS:
+            for sev in SEVERITIES:
+                for _ in range(args.corrupt):
+                    x = corrupt(population[rng.integers(0, len(population), w)], kind, sev, rng)
+                    score(det, x, w, f"{kind}/{sev}", t)
+        if split < args.alibi_splits:
+            alibi_cells(det, cal, population, w, rng, t)
+
+
+def alibi_cells(det: AutoencoderDriftDetector, cal: np.ndarray, population: np.ndarray, w: int,
+                rng: np.random.Generator, t: dict[str, Tally]) -> None:
+    """alibi-detect MMD and KS sharing the split's autoencoder (calibration rows as reference)."""
     for backend in ("mmd", "ks"):
         a = AutoencoderDriftDetector(backend=backend, seed=det.seed)  # type: ignore[arg-type]
         a.model, a.x_ref = det.model, det.x_ref
-        a.infer_threshold(x_cal)
-        out[backend] = a
-    return out
-
-
-def run_split(
-    split: int, args: argparse.Namespace, x_all: np.ndarray, tallies: dict[str, Tally], with_alibi: bool
-) -> None:
-    rng = np.random.default_rng(1000 + split)
-    perm = rng.permutation(len(x_all))
-    train, held = perm[:N_TRAIN], perm[N_TRAIN:]
-    cal0, pool0 = held[:N_CAL], held[N_CAL:]
-    det = AutoencoderDriftDetector(epochs=args.epochs, seed=split, num_threads=1).fit(
-        x_all[train], x_all[cal0]
-    )
-    ours, boot = tallies["ae"], tallies["ae-bootstrap"]
-    for w in WINDOWS:
-        # clean, fresh partitions of the held-out rows (re-calibrated per window)
-        flags: list[bool] = []
-        alibi_flags: dict[str, list[bool]] = {"mmd": [], "ks": []}
-        for i in range(args.clean):
-            order = rng.permutation(held)
-            cal, window = x_all[order[:N_CAL]], x_all[order[N_CAL : N_CAL + w]]
-            det.infer_threshold(cal)
-            f, dt, cpu = timed_predict(det, window)
-            ours.add(w, "clean", f, dt, cpu)
-            flags.append(f)
-            if with_alibi and i < args.alibi_clean:
-                for name, a in alibi_twins(det, cal).items():
-                    r = timed_predict(a, window)
-                    tallies[name].add(w, "clean", *r)
-                    alibi_flags[name].append(r[0])
-        ours.close_split(w, "clean", flags)
-        for name, fl in alibi_flags.items():
-            tallies[name].close_split(w, "clean", fl)
-        # back to the split's fixed calibration set for the bootstrap FPR and the power
-        det.infer_threshold(x_all[cal0])
-        flags = []
-        for _ in range(args.boot):
-            f, dt, cpu = timed_predict(det, x_all[rng.choice(pool0, w, replace=True)])
-            boot.add(w, "clean", f, dt, cpu)
-            flags.append(f)
-        boot.close_split(w, "clean", flags)
-        twins = alibi_twins(det, x_all[cal0]) if with_alibi else {}
+        a.infer_threshold(cal)
+        for _ in range(2):
+            t0 = time.perf_counter()
+            t[backend].add(w, "clean", a.predict(population[rng.integers(0, len(population), w)]).is_drift,
+                           time.perf_counter() - t0)
         for kind in KINDS:
             for sev in SEVERITIES:
-                for i in range(args.corrupt):
-                    x = corrupt(x_all[rng.choice(pool0, w, replace=False)], kind, sev, rng)
-                    ours.add(w, f"{kind}/{sev}", *timed_predict(det, x))
-                    if i < args.alibi_corrupt:
-                        for name, a in twins.items():
-                            tallies[name].add(w, f"{kind}/{sev}", *timed_predict(a, x))
+                x = corrupt(population[rng.integers(0, len(population), w)], kind, sev, rng)
+                t0 = time.perf_counter()
+                t[backend].add(w, f"{kind}/{sev}", a.predict(x).is_drift, time.perf_counter() - t0)
 
 
-def print_tables(tallies: dict[str, Tally], names: list[str]) -> None:
-    for w in WINDOWS:
-        print(f"\nwindow {w}: rate flagged (clean = FPR on fresh windows, else power); n windows in brackets")
-        print(f"{'condition':<12}" + "".join(f"{n:>16}" for n in names))
-        for c in CONDITIONS:
-            cells = [f"{tallies[n].rate(w, c):>10.3f} ({tallies[n].n(w, c):>3})" for n in names]
-            print(f"{c:<12}" + "".join(f"{cell:>16}" for cell in cells))
-        print(f"{'mean power':<12}" + "".join(f"{tallies[n].power(w):>16.3f}" for n in names))
-        print(f"{'latency ms':<12}" + "".join(f"{tallies[n].latency_ms(w):>16.2f}" for n in names))
-        print(f"{'cpu ms':<12}" + "".join(f"{tallies[n].cpu_ms(w):>16.2f}" for n in names))
-        ae, bt = tallies["ae"], tallies["ae-bootstrap"]
-        print(
-            f"ae FPR per split, fresh windows: mean {np.mean(ae.per_split[(w, 'clean')]):.3f}, worst "
-            f"{ae.worst_split(w):.2f}; bootstrap from one pool, fixed calibration: mean "
-            f"{bt.rate(w, 'clean'):.3f}, worst {bt.worst_split(w):.2f}"
-        )
+def sensors_split(split: int, args: argparse.Namespace, t: dict[str, Tally]) -> None:
+    seed = 5000 + 1000 * split
+    x_train, _ = sensors.generate(SENSOR_TRAIN, seed)
+    x_cal, _ = sensors.generate(SENSOR_CAL, seed + 1)
+    det = TabularAutoencoderDriftDetector(sensors.N_FEATURES, categorical=sensors.CATEGORICAL,
+                                          epochs=args.tab_epochs, seed=split).fit(x_train, x_cal)
+    t["ae"].min_windows.append(det.min_window)  # type: ignore[attr-defined]
+    for w in args.windows:
+        flags = [score(det, sensors.generate(w, seed + 10 + i)[0], w, "clean", t) for i in range(args.clean)]
+        t["ae"].close_split(w, [a for a, _ in flags])
+        t["welch"].close_split(w, [b for _, b in flags])
+        for strength in SENSOR_STRENGTHS:
+            for i in range(args.corrupt):
+                x = sensors.recalibrate(sensors.generate(w, seed + 500 + i)[0], strength)
+                score(det, x, w, f"recal/{strength}", t)
+
+
+def print_tables(kind: str, t: dict[str, Tally], windows: list[int], names: list[str]) -> None:
+    for w in windows:
+        print(f"\n{kind}, window {w}: rate flagged (clean = FPR per deployment, else power); n windows in brackets")
+        print(f"{'condition':<14}" + "".join(f"{n:>16}" for n in names))
+        conds = sorted({c for (ww, c) in t["ae"].hits if ww == w}, key=lambda c: (c != "clean", c))
+        for c in conds:
+            cells = [f"{t[n].rate(w, c):>10.3f} ({t[n].n(w, c):>3})" for n in names]
+            print(f"{c:<14}" + "".join(f"{cell:>16}" for cell in cells))
+        print(f"{'mean power':<14}" + "".join(f"{t[n].power(w):>16.3f}" for n in names))
+        print(f"{'latency ms':<14}" + "".join(f"{t[n].latency_ms(w):>16.2f}" for n in names))
+        for n in ("ae", "welch"):
+            v = t[n].per_split.get(w, [])
+            print(f"{n} FPR per split: mean {np.mean(v):.3f}, worst {max(v):.3f}, "
+                  f"splits above 0.15: {sum(x > 0.15 for x in v)} of {len(v)}")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="fewer epochs and alibi windows, < 1 min")
+    p.add_argument("--quick", action="store_true", help="fewer splits, epochs and windows")
     p.add_argument("--splits", type=int, default=None)
-    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--epochs", type=int, default=None, help="digits autoencoder epochs")
+    p.add_argument("--windows", type=int, nargs="+", default=[200, 500])
+    p.add_argument("--data", nargs="+", default=["digits", "sensors"], choices=["digits", "sensors"])
     args = p.parse_args()
-    # full: >= 100 windows per corrupted cell, >= 200 fresh clean windows over >= 20 splits, per window size
-    args.splits = args.splits or (20 if args.quick else 40)
+    args.splits = args.splits or 20
     args.epochs = args.epochs or (15 if args.quick else 30)
-    args.clean, args.boot, args.corrupt = (10, 5, 5) if args.quick else (10, 10, 3)
-    args.alibi_splits, args.alibi_clean, args.alibi_corrupt = (1, 1, 1) if args.quick else (10, 5, 2)
+    args.tab_epochs = 30 if args.quick else 60
+    args.clean, args.corrupt = (40, 3) if args.quick else (60, 5)
+    args.alibi_splits = (1 if alibi_available() else 0) if "digits" in args.data else 0
     import torch
 
     torch.set_num_threads(1)  # the model is tiny; on 2 shared cores a second thread only contends
-    with_alibi = alibi_available()
-    x_all, _ = load_digits_scaled()
-    print(
-        f"drift benchmark{QUICK_NOTE if args.quick else ''}: "
-        f"{args.splits} splits (train {N_TRAIN}, calibration {N_CAL}, held out {len(x_all) - N_TRAIN}), "
-        f"autoencoder {args.epochs} epochs; per split and window size {args.clean} fresh clean, {args.boot} "
-        f"bootstrap clean and "
-        f"{args.corrupt} corrupted windows per corruption/severity; 1 torch thread"
-    )
-    if with_alibi:
-        print(
-            f"alibi-detect MMD/KS (encoder as preprocess_fn, calibration rows as reference) on the first "
-            f"{args.alibi_splits} splits: {args.alibi_clean} fresh clean, {args.alibi_corrupt} per corruption/severity"
-        )
-    else:
-        print("alibi-detect not installed: MMD/KS comparison skipped (pip install 'scanflow[alibi]')")
-    tallies = {"ae": Tally(), "ae-bootstrap": Tally(), "mmd": Tally(), "ks": Tally()}
-    t0 = time.perf_counter()
-    for split in range(args.splits):
-        run_split(split, args, x_all, tallies, with_alibi and split < args.alibi_splits)
-        print(
-            f"  split {split + 1}/{args.splits} done at {time.perf_counter() - t0:.0f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-    elapsed = time.perf_counter() - t0
-    names = ["ae"] + (["mmd", "ks"] if with_alibi else [])
-    print_tables(tallies, names)
-    ours, mmd = tallies["ae"], tallies["mmd"]
-    figures: dict[str, float | int | bool | None] = {
-        "quick": bool(args.quick),
-        "splits": args.splits,
-        "epochs": args.epochs,
-        "seconds": round(elapsed, 1),
-    }
-    for w in WINDOWS:
-        figures[f"latency_ms_w{w}"] = round(ours.latency_ms(w), 3)
-        figures[f"cpu_ms_w{w}"] = round(ours.cpu_ms(w), 3)
-        figures[f"fpr_w{w}"] = round(ours.rate(w, "clean"), 4)
-        figures[f"fpr_worst_split_w{w}"] = round(ours.worst_split(w), 3)
-        figures[f"fpr_bootstrap_w{w}"] = round(tallies["ae-bootstrap"].rate(w, "clean"), 4)
-        figures[f"power_w{w}"] = round(ours.power(w), 4)
-        figures[f"power_noise1_w{w}"] = round(ours.rate(w, "noise/1"), 4)
-        for n in ("mmd", "ks"):
-            figures[f"{n}_power_w{w}"] = round(tallies[n].power(w), 4) if with_alibi else None
-            figures[f"{n}_fpr_w{w}"] = round(tallies[n].rate(w, "clean"), 4) if with_alibi else None
-            figures[f"{n}_latency_ms_w{w}"] = round(tallies[n].latency_ms(w), 3) if with_alibi else None
-        figures[f"speedup_vs_mmd_w{w}"] = (
-            round(mmd.latency_ms(w) / ours.latency_ms(w), 1) if with_alibi else None
-        )
-    print(f"\ntotal {elapsed:.1f} s")
+    print(f"drift benchmark{' --quick' if args.quick else ''}: {args.splits} splits (deployments) per data kind, "
+          f"windows {args.windows}; per split and window size {args.clean} fresh clean windows against the "
+          f"split's one calibration set and {args.corrupt} per drift condition; digits {args.epochs} epochs, "
+          f"sensors {args.tab_epochs}")
+    figures: dict[str, object] = {"quick": bool(args.quick), "splits": args.splits, "windows": args.windows}
+    t_start = time.perf_counter()
+    for kind in args.data:
+        t = {n: Tally() for n in ("ae", "welch", "mmd", "ks")}
+        t["ae"].min_windows = []  # type: ignore[attr-defined]
+        t0 = time.perf_counter()
+        x_all = load_digits_scaled()[0] if kind == "digits" else None
+        for split in range(args.splits):
+            if x_all is not None:
+                digits_split(split, args, x_all, t)
+            else:
+                sensors_split(split, args, t)
+            print(f"  {kind} split {split + 1}/{args.splits} at {time.perf_counter() - t0:.0f} s",
+                  file=sys.stderr, flush=True)
+        names = ["ae", "welch"] + (["mmd", "ks"] if args.alibi_splits and kind == "digits" else [])
+        print_tables(kind, t, args.windows, names)
+        mws = t["ae"].min_windows  # type: ignore[attr-defined]
+        print(f"{kind} min_window over splits: {min(mws)}-{max(mws)}")
+        out: dict[str, object] = {"seconds": round(time.perf_counter() - t0, 1), "min_window_max": max(mws)}
+        for w in args.windows:
+            out[f"fpr_w{w}"] = round(float(np.mean(t["ae"].per_split[w])), 4)
+            out[f"fpr_worst_split_w{w}"] = round(t["ae"].worst_split(w), 3)
+            out[f"power_w{w}"] = round(t["ae"].power(w), 4)
+            out[f"latency_ms_w{w}"] = round(t["ae"].latency_ms(w), 3)
+            out[f"welch_fpr_w{w}"] = round(float(np.mean(t["welch"].per_split[w])), 4)
+            out[f"welch_fpr_worst_split_w{w}"] = round(t["welch"].worst_split(w), 3)
+            out[f"welch_power_w{w}"] = round(t["welch"].power(w), 4)
+            if "mmd" in names:
+                out[f"mmd_power_w{w}"] = round(t["mmd"].power(w), 4)
+                out[f"mmd_latency_ms_w{w}"] = round(t["mmd"].latency_ms(w), 3)
+        figures[kind] = out
+    print(f"\ntotal {time.perf_counter() - t_start:.1f} s")
     print(json.dumps(figures))
     return 0
 

@@ -87,6 +87,7 @@ class DriftDetector(ABC):
             ref, cal = ref[perm[n_cal:]], ref[perm[:n_cal]]
         else:
             cal = self.validate(x_cal, what="x_cal")
+        self._check_reference(ref, cal)  # before training: a mis-scaled calibration set fails fast
         self._fitted = False
         self.x_ref = ref
         self._fit(self._preprocess(ref))
@@ -110,8 +111,10 @@ class DriftDetector(ABC):
         return self._predict(self._preprocess(window))
 
     # -- helpers ----------------------------------------------------------------------------------
-    def validate(self, x: ArrayLike, *, what: str = "x", min_rows: int = 2) -> Array:
-        """float32 (n, n_features) with finite values, or a ValueError that says what is wrong."""
+    def validate(self, x: ArrayLike, *, what: str = "x", min_rows: int = 2, allow_nonfinite: bool = False) -> Array:
+        """float32 (n, n_features) with finite values, or a ValueError that says what is wrong.
+
+        allow_nonfinite: keep NaN / inf (a detector that reports them per row, as a schema violation)."""
         try:
             arr = np.asarray(x, dtype=np.float32)
         except (TypeError, ValueError) as exc:
@@ -127,7 +130,7 @@ class DriftDetector(ABC):
             )
         if len(arr) < min_rows:
             raise ValueError(f"{what}: need at least {min_rows} rows, got {len(arr)}")
-        if not np.isfinite(arr).all():
+        if not allow_nonfinite and not np.isfinite(arr).all():
             raise ValueError(f"{what}: contains NaN or infinite values")
         return arr
 
@@ -136,6 +139,9 @@ class DriftDetector(ABC):
 
     def metadata(self) -> dict[str, Any]:
         return {"detector": self.name, "fpr": self.fpr}
+
+    def _check_reference(self, x_ref: Array, x_cal: Array) -> None:
+        """Hook before training: learn input checks from the reference and vet the calibration rows."""
 
     # -- what a backend implements ---------------------------------------------------------------
     @abstractmethod

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from scanflow.drift import stats
+from scanflow.drift import ranges, stats
 from scanflow.drift.alibi_backend import alibi_available
 from scanflow.drift.autoencoder import ConvAutoencoder
 from scanflow.drift.base import Array, PreprocessFn
@@ -55,6 +55,8 @@ class AutoencoderDriftDetector(ReconstructionDriftDetector):
         lr: float = 3e-3,
         num_threads: int | None = None,
         calibration_fraction: float = 0.35,
+        calibration_confidence: float = 0.9,
+        range_margin: float = ranges.DEFAULT_MARGIN,
         preprocess_fn: PreprocessFn | None = None,
         seed: int = 0,
     ) -> None:
@@ -74,6 +76,8 @@ class AutoencoderDriftDetector(ReconstructionDriftDetector):
             lr=lr,
             num_threads=num_threads,
             calibration_fraction=calibration_fraction,
+            calibration_confidence=calibration_confidence,
+            range_margin=range_margin,
             preprocess_fn=preprocess_fn,
             seed=seed,
         )
@@ -83,6 +87,11 @@ class AutoencoderDriftDetector(ReconstructionDriftDetector):
 
     def _fit_inputs(self, x_ref: Array) -> None:
         self.input_range = (float(x_ref.min()), float(x_ref.max()))
+
+    def _ranges_of(self, x_ref: Array) -> ranges.FeatureRanges:
+        """One range for every pixel: they share a scale, and a border pixel that is 0 in every reference
+        image may carry noise in a drifted window (drift, not a schema violation)."""
+        return ranges.learn_ranges(x_ref, margin=self.range_margin, shared=True)
 
     def _model_inputs(self, x: Array) -> Array:
         lo, hi = self.input_range

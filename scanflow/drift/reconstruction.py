@@ -8,18 +8,21 @@ the Checker agent calls `predict` per window, off the event loop.
 
 How it decides (docs/drift.md has the why and the numbers):
 1. `fit` learns the input scaling from the reference rows and trains the autoencoder on them.
-2. calibration, on clean rows the autoencoder never saw: the mean and variance of log
-   reconstruction errors (the null) and their `error_quantile` (the critical-point threshold).
-3. `predict`: per-sample errors of the window, the same way; critical points are the samples above
-   the threshold; the window is drift when its log-errors differ from the calibration ones in mean
-   (Welch t-test, two-sided by default) or spread (Brown-Forsythe in Welch form), Bonferroni
-   combined, at p < fpr. With backend "mmd" | "ks" | "lsdd", alibi-detect's test on the encoder
-   outputs (window against the calibration set) decides instead; critical points still come from
-   the errors.
+   It also learns the reference's range per column (`ranges.py`) and refuses calibration rows that
+   look mis-scaled against it.
+2. calibration, on clean rows the autoencoder never saw: the log reconstruction errors' mean,
+   variance, median and spread (the null), their `error_quantile` (the critical-point threshold),
+   and `min_window`, the smallest window at which the test holds its rate (resampled from them).
+3. `predict`: windows shorter than `min_window` are refused (ValueError). Rows with non-finite
+   values or values beyond the reference's range are a schema violation (reported, not tested);
+   the others' per-sample errors are tested against the null in mean and spread (`stats.window_test`:
+   z-tests with a margin for the calibration set's own error, Bonferroni combined, at p < fpr).
+   Critical points are the scored rows above the threshold. With backend "mmd" | "ks" | "lsdd",
+   alibi-detect's test on the encoder outputs (window against the calibration set) decides instead.
 
-Persistence: `save` writes detector.json (format version, class name, config, schema, null),
+Persistence: `save` writes detector.json (format version, class name, config, schema, null, min_window),
 autoencoder.pt (the model's state dict), inputs.npz (the learnt input scaling) and calibration.npz
-(calibration rows and their errors); `load` rebuilds the saved class from them without retraining.
+(calibration rows, their errors, the reference's ranges); `load` rebuilds the saved class from them without retraining.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 
-from scanflow.drift import alibi_backend, stats
+from scanflow.drift import alibi_backend, ranges, stats
 from scanflow.drift.autoencoder import (
     Autoencoder,
     default_threads,
@@ -49,10 +52,14 @@ from scanflow.drift.report import DriftReport
 
 Backend = Literal["ae", "mmd", "ks", "lsdd"]
 BACKENDS: tuple[str, ...] = ("ae", "mmd", "ks", "lsdd")
-# 3: detector.json names the schema, inputs.npz holds the input scaling. 2 (8x8 images in [0, 1],
-# no inputs.npz) still loads. 1 (full-resolution convolutions) does not: refit.
-FORMAT_VERSION = 3
-READABLE_FORMATS = (2, 3)
+# 4: calibration.npz holds the reference's ranges, detector.json min_window. 3: detector.json names the
+# schema, inputs.npz holds the input scaling. 2 (8x8 images in [0, 1], no inputs.npz) and 3 still load
+# (ranges then come from the calibration rows). 1 (full-resolution convolutions) does not: refit.
+FORMAT_VERSION = 4
+READABLE_FORMATS = (2, 3, 4)
+# Windows up to this many rows are scored on one torch thread unless num_threads says otherwise: the
+# model is tiny, and a second thread costs more in handoff than it saves (docs/drift.md, Threads).
+SINGLE_THREAD_ROWS = 1000
 DETECTOR_FILE = "detector.json"
 MODEL_FILE = "autoencoder.pt"
 INPUTS_FILE = "inputs.npz"
@@ -68,7 +75,13 @@ class ReconstructionDriftDetector(DriftDetector):
     alternative: for the mean test: "two-sided" (errors up or down) or "greater" (only up).
     epochs, batch_size, lr: autoencoder training.
     num_threads: torch threads while fitting (default: the cores this process may use, at most 4)
-        and, when given, while scoring (restored afterwards; 1 is best for windows of <= 1,000 rows).
+        and scoring (default: 1 for windows of <= SINGLE_THREAD_ROWS rows, else the process's
+        setting); restored afterwards.
+    calibration_confidence: share of calibration sets (deployments) for which each test's rate on
+        fresh clean windows is at most its share of `fpr`; it sets the margin for the calibration
+        set's own sampling error (`stats.margin_for`: 0.9 -> 1.645 standard errors; 0 -> none).
+    range_margin: share of a column's reference width allowed beyond its minimum and maximum before
+        a value is a schema violation (`ranges.py`).
     """
 
     name = "reconstruction"
@@ -93,6 +106,8 @@ class ReconstructionDriftDetector(DriftDetector):
         lr: float = 3e-3,
         num_threads: int | None = None,
         calibration_fraction: float = 0.35,
+        calibration_confidence: float = 0.9,
+        range_margin: float = ranges.DEFAULT_MARGIN,
         preprocess_fn: PreprocessFn | None = None,
         seed: int = 0,
     ) -> None:
@@ -113,6 +128,9 @@ class ReconstructionDriftDetector(DriftDetector):
             raise ValueError(f"epochs ({epochs}) and batch_size ({batch_size}) must be >= 1")
         if not lr > 0:
             raise ValueError(f"lr must be > 0, got {lr}")
+        if not range_margin >= 0:
+            raise ValueError(f"range_margin must be >= 0, got {range_margin}")
+        self.margin = stats.margin_for(calibration_confidence)  # ValueError outside [0, 1)
         if backend != "ae":
             alibi_backend.require_alibi(backend)  # fail at construction, not after minutes of training
         self.backend: Backend = backend
@@ -122,9 +140,13 @@ class ReconstructionDriftDetector(DriftDetector):
         self.batch_size = int(batch_size)
         self.lr = float(lr)
         self.num_threads = num_threads
+        self.calibration_confidence = float(calibration_confidence)
+        self.range_margin = float(range_margin)
         self.model: Autoencoder | None = None
-        self.null: stats.NullStats | None = None
-        self.scale_null: stats.NullStats | None = None
+        self.window_null: stats.WindowNull | None = None
+        self.null: stats.NullStats | None = None  # window_null.location, kept for callers and MLflow
+        self.min_window: int | None = None
+        self.ranges: ranges.FeatureRanges | None = None
         self.error_threshold: float | None = None
         self.calibration_errors: NDArray[np.float64] | None = None
         self._alibi: Any = None
@@ -150,6 +172,10 @@ class ReconstructionDriftDetector(DriftDetector):
     def _restore_inputs(self, arrays: dict[str, NDArray[Any]]) -> None:
         """Set the input scaling from `_input_state`'s arrays, for `load`."""
 
+    def _ranges_of(self, x_ref: Array) -> ranges.FeatureRanges:
+        """The reference's range per column (a subclass may share one range or skip code columns)."""
+        return ranges.learn_ranges(x_ref, margin=self.range_margin)
+
     @abstractmethod
     def schema(self) -> dict[str, Any]:
         """What inputs this detector takes: kind, n_features, categorical, image_shape (JSON-able)."""
@@ -165,10 +191,16 @@ class ReconstructionDriftDetector(DriftDetector):
             "batch_size": self.batch_size,
             "lr": self.lr,
             "calibration_fraction": self.calibration_fraction,
+            "calibration_confidence": self.calibration_confidence,
+            "range_margin": self.range_margin,
             "seed": self.seed,
         }
 
     # -- the DriftDetector steps ------------------------------------------------------------------
+    def _check_reference(self, x_ref: Array, x_cal: Array) -> None:
+        self.ranges = self._ranges_of(x_ref)
+        ranges.check_calibration(x_cal, self.ranges)
+
     def _fit(self, x_ref: Array) -> None:
         with torch_threads(self.num_threads or default_threads()):
             self._fit_inputs(x_ref)
@@ -186,15 +218,21 @@ class ReconstructionDriftDetector(DriftDetector):
 
     def _errors(self, x: Array) -> NDArray[np.float64]:
         model = self._model()
-        with torch_threads(self.num_threads):
+        threads = self.num_threads
+        if threads is None and len(x) <= SINGLE_THREAD_ROWS:
+            threads = 1
+        with torch_threads(threads):
             return reconstruction_errors(model, self._model_inputs(x))
 
     def _calibrate(self, x_cal: Array) -> None:
+        if self.ranges is None and self.x_ref is not None:  # a model set by hand (benchmark twins), or a
+            self.ranges = self._ranges_of(self.x_ref)  # format-3 load: the rows it has stand in
         errors = self._errors(x_cal)
         self.error_threshold = stats.error_threshold(errors, self.error_quantile)
         log_errs = stats.log_errors(errors)
-        self.null = stats.NullStats.of(log_errs)
-        self.scale_null = stats.NullStats.of(stats.abs_deviations(log_errs))
+        self.window_null = stats.WindowNull.of(log_errs)
+        self.null = self.window_null.location
+        self.min_window = stats.min_window(log_errs, self.window_null, self.fpr, self.alternative, seed=self.seed)
         self.calibration_errors = errors
         self._alibi = (
             alibi_backend.build_alibi(self.backend, x_cal, self.encoder_fn(), self.fpr)
@@ -202,31 +240,68 @@ class ReconstructionDriftDetector(DriftDetector):
             else None
         )
 
+    def predict(self, x: ArrayLike) -> DriftReport:
+        """Test one window: refuse it if shorter than `min_window`, report rows that break the schema
+        (non-finite, beyond the reference's range, non-integer codes), test the others for drift.
+
+        `is_drift` is about the rows inside the reference's range only; when fewer than `min_window`
+        of them are left, no test is made (is_drift False, p_value 1, metadata `tested` False) and
+        `schema_violation` says why. Critical points are taken among all finite rows: a row far out of
+        range is new to the model whatever the verdict.
+        """
+        if not self.fitted:
+            raise NotFittedError(f"{self.name}: call fit() on reference data before predict()")
+        window = self.validate(x, what="x", allow_nonfinite=True)
+        need = self.min_window or 2
+        if len(window) < need:
+            raise ValueError(f"window of {len(window)} rows: this detector needs at least {need} (its calibration)")
+        assert self.ranges is not None  # set with the calibration
+        checked = ranges.screen(window, self.ranges)
+        finite = np.isfinite(window).all(axis=1)
+        errors = np.full(len(window), np.nan)
+        if finite.any():
+            errors[finite] = self._errors(self._preprocess(window[finite]))
+        return self._verdict(window, errors, checked)
+
     def _predict(self, x: Array) -> DriftReport:
-        assert self.null is not None and self.scale_null is not None  # set by _calibrate
-        assert self.error_threshold is not None
-        errors = self._errors(x)
-        critical = stats.critical_points(errors, self.error_threshold)
+        """Test rows already validated and screened (all finite, in range): `predict` without the screening."""
+        ok = np.ones(len(x), dtype=bool)
+        return self._verdict(x, self._errors(self._preprocess(x)), ranges.Screen(ok, None))
+
+    def _verdict(self, window: Array, errors: NDArray[np.float64], checked: ranges.Screen) -> DriftReport:
+        assert self.window_null is not None and self.error_threshold is not None  # set by _calibrate
+        with np.errstate(invalid="ignore"):
+            critical = stats.critical_points(errors, self.error_threshold)  # NaN (not scored) is never above
+        tested = checked.ok_rows
+        n_tested = int(tested.sum())
         meta = self.metadata()
-        if self._alibi is None:
-            t_loc, t_scale, p_loc, p_scale = stats.location_scale_test(
-                stats.log_errors(errors), self.null, self.scale_null, self.alternative
+        meta.update(tested_rows=n_tested, tested=n_tested >= (self.min_window or 2))
+        score, p_value, is_drift = 0.0, 1.0, False
+        if not meta["tested"]:
+            meta["untested_reason"] = (
+                f"{n_tested} rows inside the reference's range, fewer than min_window {self.min_window}"
             )
-            score, p_value = t_loc, stats.bonferroni(p_loc, p_scale)
+        elif self._alibi is None:
+            z_loc, z_scale, p_loc, p_scale = stats.window_test(
+                stats.log_errors(errors[tested]), self.window_null, self.margin, self.alternative
+            )
+            score, p_value = z_loc, stats.bonferroni(p_loc, p_scale)
             is_drift = p_value < self.fpr
-            meta.update(t_scale=t_scale, p_location=p_loc, p_scale=p_scale)
+            meta.update(t_scale=z_scale, p_location=p_loc, p_scale=p_scale)
         else:
-            score, p_value, is_drift = alibi_backend.alibi_verdict(self._alibi.predict(x), self.backend)
+            x_in = self._preprocess(window[tested])
+            score, p_value, is_drift = alibi_backend.alibi_verdict(self._alibi.predict(x_in), self.backend)
         return DriftReport(
-            score=score,
-            p_value=p_value,
+            score=float(score),
+            p_value=float(p_value),
             threshold=self.fpr,
             is_drift=bool(is_drift),
-            drift_rate=len(critical) / len(x),
+            drift_rate=len(critical) / len(window),
             critical_indices=tuple(int(i) for i in critical),
-            n=len(x),
+            n=len(window),
             metadata=meta,
             errors=errors,
+            schema_violation=checked.violation,
         )
 
     # -- public helpers ---------------------------------------------------------------------------
@@ -246,6 +321,10 @@ class ReconstructionDriftDetector(DriftDetector):
             "alternative": self.alternative,
             "error_threshold": self.error_threshold,
             "n_calibration": self.null.n if self.null else None,
+            "min_window": self.min_window,
+            "calibration_confidence": self.calibration_confidence,
+            "calibration_margin": self.margin,
+            "range_margin": self.range_margin,
             "schema": self.schema(),
         }
 
@@ -268,7 +347,9 @@ class ReconstructionDriftDetector(DriftDetector):
         out.mkdir(parents=True, exist_ok=True)
         torch.save(self._model().state_dict(), out / MODEL_FILE)
         np.savez_compressed(out / INPUTS_FILE, **self._input_state())
-        np.savez_compressed(out / CALIBRATION_FILE, x_cal=self.x_cal, errors=self.calibration_errors)
+        assert self.ranges is not None
+        np.savez_compressed(out / CALIBRATION_FILE, x_cal=self.x_cal, errors=self.calibration_errors,
+                            range_lo=self.ranges.lo, range_hi=self.ranges.hi)
         meta = {
             "format_version": FORMAT_VERSION,
             "class": type(self).__name__,
@@ -276,6 +357,7 @@ class ReconstructionDriftDetector(DriftDetector):
             "schema": self.schema(),
             "null": {"mean": self.null.mean, "var": self.null.var, "n": self.null.n} if self.null else None,
             "error_threshold": self.error_threshold,
+            "min_window": self.min_window,
         }
         (out / DETECTOR_FILE).write_text(json.dumps(meta, indent=2))
         return out
@@ -313,8 +395,14 @@ class ReconstructionDriftDetector(DriftDetector):
         det.model = model
         with np.load(src / CALIBRATION_FILE, allow_pickle=False) as cal:
             x_cal = cal["x_cal"].astype(np.float32)
-        det.x_ref = x_cal  # reference rows are not stored; the calibration rows stand in
-        det.infer_threshold(x_cal)  # recomputes the same null and threshold from the same model
+            if "range_lo" in cal.files:
+                spec = det._ranges_of(x_cal)  # margin and code columns from the config
+                det.ranges = ranges.FeatureRanges(cal["range_lo"], cal["range_hi"], spec.margin,
+                                                  spec.integer_columns)
+        det.x_ref = x_cal  # reference rows are not stored; the calibration rows stand in (and give the
+        det.infer_threshold(x_cal)  # ranges of older formats); the same null and threshold, same model
+        if meta.get("min_window") is not None:
+            det.min_window = int(meta["min_window"])  # the saved contract, whatever this version derives
         return det  # type: ignore[return-value]  # an instance of a subclass of cls
 
     def log_to_mlflow(self, name: str = "drift_detector", *, tracking_uri: str | None = None) -> str:

@@ -26,7 +26,11 @@ class DriftReport:
     critical_indices: their positions in the window, for retraining on them (with true labels).
     metadata: detector name, backend, fpr, threshold, error_threshold, error_quantile; for backend
         "ae" also p_location, p_scale and t_scale (the two tests behind p_value).
-    errors: per-sample reconstruction errors (kept for plots; left out of `to_dict` by default).
+    errors: per-sample reconstruction errors (kept for plots; left out of `to_dict` by default); NaN
+        for rows that could not be scored (non-finite values).
+    schema_violation: None, or what breaks the reference's schema (scanflow/drift/ranges.py): columns,
+        rows, fraction_out, max_excess (in reference widths), non-finite rows, non-integer code columns.
+        Those rows are not in the drift test: an integration bug is not drift.
     """
 
     score: float
@@ -38,6 +42,7 @@ class DriftReport:
     n: int
     metadata: dict[str, Any] = field(default_factory=dict)
     errors: NDArray[np.float64] | None = field(default=None, repr=False, compare=False)
+    schema_violation: dict[str, Any] | None = None
 
     def to_dict(self, include_errors: bool = False) -> dict[str, Any]:
         """Plain JSON-able dict (floats, ints, bools, lists), e.g. an event payload."""
@@ -50,9 +55,10 @@ class DriftReport:
             "critical_indices": [int(i) for i in self.critical_indices],
             "n": int(self.n),
             "metadata": dict(self.metadata),
+            "schema_violation": None if self.schema_violation is None else dict(self.schema_violation),
         }
         if include_errors and self.errors is not None:
-            out["errors"] = [float(e) for e in self.errors]
+            out["errors"] = [float(e) if np.isfinite(e) else None for e in self.errors]
         return out
 
     def plot(self, path: str | Path) -> Path:
@@ -80,7 +86,7 @@ class DriftReport:
             ax1.set_xlabel("sample in window")
             ax1.set_ylabel("reconstruction error")
             ax1.legend(loc="upper right", fontsize=7)
-            ax2.hist(errors, bins=30, color="tab:blue", alpha=0.8)
+            ax2.hist(errors[np.isfinite(errors)], bins=30, color="tab:blue", alpha=0.8)
             ax2.set_xlabel("reconstruction error")
             verdict = "DRIFT" if self.is_drift else "no drift"
             fig.suptitle(

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from scanflow.drift import stats
+from scanflow.drift import ranges, stats
 from scanflow.drift.autoencoder import DenseAutoencoder
 from scanflow.drift.base import Array, PreprocessFn
 from scanflow.drift.reconstruction import Backend, ReconstructionDriftDetector
@@ -83,6 +83,8 @@ class TabularAutoencoderDriftDetector(ReconstructionDriftDetector):
         lr: float = 1e-2,
         num_threads: int | None = None,
         calibration_fraction: float = 0.35,
+        calibration_confidence: float = 0.9,
+        range_margin: float = ranges.DEFAULT_MARGIN,
         preprocess_fn: PreprocessFn | None = None,
         seed: int = 0,
     ) -> None:
@@ -105,6 +107,8 @@ class TabularAutoencoderDriftDetector(ReconstructionDriftDetector):
             lr=lr,
             num_threads=num_threads,
             calibration_fraction=calibration_fraction,
+            calibration_confidence=calibration_confidence,
+            range_margin=range_margin,
             preprocess_fn=preprocess_fn,
             seed=seed,
         )
@@ -135,6 +139,12 @@ class TabularAutoencoderDriftDetector(ReconstructionDriftDetector):
             categories.append(codes.astype(np.float32))
         self.mean, self.std, self.categories = mean.astype(np.float32), std.astype(np.float32), categories
         self.fitted_latent = latent_width(self._model_inputs(x_ref))
+
+    def _ranges_of(self, x_ref: Array) -> ranges.FeatureRanges:
+        """Numeric columns: the reference's range each. Code columns are not range-checked (an unseen
+        code is a change in the distribution, which the encoding makes visible) but must be integers."""
+        return ranges.learn_ranges(x_ref, margin=self.range_margin, unchecked=self.categorical,
+                                   integer_columns=self.categorical)
 
     def encoded_width(self) -> int:
         """Columns after encoding: the numeric ones plus one per category seen in the reference."""

@@ -77,7 +77,9 @@ def test_tabular_false_positive_rate_and_power(tabular: tuple[int, Reconstructio
     # 40 fresh clean windows at a stated 0.05: 0.15 is 6 flags, far in the tail of binomial(40, 0.05)
     assert rates["clean"] < 0.15, rates
     # (a) mean shift of 0.5 std on two columns, (b) category mix reversed, (c) one column x1.5
-    assert rates["mean"] >= 0.9 and rates["mix"] >= 0.9 and rates["scale"] >= 0.9, rates
+    # (the calibration margin that holds the FPR per deployment costs some power: one column x1.5 at 13
+    # columns went from 0.975 to 0.875 of windows, clean from 0.025 to 0)
+    assert rates["mean"] >= 0.9 and rates["mix"] >= 0.9 and rates["scale"] >= 0.8, rates
 
 
 def test_unseen_category_reconstructs_badly(tabular: tuple[int, ReconstructionDriftDetector]) -> None:
@@ -99,8 +101,8 @@ def test_tabular_schema_in_metadata_and_wrong_width(tabular: tuple[int, Reconstr
     assert meta["schema"] == {"kind": "tabular", "n_features": n_features, "categorical": [CAT], "image_shape": []}
     with pytest.raises(ValueError, match=rf"expected {n_features} features \(the reference's schema\), got 4"):
         det.predict(np.zeros((10, 4)))
-    with pytest.raises(ValueError, match="NaN"):
-        det.predict(np.full((10, n_features), np.inf))
+    inf = det.predict(np.full((10, n_features), np.inf))
+    assert inf.schema_violation is not None and inf.schema_violation["non_finite_rows"] == 10 and not inf.is_drift
 
 
 def test_detector_for_dispatches_on_the_schema() -> None:

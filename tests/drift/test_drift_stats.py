@@ -45,7 +45,7 @@ def test_scale_test_catches_a_wider_spread_with_the_same_mean() -> None:
     cal = rng.normal(0.0, 1.0, 450)
     loc, scale = stats.NullStats.of(cal), stats.NullStats.of(stats.abs_deviations(cal))
     wide = rng.normal(0.0, 1.6, 200)
-    _, t_scale, p_loc, p_scale = stats.location_scale_test(wide, loc, scale)
+    _, t_scale, p_loc, p_scale = stats.welch_location_scale(wide, loc, scale)
     assert p_loc > 0.01 and p_scale < 1e-4 and t_scale > 0
     assert stats.bonferroni(p_loc, p_scale) == pytest.approx(2 * p_scale)
     assert stats.bonferroni(0.9, 0.8) == 1.0
