@@ -78,7 +78,8 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     wm = int(ctx.state.get("watermark", 0))
     batch = await asyncio.to_thread(read_since, run_id, wm)
     x = batch.inputs()
-    if len(x) < int(args.get("min_rows", 20)):
+    # the detector's own minimum (derived from its calibration) wins over the caller's
+    if len(x) < max(int(args.get("min_rows", 20)), int(detector.metadata().get("min_window") or 0)):
         return {"skipped": f"only {len(x)} new rows", "watermark": wm}
     try:
         report = await asyncio.to_thread(detector.predict, x)
@@ -90,6 +91,8 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         "drift": bool(report.is_drift), "score": report.score, "p_value": report.p_value,
         "drift_rate": report.drift_rate, "n": report.n, "critical_ids": critical,
         "from_seq": wm, "to_seq": batch.watermark, "run_id": run_id, "detector_version": version,
+        # inputs off the reference's scale or range: an integration problem to name, apart from drift
+        "schema_violation": report.schema_violation,
     }
     await ctx.emit("drift.checked", payload)
     ctx.state["watermark"] = batch.watermark

@@ -5,8 +5,12 @@ refuses a calibration set that looks mis-scaled against them (`check_calibration
 window (`screen`) before the drift test. Why apart from drift: an integration bug (0-255 pixels sent to
 a model whose reference is in [0, 1], a column in other units) moves every row far off the reference;
 a drift test would flag it, and someone would be paged for "drift" when the fix is in the caller.
-Such rows are reported as a schema violation and left out of the drift test, so `is_drift` stays a
-statement about the distribution inside the reference's range. Pure functions, no torch.
+Such rows are reported as a schema violation. Rows off by more than GROSS_EXCESS reference widths (or
+not finite, or with non-integer codes) are also left out of the drift test: nothing of the reference's
+distribution explains them, so `is_drift` stays a statement about inputs on the reference's scale.
+Rows nearer than that (a sensor recalibrated to other units, a shifted operating point) stay in the
+test: they are the drift a retrain can learn, and the report names the columns as well.
+Pure functions, no torch.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ DEFAULT_MARGIN = 0.25  # share of a column's reference width allowed beyond its 
 WIDTH_FLOOR = 1e-6  # relative: a constant column's width is at least WIDTH_FLOOR * max(1, |value|)
 MISSCALED_SHARE = 0.10  # a calibration column with more of its values out of range is refused
 MAX_LISTED_COLUMNS = 100  # the report lists at most this many columns (and counts them all)
+# Beyond this many reference widths a value is off scale, not drifted: 0-255 pixels against [0, 1] are
+# ~254 out; a thermocouple switched to degF is ~1-2 out of its degC range and is a drift to learn.
+GROSS_EXCESS = 5.0
 
 
 @dataclass(frozen=True)
@@ -86,11 +93,12 @@ def _excess(x: NDArray[np.float64], ranges: FeatureRanges) -> NDArray[np.float64
 
 
 def screen(x: NDArray[np.floating[Any]], ranges: FeatureRanges) -> Screen:
-    """Rows with a non-finite value, a value beyond its column's bounds or a non-integer code are kept out
-    of the drift test and described in the violation:
+    """Rows with a non-finite value, a value beyond its column's bounds or a non-integer code are described
+    in the violation; those off scale (beyond GROSS_EXCESS widths), non-finite or with a non-integer code
+    are kept out of the drift test:
 
     {"columns": [...], "n_columns": k, "rows": r, "fraction_out": r / n, "max_excess": e,
-     "non_finite_rows": f, "non_integer_columns": [...]}
+     "off_scale_rows": g, "non_finite_rows": f, "non_integer_columns": [...]}
 
     `max_excess` is the furthest value beyond its bound, in reference widths of its column (0-255 pixels
     against a [0, 1] reference: ~254). None when every row is fine.
@@ -100,6 +108,7 @@ def screen(x: NDArray[np.floating[Any]], ranges: FeatureRanges) -> Screen:
     excess = _excess(arr, ranges)
     out = np.nan_to_num(excess, nan=0.0) > 0.0
     bad = out | ~finite
+    excluded = (np.nan_to_num(excess, nan=0.0) > GROSS_EXCESS) | ~finite
     non_integer: list[int] = []
     for c in ranges.integer_columns:
         col = arr[:, c]
@@ -107,7 +116,9 @@ def screen(x: NDArray[np.floating[Any]], ranges: FeatureRanges) -> Screen:
         if wrong.any():
             non_integer.append(int(c))
             bad[:, c] |= wrong
+            excluded[:, c] |= wrong
     bad_rows = bad.any(axis=1)
+    excluded_rows = excluded.any(axis=1)
     if not bad_rows.any():
         return Screen(np.ones(len(arr), dtype=bool), None)
     columns = np.flatnonzero(bad.any(axis=0))
@@ -118,10 +129,11 @@ def screen(x: NDArray[np.floating[Any]], ranges: FeatureRanges) -> Screen:
         "rows": int(bad_rows.sum()),
         "fraction_out": float(bad_rows.mean()),
         "max_excess": max_excess,
+        "off_scale_rows": int(excluded_rows.sum()),
         "non_finite_rows": int((~finite).any(axis=1).sum()),
         "non_integer_columns": non_integer,
     }
-    return Screen(~bad_rows, violation)
+    return Screen(~excluded_rows, violation)
 
 
 def check_calibration(x_cal: NDArray[np.floating[Any]], ranges: FeatureRanges, *, what: str = "x_cal") -> None:

@@ -115,8 +115,11 @@ def test_tabular_units_and_codes_are_schema_violations() -> None:
     fahrenheit = window.copy()
     temp = sensors.FEATURE_NAMES.index("temperature_c")
     fahrenheit[:, temp] = fahrenheit[:, temp] * 1.8 + 32.0
-    sv = det.predict(fahrenheit).schema_violation
+    rep = det.predict(fahrenheit)
+    sv = rep.schema_violation
     assert sv is not None and sv["columns"] == [temp] and sv["fraction_out"] > 0.5
+    # other units are a drift to learn, not an off-scale input: reported AND tested (and flagged)
+    assert sv["off_scale_rows"] == 0 and rep.metadata["tested_rows"] == 300 and rep.is_drift, sv
     codes = window.copy()
     codes[:5, 0] = 1.5
     sv = det.predict(codes).schema_violation
