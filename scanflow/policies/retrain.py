@@ -156,7 +156,7 @@ def decide_promotion(
     if gain <= cfg.min_gain_drifted:
         return PromotionDecision(f"keep champion: drifted {metric} gain {gain:+.4f} <= {cfg.min_gain_drifted}",
                                  inputs)
-    if loss > cfg.clean_tolerance:
+    if loss > cfg.clean_tolerance + 1e-9:  # "at most": a loss of exactly the tolerance passes (float noise)
         return PromotionDecision(f"keep champion: clean {metric} loss {loss:.4f} > {cfg.clean_tolerance}",
                                  inputs)
     return PromotionDecision(f"promote: drifted {gain:+.4f}, clean {-loss:+.4f}", inputs, promote=True)

@@ -65,6 +65,9 @@ def test_promotion_rules() -> None:
     champ = Evaluation(clean=0.97, drifted=0.70)
     assert decide_promotion(Evaluation(0.965, 0.85), champ).promote
     assert not decide_promotion(Evaluation(0.93, 0.90), champ).promote  # loses 4 points clean
+    # "at most 1 point": exactly 1 point passes although 0.907 - 0.897 is 0.01000000000000001 in floats
+    assert decide_promotion(Evaluation(0.897, 0.89), Evaluation(0.907, 0.19)).promote
+    assert not decide_promotion(Evaluation(0.896, 0.89), Evaluation(0.907, 0.19)).promote
     assert not decide_promotion(Evaluation(0.98, 0.70), champ).promote  # no gain on drifted data
     assert decide_promotion(Evaluation(0.5, 0.5), None).promote  # first model
     strict = PromotionConfig(min_gain_drifted=0.2)
