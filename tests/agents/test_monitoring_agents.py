@@ -77,9 +77,8 @@ def workflow_name(monkeypatch: pytest.MonkeyPatch) -> str:
 
 def test_drift_checks_decisions_and_the_retrain_chain(mlflow_server: str, tmp_path: Path, workflow_name: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    import agents.checker as checker
-    import agents.planner as planner
-    import scanflow.tracking.predictions as predictions
+    from agents import checker, planner
+    from scanflow.tracking import predictions
 
     client = MlflowClient()
     detector = Detector()
@@ -167,7 +166,7 @@ def test_drift_checks_decisions_and_the_retrain_chain(mlflow_server: str, tmp_pa
 
 def test_the_predictions_run_ends_with_the_tracker_and_resumes(mlflow_server: str, tmp_path: Path,
                                                                workflow_name: str) -> None:
-    import agents.tracker as tracker
+    from agents import tracker
     from scanflow.tracking.predictions import PredictionRecord
 
     client = MlflowClient()
