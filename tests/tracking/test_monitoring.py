@@ -67,7 +67,7 @@ def test_the_monitoring_run_holds_each_check_and_is_found_again(mlflow_server: s
                                                                 unique_name: str) -> None:
     client = MlflowClient()
     target = _target(tmp_path, unique_name)
-    writer, state = MonitorWriter(), {}
+    writer, state = MonitorWriter(), dict[str, Any]()
     for i, (drift, score) in enumerate([(False, 0.01), (True, 0.3), (True, 0.4)]):
         writer.submit(state, target, *monitoring.drift_metrics({**DRIFT, "drift": drift, "score": score,
                                                                 "to_seq": 200 * (i + 1)}))
@@ -93,7 +93,7 @@ def test_the_monitoring_run_holds_each_check_and_is_found_again(mlflow_server: s
 def test_monitoring_runs_end_with_their_agent_and_resume(mlflow_server: str, tmp_path: Path,
                                                          unique_name: str) -> None:
     client = MlflowClient()
-    target, state = _target(tmp_path, unique_name), {}
+    target, state = _target(tmp_path, unique_name), dict[str, Any]()
     monitoring.start_monitoring(state, [target])
     run_id = monitoring.ensure_monitor_run(target)
     assert client.get_run(run_id).info.status == "RUNNING"
