@@ -238,7 +238,7 @@ T = TypeVar("T")
 def safe(state: dict[str, Any] | None, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
     """fn(*args, **kwargs), or None when it raises: logged, and counted in `state[FAILURES_KEY]`
     (`count` and the `last` error), so an MLflow outage never fails the agent's action and never
-    goes unnoticed (the count is in the agent's GET /state). Blocking."""
+    goes unnoticed (the count is in the agent's state, which GET /status shows). Blocking."""
     try:
         return fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - any MLflow or network error: record it, go on
