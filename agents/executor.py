@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
-from scanflow.embedded.env import agent_spec, current_workflow
+from scanflow.embedded.env import agent_spec, current_workflow, primary_service
 from scanflow.platform.base import PlatformError
 from scanflow.tracking import monitoring
 
@@ -132,8 +132,7 @@ def _monitors(ctx: Context, services: list[str] | None = None) -> list[monitorin
 
 
 def _primary_monitor(ctx: Context) -> monitoring.MonitorTarget:
-    from scanflow.embedded.env import primary_service
-
+    """The monitoring run of the service the Checker watches, where its drift checks are."""
     return monitoring.monitor_target(current_workflow().name, primary_service().name, ctx.settings.home)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import queue
 import threading
 import time
@@ -60,16 +61,23 @@ class MonitorTarget:
     """Which monitoring run: the workflow's experiment, the service, the stack home that owns it.
 
     The home tells two stacks on one MLflow apart; all agents of one stack share it (embedded: the
-    stack's home; Kubernetes: every agent's SCANFLOW_HOME), so they all find the same run."""
+    stack's home, SCANFLOW_STACK_HOME; Kubernetes: every agent's SCANFLOW_HOME), so they all find the
+    same run."""
 
     experiment: str
     service: str
     home: str
 
 
+STACK_HOME_ENV = "SCANFLOW_STACK_HOME"  # the embedded stack's home; each agent's SCANFLOW_HOME is under it
+
+
 def monitor_target(workflow: str, service: str, home: str | Path) -> MonitorTarget:
-    """Pure but for resolving `home` to an absolute path (agents started from other directories agree)."""
-    return MonitorTarget(workflow, service, str(Path(home).resolve()))
+    """The target of the stack an agent with home `home` belongs to: SCANFLOW_STACK_HOME when set (the
+    embedded stack gives each agent a home of its own, `<stack>/agents/<role>`, and names the stack's in
+    this variable), else `home`. Resolved to an absolute path, so agents started from other directories
+    agree."""
+    return MonitorTarget(workflow, service, str(Path(os.environ.get(STACK_HOME_ENV) or home).resolve()))
 
 
 def monitor_run_name(service: str) -> str:

@@ -171,3 +171,13 @@ def test_promotion_clears_the_challenger_and_keeps_its_history(mlflow_server: st
     client.set_registered_model_alias(unique_name, "challenger", str(versions[1]))
     again = registry.set_alias(unique_name, "champion", versions[1], actor="executor", reason="retry")
     assert again["moved"] is False and registry.get_alias_version(unique_name, "challenger") is None
+
+
+def test_agents_of_one_embedded_stack_share_its_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The embedded stack gives each agent a home of its own and names the stack's in SCANFLOW_STACK_HOME."""
+    monkeypatch.setenv("SCANFLOW_STACK_HOME", str(tmp_path))
+    checker = monitoring.monitor_target("wf", "svc", tmp_path / "agents" / "checker")
+    planner = monitoring.monitor_target("wf", "svc", tmp_path / "agents" / "planner")
+    assert checker == planner and checker.home == str(tmp_path.resolve())
+    monkeypatch.delenv("SCANFLOW_STACK_HOME")
+    assert monitoring.monitor_target("wf", "svc", tmp_path / "agents" / "checker").home.endswith("checker")
