@@ -26,6 +26,7 @@ from scanflow.agent import Agent, Context, PermanentError, TemporaryError
 from scanflow.embedded import outbox
 from scanflow.embedded.env import agent_spec, current_workflow, primary_service, quick, service_url
 from scanflow.embedded.latency import Percentile, histogram, percentile_ms
+from scanflow.tracking import monitoring
 
 SPEC = agent_spec("checker")
 MAX_CRITICAL_IDS = 2000
@@ -58,12 +59,23 @@ def _current_detector() -> tuple[Any, str]:
     return _detector, champion
 
 
+def _monitor(ctx: Context) -> monitoring.MonitorTarget:
+    """The primary service's monitoring run in MLflow, where the checks are logged for the UI."""
+    return monitoring.monitor_target(current_workflow().name, primary_service().name, ctx.settings.home)
+
+
 @agent.on_startup
 def load_detector(ctx: Context) -> None:
+    monitoring.start_monitoring(ctx.state, [_monitor(ctx)])
     try:
         _current_detector()
     except TemporaryError as exc:
         ctx.log.warning("%s; will load on first check", exc)
+
+
+@agent.on_shutdown
+def end_monitoring(ctx: Context) -> None:
+    monitoring.stop_monitoring(ctx.state, [_monitor(ctx)])
 
 
 @agent.actuator("check_drift", max_attempts=5, emits=("drift.checked",))
@@ -95,6 +107,7 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         "schema_violation": report.schema_violation,
     }
     await ctx.emit("drift.checked", payload)
+    monitoring.WRITER.submit(ctx.state, _monitor(ctx), *monitoring.drift_metrics(payload))
     ctx.state["watermark"] = batch.watermark
     ctx.state["last_report"] = {k: v for k, v in payload.items() if k != "critical_ids"}
     return {k: v for k, v in payload.items() if k != "critical_ids"} | {"critical": len(critical)}
@@ -178,6 +191,8 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
         latency = latency_event(payload, p, slo_ms, svc.min_replicas)
         if latency is not None:
             events.append(("latency.checked", latency))
+            monitoring.WRITER.submit(ctx.state, _monitor(ctx), monitoring.latency_metrics(
+                latency, svc.slo.percentile), monitoring.next_step(ctx.state, "latency"))
     return events
 
 

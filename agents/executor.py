@@ -38,8 +38,9 @@ from typing import Any
 import numpy as np
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
-from scanflow.embedded.env import agent_spec, current_workflow
+from scanflow.embedded.env import agent_spec, current_workflow, primary_service
 from scanflow.platform.base import PlatformError
+from scanflow.tracking import monitoring
 
 SPEC = agent_spec("executor")
 HOLDOUT_FRACTION = 0.3
@@ -83,6 +84,7 @@ def start_platform(ctx: Context) -> None:
     """
     global _platform
     wf = current_workflow()
+    monitoring.start_monitoring(ctx.state, _monitors(ctx))
     tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or ctx.settings.tracking_uri
     if not tracking_uri:
         raise PermanentError("MLFLOW_TRACKING_URI (or SCANFLOW_TRACKING_URI) must name the MLflow server")
@@ -120,6 +122,19 @@ def start_platform(ctx: Context) -> None:
 def stop_platform(ctx: Context) -> None:
     if _platform is not None:
         _platform.close()
+    monitoring.stop_monitoring(ctx.state, _monitors(ctx))
+
+
+def _monitors(ctx: Context, services: list[str] | None = None) -> list[monitoring.MonitorTarget]:
+    """The monitoring runs in MLflow of the workflow's services (or of `services`), for the UI."""
+    wf = current_workflow()
+    return [monitoring.monitor_target(wf.name, s.name, ctx.settings.home) for s in wf.services
+            if services is None or s.name in services]
+
+
+def _primary_monitor(ctx: Context) -> monitoring.MonitorTarget:
+    """The monitoring run of the service the Checker watches, where its drift checks are."""
+    return monitoring.monitor_target(current_workflow().name, primary_service().name, ctx.settings.home)
 
 
 # -- S1 ------------------------------------------------------------------------------------------
@@ -323,6 +338,12 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ctx.state.setdefault("plans", {})[pid] = {"version": version, "run_id": run_id, "holdout": str(holdout),
                                               "drift": str(drift), "train": str(extra),
                                               "n_train_extra": len(fit), "n_holdout": len(hold)}
+    monitoring.safe(ctx.state, "link the training run", monitoring.link_retrain, _model_name(), version, run_id, pid,
+                    plan, _primary_monitor(ctx), {"n_train": len(fit), "n_holdout": len(hold),
+                                                  "labelled": rows.labelled_requests,
+                                                  "critical": rows.critical_requests})
+    monitoring.WRITER.submit(ctx.state, _primary_monitor(ctx), {"action/challenger_version": float(version)},
+                             monitoring.plan_step(pid))
     scores = {k: v for k, v in outputs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return {"plan": pid, "version": version, "run_id": run_id, "reused_run": reused, "n_extra": len(fit),
             "n_holdout": len(hold), "labelled_requests": rows.labelled_requests,
@@ -496,6 +517,11 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         set_alias(name, CHAMPION_ALIAS, challenger, actor="executor", reason=decision.reason, metrics=metrics)
     rec["promoted"] = decision.promote
     rec["evaluation"] = metrics
+    monitoring.safe(ctx.state, "record the promotion gate", monitoring.record_gate, name, challenger,
+                    rec.get("run_id"), pid, plan, metrics, decision.promote, decision.reason, champion)
+    monitoring.WRITER.submit(ctx.state, _primary_monitor(ctx), {"action/promoted": float(decision.promote),
+                                                                **{f"gate/{k}": v for k, v in metrics.items()}},
+                             monitoring.plan_step(pid))
     with _lock:
         for v in [v for v in _models if v != (challenger if decision.promote else champion)]:
             _models.pop(v, None)  # keep only the champion's model: the next retrain's evaluation needs it
@@ -526,6 +552,11 @@ def swap_model(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         except PlatformError as exc:
             raise TemporaryError(str(exc), delay_s=2.0) from None
         swapped.append(svc.name)
+    monitoring.safe(ctx.state, "record the swap", monitoring.record_swap, _model_name(), version,
+                    rec.get("run_id"), swapped)
+    for target in _monitors(ctx, swapped):
+        monitoring.WRITER.submit(ctx.state, target, {"action/swapped_version": float(version)},
+                                 monitoring.plan_step(pid))
     return {"plan": pid, "version": version, "swapped": swapped}
 
 
@@ -553,6 +584,9 @@ def scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         st = platform().scale(str(p["service"]), int(p["replicas"]))
     except PlatformError as exc:
         raise PermanentError(str(exc)) from None
+    for target in _monitors(ctx, [st.name]):
+        monitoring.WRITER.submit(ctx.state, target, {"action/replicas": float(st.desired_replicas)},
+                                 monitoring.next_step(ctx.state, "scale"))
     return {"service": st.name, "replicas": st.desired_replicas, "ready": st.ready_replicas}
 
 

@@ -29,20 +29,37 @@ from fastapi import Depends
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError, get_context
 from scanflow.embedded import outbox
-from scanflow.embedded.env import agent_spec, primary_service, quick
+from scanflow.embedded.env import agent_spec, current_workflow, primary_service, quick
 from scanflow.policies import autoscale, failover, retrain
 from scanflow.policies.guardrails import Guardrails, GuardState
 from scanflow.policies.types import Streak
 from scanflow.spec import Service
+from scanflow.tracking import monitoring
 
 SPEC = agent_spec("planner")
 CFG = SPEC.settings
 MAX_DECISIONS = 200
 MAX_CRITICAL = 4000
+MAX_STEPS = 50  # drifted checks a plan names (its seq range covers them all anyway)
 agent = Agent(SPEC.name, role="planner", description="retrain, failover and scaling decisions",
               settings_keys=("retrain", "promotion", "autoscale", "failover"))
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
+
+
+def _monitor(ctx: Context) -> monitoring.MonitorTarget:
+    """The primary service's monitoring run in MLflow, where the decisions are logged for the UI."""
+    return monitoring.monitor_target(current_workflow().name, primary_service().name, ctx.settings.home)
+
+
+@agent.on_startup
+def start_monitoring(ctx: Context) -> None:
+    monitoring.start_monitoring(ctx.state, [_monitor(ctx)])
+
+
+@agent.on_shutdown
+def end_monitoring(ctx: Context) -> None:
+    monitoring.stop_monitoring(ctx.state, [_monitor(ctx)])
 
 
 def _record(ctx: Context, policy: str, decision: Any, **extra: Any) -> dict[str, Any]:
@@ -142,18 +159,28 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         from_seq = int(p["from_seq"]) if from_seq is None else min(int(from_seq), int(p["from_seq"]))
     if p["drift"] and p.get("to_seq") is not None:
         to_seq = int(p["to_seq"]) if to_seq is None else max(int(to_seq), int(p["to_seq"]))
+    # the drifted checks themselves: their steps in the Checker's monitoring run (to_seq), for the UI's links
+    steps = list(ctx.state.get("critical_steps", []))
+    if p["drift"] and p.get("to_seq") is not None:
+        steps.append(int(p["to_seq"]))
     ctx.state["critical_ids"] = pool
     ctx.state["critical_from_seq"] = from_seq
     ctx.state["critical_to_seq"] = to_seq
+    ctx.state["critical_steps"] = steps[-MAX_STEPS:]
     ctx.state["retrain"] = {"windows": list(new.windows), "last_retrain_at": new.last_retrain_at}
     rec = _record(ctx, "retrain", decision)
+    monitoring.WRITER.submit(ctx.state, _monitor(ctx), monitoring.retrain_decision_metrics(
+        decision.retrain, waiting.windows, len(pool), labelled),
+        int(p.get("to_seq") or 0))  # the step of the drift check this answers
     if decision.retrain:
         ctx.state["critical_ids"] = []
         ctx.state["critical_from_seq"] = None
         ctx.state["critical_to_seq"] = None
+        ctx.state["critical_steps"] = []
         ctx.emit_sync("drift.detected", {"reason": decision.reason, "critical_ids": pool, "from_seq": from_seq,
                                          "to_seq": to_seq, "labelled": labelled,
-                                         "drift_rate": p.get("drift_rate"), "score": p.get("score")})
+                                         "drift_rate": p.get("drift_rate"), "score": p.get("score"),
+                                         "drift_steps": steps[-MAX_STEPS:], "decision_key": ctx.key})
     return {"retrain": decision.retrain, "reason": decision.reason, "decision_at": rec["at"],
             "critical_points": len(pool), "labelled": labelled}
 
@@ -193,6 +220,9 @@ async def plan_failover(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         await outbox.enqueue(ctx, "executor", "plan.approved",
                              {"plan": "route", "service": svc.name, "to": to, "reason": decision.reason})
     _record(ctx, "failover", decision)
+    monitoring.WRITER.submit(ctx.state, _monitor(ctx), {"plan/route_backup": float(decision.route_to == "backup"),
+                                                        "plan/route_changed": float(decision.changed)},
+                             monitoring.next_step(ctx.state, "failover"))
     return {"route_to": decision.route_to, "changed": decision.changed, "reason": decision.reason}
 
 
@@ -271,6 +301,8 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         await outbox.enqueue(ctx, "executor", "plan.approved",
                              {"plan": "scale", "service": svc.name, "replicas": want, "reason": decision.reason})
     _record(ctx, "autoscale", decision, quick=quick(), observed_replicas=observed)
+    monitoring.WRITER.submit(ctx.state, _monitor(ctx), {"plan/replicas": float(want), "plan/replicas_current":
+                                                        float(current)}, monitoring.next_step(ctx.state, "autoscale"))
     return {"replicas": want, "current": current, "observed": observed, "reason": decision.reason}
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from scanflow.agent import Agent, Context
 from scanflow.embedded.env import agent_spec, current_workflow, quick
 from scanflow.settings import Settings
+from scanflow.tracking import monitoring
 from scanflow.tracking.api import MAX_BODY_BYTES, predictions_router
 from scanflow.tracking.feedback import FeedbackLog
 from scanflow.tracking.feedback_api import feedback_router
@@ -71,11 +72,16 @@ def open_log(ctx: Context) -> None:
     LOG.log = PredictionLog(ctx.settings.store_url_for(f"{ctx.name}-predictions"), name=current_workflow().name,
                             retention_s=ctx.settings.prediction_retention_s)
     FEEDBACK.log = FeedbackLog(ctx.settings.store_url_for(f"{ctx.name}-feedback"))
+    if LOG.log.run_id:  # the predictions run shows Running while a Tracker writes it
+        monitoring.safe(ctx.state, "resume the predictions run", monitoring.set_run_status, LOG.log.run_id, "RUNNING")
 
 
 @agent.on_shutdown
 def close_log(ctx: Context) -> None:
     if LOG.log is not None:
+        if LOG.log.run_id:  # ... and Finished once none does
+            monitoring.safe(ctx.state, "end the predictions run", monitoring.set_run_status, LOG.log.run_id,
+                            "FINISHED")
         LOG.log.close()
     if FEEDBACK.log is not None:
         FEEDBACK.log.close()

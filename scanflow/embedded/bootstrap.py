@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from scanflow.spec import Workflow
+from scanflow.tracking import monitoring
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ def bootstrap(workflow: Workflow, *, quick: bool = False) -> dict[str, Any]:
             raise BootstrapError(f"job {job.name!r} returned {result!r} and registered no version of "
                                  f"{model_name!r}: it must register the model and return {{'version': ...}}")
         out["trained"] = result
+        # the job opened its run unnamed: the UI shows it as the bootstrap's training (failures only logged)
+        monitoring.safe(None, "name the bootstrap run", monitoring.name_bootstrap_run, model_name, champion)
     out["champion"] = champion
     out["detector_uri"] = ensure_detector(workflow.name, model_name, champion, detector_options(workflow, quick))
     return out

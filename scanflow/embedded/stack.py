@@ -221,6 +221,7 @@ class EmbeddedStack:
         env.update({
             "SCANFLOW_TOKEN": self.token,
             "SCANFLOW_HOME": str(self.agent_home(role)),
+            "SCANFLOW_STACK_HOME": str(self.home),  # the agents' shared monitoring runs in MLflow are the stack's
             "SCANFLOW_HTTP_TIMEOUT_S": "30",
             "MLFLOW_TRACKING_URI": self.tracking_uri,
             "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",

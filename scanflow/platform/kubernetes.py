@@ -553,10 +553,11 @@ class KubernetesPlatform:
         try:
             from mlflow.tracking import MlflowClient
 
+            from scanflow.tracking.registry import ensure_experiment
+
             client = MlflowClient(self.tracking_uri)
             exp_name = f"scanflow-jobs/{self.workflow or self.namespace}"
-            exp = client.get_experiment_by_name(exp_name)
-            exp_id = exp.experiment_id if exp else client.create_experiment(exp_name)
+            exp_id = ensure_experiment(exp_name, client=client)  # tagged for MLflow's model-training view
             run = client.create_run(exp_id, run_name=run_name, tags={
                 "scanflow.job": job.name, "scanflow.k8s_job": run_name, "scanflow.namespace": self.namespace})
             if not isinstance(job.entrypoint, str):  # a 'module:function' job's runner logs its own params

@@ -836,9 +836,10 @@ class LocalPlatform:
             args_json = json.dumps(merged)
         except TypeError as exc:
             raise PlatformError(f"job {job.name!r}: params must be JSON-serialisable: {exc}") from None
+        from scanflow.tracking.registry import ensure_experiment
+
         client = MlflowClient(self.tracking_uri)
-        exp = client.get_experiment_by_name(self.experiment)
-        exp_id = exp.experiment_id if exp else client.create_experiment(self.experiment)
+        exp_id = ensure_experiment(self.experiment, client=client)  # tagged for MLflow's model-training view
         run = client.create_run(exp_id, run_name=job.name, tags={"scanflow.job": job.name})
         run_id = run.info.run_id
         jobs_dir = self.home / "jobs"

@@ -475,6 +475,11 @@ class PredictionLog:
     def watermark(self) -> int:
         return self._load_state()[1]
 
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run this log flushes into, once the first flush created or found it."""
+        return self._load_state()[0]
+
     def stats(self) -> LogStats:
         """`stored`: rows held locally now (compaction removes old flushed ones); `last_seq` never
         goes back, even when every row was compacted away."""

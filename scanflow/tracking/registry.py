@@ -54,18 +54,27 @@ def _client() -> Any:
     return MlflowClient()
 
 
-def ensure_experiment(name: str, *, tags: Mapping[str, str] | None = None) -> str:
-    """The id of the experiment `name` (one per workflow), created on first use. Race-safe."""
+def ensure_experiment(name: str, *, tags: Mapping[str, str] | None = None, client: Any = None) -> str:
+    """The id of the experiment `name` (one per workflow), created on first use. Race-safe.
+
+    Every experiment is tagged as classic model development (`mlflow.experimentKind`), an existing one
+    too when it lacks the tag: without it MLflow 3's UI opens it on the GenAI traces page, where
+    none of Scanflow's runs show. A kind someone set by hand is kept. `client`: an MlflowClient for
+    another tracking URI (default: the process-wide one)."""
     from mlflow.exceptions import MlflowException
 
-    client = _client()
+    from scanflow.tracking.monitoring import CLASSIC_ML_KIND, EXPERIMENT_KIND_TAG
+
+    client = client or _client()
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
             client.restore_experiment(exp.experiment_id)
+        if EXPERIMENT_KIND_TAG not in (exp.tags or {}):
+            client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, CLASSIC_ML_KIND)
         return str(exp.experiment_id)
     try:
-        return str(client.create_experiment(name, tags=dict(tags or {})))
+        return str(client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: CLASSIC_ML_KIND, **dict(tags or {})}))
     except MlflowException:
         # another process created it between our read and our create
         exp = client.get_experiment_by_name(name)
@@ -171,6 +180,9 @@ def set_alias(
 
     Idempotent: if the alias already points at `version`, nothing moves and no record is added (the
     Executor may retry an action). Returns the promotion record (with `moved: False` when a no-op).
+    Moving `champion` onto the version `challenger` names clears `challenger` (deleted, a retry too):
+    an alias left on the champion would say a version is still under evaluation. The version's
+    promotion tags keep that it was the challenger.
     """
     from mlflow.exceptions import MlflowException
 
@@ -193,14 +205,17 @@ def set_alias(
         "metrics": _clean_metrics(metrics),
         "ts": ts,
     }
-    if previous == version:
-        return {**record, "moved": False}
-    # history first: if we die between the two calls, the history shows an intent the alias may not
-    # reflect yet; a retry then moves the alias (and records once more) rather than losing the record.
-    client.set_model_version_tag(name, version, promotion_tag(alias, ts), json.dumps(record))
-    client.set_registered_model_alias(name, alias, version)
-    log.info("%s@%s: %s -> %s by %s (%s)", name, alias, previous, version, actor, reason)
-    return {**record, "moved": True}
+    moved = previous != version
+    if moved:
+        # history first: if we die between the two calls, the history shows an intent the alias may not
+        # reflect yet; a retry then moves the alias (and records once more) rather than losing the record.
+        client.set_model_version_tag(name, version, promotion_tag(alias, ts), json.dumps(record))
+        client.set_registered_model_alias(name, alias, version)
+        log.info("%s@%s: %s -> %s by %s (%s)", name, alias, previous, version, actor, reason)
+    if alias == CHAMPION and get_alias_version(name, CHALLENGER) == version:
+        client.delete_registered_model_alias(name, CHALLENGER)
+        log.info("%s@%s cleared: version %s is the champion now", name, CHALLENGER, version)
+    return {**record, "moved": moved}
 
 
 def promote(

@@ -1,0 +1,192 @@
+"""What the agents leave in MLflow for its UI, driven in-process through their real actuators and hooks
+(the detector, the prediction log reads and the feedback count stubbed): the Checker's drift checks in
+the monitoring run, the Planner's decision at the step of the check it answered, the link chain from a
+training run to its plan and those checks, the version's description, the cleared challenger, and the
+predictions and monitoring runs ended when their agent stops. Read back through MlflowClient."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+from scanflow.settings import Settings
+from scanflow.tracking import monitoring, registry
+
+pytestmark = pytest.mark.timeout(300)
+
+
+class FakeContext:
+    """The parts of scanflow.agent.Context the actuators and hooks under test touch."""
+
+    def __init__(self, name: str, home: Path) -> None:
+        self.name, self.key, self.event = name, f"{name}-strategy:1:0", None
+        self.state: dict[str, Any] = {}
+        self.settings = Settings(home=home)
+        self.log = logging.getLogger(f"test.{name}")
+        self.emitted: list[tuple[str, dict[str, Any]]] = []
+
+    def now(self) -> float:
+        return time.time()
+
+    async def emit(self, name: str, payload: dict[str, Any], key: str | None = None) -> int:
+        return self.emit_sync(name, payload, key)
+
+    def emit_sync(self, name: str, payload: dict[str, Any], key: str | None = None) -> int:
+        self.emitted.append((name, dict(payload)))
+        return len(self.emitted)
+
+
+class Detector:
+    """Answers the windows in turn: calm, drifted, drifted."""
+
+    def __init__(self) -> None:
+        self.verdicts = iter([(False, 0.01, 0.05), (True, 0.3, 0.6), (True, 0.4, 0.7)])
+
+    def predict(self, x: np.ndarray) -> Any:
+        drift, score, rate = next(self.verdicts)
+        return SimpleNamespace(is_drift=drift, score=score, p_value=0.5 if not drift else 0.001, drift_rate=rate,
+                               n=len(x), critical_indices=list(range(5)) if drift else [])
+
+
+def _window(after: int, size: int = 200) -> Any:
+    records = [SimpleNamespace(request_id=f"req-{after + i}", inputs=[[0.1] * 4]) for i in range(1, size + 1)]
+    x = np.full((size, 4), 0.1, np.float32)
+    return SimpleNamespace(records=records, watermark=after + size, inputs=lambda: x)
+
+
+@pytest.fixture
+def workflow_name(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The agents supervise the digits example under a name of this test's own (its own experiment)."""
+    import agents.checker
+    import agents.planner
+    import agents.tracker
+
+    name = f"mon-{uuid.uuid4().hex[:8]}"
+    for mod in (agents.checker, agents.planner, agents.tracker):
+        monkeypatch.setattr(mod, "current_workflow", lambda: SimpleNamespace(name=name))
+    return name
+
+
+def test_drift_checks_decisions_and_the_retrain_chain(mlflow_server: str, tmp_path: Path, workflow_name: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from agents import checker, planner
+    from scanflow.tracking import predictions
+
+    client = MlflowClient()
+    detector = Detector()
+    monkeypatch.setattr(checker, "_current_detector", lambda: (detector, "1"))
+    monkeypatch.setattr(predictions, "prediction_run_id", lambda exp, name: "predictions-run")
+    monkeypatch.setattr(predictions, "read_since", lambda run_id, wm: _window(wm))
+    monkeypatch.setattr(planner, "count_labelled", lambda ctx, ids: len(ids))
+    monkeypatch.setattr(planner, "min_points", lambda: 2)
+    monkeypatch.setattr(planner, "min_labelled", lambda: 1)
+
+    # the Checker checks three windows and forwards each verdict; the Planner decides on each
+    c_ctx: Any = FakeContext("checker", tmp_path)  # Any: it stands in for scanflow.agent.Context
+    p_ctx: Any = FakeContext("planner", tmp_path)
+    checker.load_detector(c_ctx)  # its startup: the monitoring run exists and is RUNNING
+    decisions = []
+    for _ in range(3):
+        asyncio.run(checker.check_drift(c_ctx, {}))
+        decisions.append(planner.plan_retrain(p_ctx, c_ctx.emitted[-1][1]))
+    assert [d["retrain"] for d in decisions] == [False, False, True]
+    assert monitoring.WRITER.flush(60)
+    assert c_ctx.state["mlflow_monitor"]["failed"] == 0 and "mlflow_failures" not in p_ctx.state
+
+    target = monitoring.monitor_target(workflow_name, "digits", tmp_path)
+    mon = monitoring.ensure_monitor_run(target)
+    run = client.get_run(mon)
+    assert run.info.run_name == "monitor-digits" and run.info.status == "RUNNING"
+
+    def history(key: str) -> list[tuple[int, float]]:
+        return sorted((m.step, m.value) for m in client.get_metric_history(mon, key))
+
+    assert history("drift/flag") == [(200, 0.0), (400, 1.0), (600, 1.0)]
+    assert history("drift/drift_rate") == [(200, 0.05), (400, 0.6), (600, 0.7)]
+    assert history("drift/window_size") == [(200, 200.0), (400, 200.0), (600, 200.0)]
+    assert history("serving/model_version") == [(200, 1.0), (400, 1.0), (600, 1.0)]
+    assert history("plan/retrain") == [(200, 0.0), (400, 0.0), (600, 1.0)]  # at the step of the check it answered
+    assert history("plan/drifted_windows") == [(200, 0.0), (400, 1.0), (600, 2.0)]
+
+    # the plan the Executor gets, and what it writes for it (as retrain / evaluate_and_promote / swap_model do)
+    name, detected = p_ctx.emitted[-1]
+    assert name == "drift.detected" and detected["drift_steps"] == [400, 600] and detected["from_seq"] == 200
+    plan = {**detected, "plan": "retrain"}
+    model = f"mon-{uuid.uuid4().hex[:8]}"
+    exp_id = registry.ensure_experiment(f"{workflow_name}-jobs")
+    client.create_registered_model(model)
+    runs, versions = [], []
+    for _ in range(2):
+        r = client.create_run(exp_id, run_name="train")
+        runs.append(r.info.run_id)
+        versions.append(str(client.create_model_version(model, f"runs:/{r.info.run_id}/model",
+                                                        run_id=r.info.run_id).version))
+    registry.set_alias(model, "champion", versions[0], actor="bootstrap", reason="first model")
+    registry.set_alias(model, "challenger", versions[1], actor="train", reason="trained")
+    state: dict[str, Any] = {}
+    counts = {"n_train": 70, "n_holdout": 30, "labelled": 100, "critical": 130}
+    monitoring.safe(state, "link", monitoring.link_retrain, model, versions[1], runs[1], "7", plan, target, counts)
+    gate = {"challenger_accuracy_drifted": 0.9, "champion_accuracy_drifted": 0.5, "challenger_accuracy_clean": 0.95}
+    monitoring.safe(state, "gate", monitoring.record_gate, model, versions[1], runs[1], "7", plan, gate, True,
+                    "challenger beats the champion on the drifted holdout", versions[0])
+    registry.set_alias(model, "champion", versions[1], actor="executor", reason="challenger beats the champion")
+    monitoring.safe(state, "swap", monitoring.record_swap, model, versions[1], runs[1], ["digits"])
+    assert state == {}
+
+    # follow the chain back from the training run
+    trained = client.get_run(runs[1])
+    tags = trained.data.tags
+    assert trained.info.run_name == f"retrain-{model}-plan-7"
+    assert tags["scanflow.plan_id"] == "7" and tags["scanflow.caused_by"] == "seq 200-600"
+    assert tags["scanflow.plan.decision"] == p_ctx.key and tags["scanflow.plan.reason"] == decisions[-1]["reason"]
+    assert tags["scanflow.caused_by.run_id"] == mon
+    steps = [int(s) for s in tags["scanflow.caused_by.steps"].split(",")]
+    assert all(dict(history("drift/flag"))[s] == 1.0 for s in steps) and steps == [400, 600]
+    assert tags["mlflow.note.content"].startswith(f"Retrain of {model} for plan 7, decided by the Planner because")
+    assert tags["scanflow.promoted"] == "true" and tags["scanflow.swapped"] == "digits"
+    assert trained.data.metrics["gate/challenger_accuracy_drifted"] == 0.9
+    mv = client.get_model_version(model, versions[1])
+    text = mv.description or ""
+    assert text.startswith(f"Version {versions[1]} of {model} was trained by plan 7 for drift in predictions seq 200-600")
+    assert "challenger_accuracy_drifted 0.9" in text and "Promoted to champion" in text
+    assert mv.tags["scanflow.training_run_id"] == runs[1] and mv.tags["scanflow.caused_by.run_id"] == mon
+    assert registry.get_alias_version(model, "challenger") is None  # never left on the champion
+    assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
+
+    checker.end_monitoring(c_ctx)  # the Checker stops: its monitoring run is finished
+    assert client.get_run(mon).info.status == "FINISHED"
+
+
+def test_the_predictions_run_ends_with_the_tracker_and_resumes(mlflow_server: str, tmp_path: Path,
+                                                               workflow_name: str) -> None:
+    from agents import tracker
+    from scanflow.tracking.predictions import PredictionRecord
+
+    client = MlflowClient()
+    ctx: Any = FakeContext("tracker", tmp_path)
+    tracker.open_log(ctx)
+    assert tracker.LOG.log is not None
+    tracker.LOG.log.append([PredictionRecord(request_id="r1", service="digits", inputs=[[0.0] * 4], outputs=[1],
+                                             model_version="1", latency_ms=1.0, ts=time.time())])
+    run_id = tracker.LOG.log.flush_to_mlflow(workflow_name).run_id
+    run = client.get_run(run_id)
+    assert run.info.status == "RUNNING" and run.info.run_name == f"predictions-{workflow_name}"
+    tracker.close_log(ctx)
+    assert client.get_run(run_id).info.status == "FINISHED"
+    tracker.open_log(ctx)  # a restarted Tracker writes the same run again
+    try:
+        assert client.get_run(run_id).info.status == "RUNNING"
+    finally:
+        tracker.close_log(ctx)
+    assert "mlflow_failures" not in ctx.state
+    exp = client.get_experiment_by_name(workflow_name)
+    assert exp is not None and exp.tags["mlflow.experimentKind"] == "custom_model_development"
