@@ -6,7 +6,7 @@ time-scale factor. Who runs it: people and CI (`python benchmarks/scaling.py --q
 
 Model (calibration in docs/policies.md):
 - each replica is one core serving FIFO; a request costs a service time drawn from a gamma law with
-  mean `--service-ms` (1 ms: DESIGN.md section 8, ~1,000-1,300 one-row requests/s per server core)
+  mean `--service-ms` (1 ms: measured here, ~1,000-1,300 one-row requests/s per server core)
   and coefficient of variation 0.5;
 - the gateway sends each request to the replica with the least outstanding work (join-shortest-queue);
 - a new replica serves after a start-up delay (10 s nominal: process start + model load) and at the

@@ -196,7 +196,7 @@ def digits_mlp(mlflow_server: str, digits) -> dict[str, str]:  # type: ignore[no
 
     {"name": DIGITS_MLP_NAME, "v1": "models:/<name>/1", "v2": "models:/<name>/2", "tracking": url}.
     v1 (30 epochs) and v2 (another seed, 5 epochs) give different outputs, so a hot swap or a failover
-    shows in the answers, not only in the version number. Logged in pickle format (DESIGN.md §8) with
+    shows in the answers, not only in the version number. Logged in pickle format (faster to load, docs/tracking.md) with
     pinned pip requirements (skips MLflow's slow requirement inference). Tests may serve, load and
     alias-read these versions but must not register more versions under this name (the numbers are
     part of what tests assert): register your own unique name for that.

