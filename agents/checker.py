@@ -32,7 +32,7 @@ SPEC = agent_spec("checker")
 MAX_CRITICAL_IDS = 2000
 WATCH_TIMEOUT_S = 8.0
 agent = Agent(SPEC.name, role="checker", description="drift, SLO and availability analysis",
-              settings_keys=("fpr", "epochs", "min_window"))
+              settings_keys=("fpr", "epochs"))
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
 

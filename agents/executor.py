@@ -84,10 +84,10 @@ def start_platform(ctx: Context) -> None:
     """
     global _platform
     wf = current_workflow()
-    monitoring.start_monitoring(ctx.state, _monitors(ctx))
     tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or ctx.settings.tracking_uri
     if not tracking_uri:
         raise PermanentError("MLFLOW_TRACKING_URI (or SCANFLOW_TRACKING_URI) must name the MLflow server")
+    monitoring.start_monitoring(ctx.state, _monitors(ctx))
     if ctx.settings.platform == "kubernetes":
         from scanflow.platform.kubernetes import KubernetesPlatform
 
@@ -142,13 +142,6 @@ def _setting(key: str, default: Any) -> Any:
     return SPEC.settings.get(key, default)
 
 
-def _tracker(ctx: Context) -> tuple[str, str | None]:
-    url = ctx.peers.get("tracker")
-    if url is None:
-        raise PermanentError("the Executor needs the Tracker as a peer (--peer tracker=URL) to read feedback labels")
-    return url, (ctx.settings.token.get_secret_value() if ctx.settings.token else None)
-
-
 @dataclasses.dataclass(frozen=True)
 class DriftRows:
     """What the prediction log and the feedback log hold about a plan's drift."""
@@ -164,10 +157,7 @@ def _drift_rows(ctx: Context, critical_ids: set[str], from_seq: int, task: str) 
     """Read the prediction log after `from_seq` (the plan's first drifted window) and join the critical
     requests with their feedback labels (the Tracker's feedback log, by request id). Labels come only from
     feedback: never from the model's own outputs, never from inside a predict request."""
-    import httpx
-
-    from scanflow.agent.client import AgentHTTPError
-    from scanflow.tracking.feedback_client import lookup_feedback
+    from scanflow.tracking.feedback_client import lookup_labels
     from scanflow.tracking.predictions import prediction_run_id, read_since
 
     wf = current_workflow()
@@ -176,11 +166,7 @@ def _drift_rows(ctx: Context, critical_ids: set[str], from_seq: int, task: str) 
         raise PermanentError("no prediction log in MLflow yet: nothing to retrain on")
     batch = read_since(run_id, max(0, from_seq))
     critical = [r for r in batch.records if r.request_id in critical_ids]
-    url, token = _tracker(ctx)
-    try:
-        labels = lookup_feedback(url, token, [r.request_id for r in critical])
-    except (AgentHTTPError, httpx.HTTPError) as exc:
-        raise TemporaryError(f"feedback lookup at the Tracker failed: {exc}", delay_s=2.0) from None
+    labels = lookup_labels(ctx, [r.request_id for r in critical])
     xs: list[list[float]] = []
     ys: list[Any] = []
     for r in critical:
@@ -399,8 +385,9 @@ def _champion_reference() -> Any:
     """The serving champion's reference (ReferenceError, permanent: its training job logged none)."""
     from scanflow.tracking.reference import ReferenceError
 
+    champion = _champion()
     try:
-        return _once(_references, _champion(), _load_reference, _champion()).result()
+        return _once(_references, champion, _load_reference, champion).result()
     except ReferenceError as exc:
         raise PermanentError(str(exc)) from None
 
@@ -428,6 +415,7 @@ def _evaluate(version: str, x_clean: np.ndarray, y_clean: np.ndarray, x_d: np.nd
 
 
 MIN_SERVING_ROWS = 500  # fresh rows after the plan's windows that stand for what the new model serves
+MIN_FRESH_ROWS = 100  # after the wait, fewer fresh rows than this: the plan's own rows stand in
 SERVING_WAIT_S = 60.0  # how long evaluate_and_promote waits for them before it makes do with fewer
 
 
@@ -439,7 +427,8 @@ def _serving_inputs(plan: dict[str, Any], fallback: np.ndarray) -> np.ndarray:
     reference mixing clean rows into the drifted ones made the refitted detector flag every later window
     of the same drifted traffic (5 of 5 in an S1 e2e run); and a few hundred fresh rows gave a
     calibration too small to hold the false-positive rate (3 of 5 flagged on the tabular example).
-    Makes do with `fallback`, the plan's own recent rows, when the traffic stopped."""
+    After the wait, any MIN_FRESH_ROWS fresh rows are used alone; with fewer (the traffic nearly
+    stopped) the plan's own recent rows (`fallback`) stand in, which may hold some pre-onset rows."""
     from scanflow.tracking.predictions import prediction_run_id, read_since
 
     wf = current_workflow()
@@ -458,7 +447,7 @@ def _serving_inputs(plan: dict[str, Any], fallback: np.ndarray) -> np.ndarray:
         if time.monotonic() >= deadline:
             break
         time.sleep(1.0)  # the Tracker flushes to MLflow every second
-    return np.concatenate([fallback, fresh])[-keep:] if fresh.size else fallback
+    return fresh[-keep:] if len(fresh) >= MIN_FRESH_ROWS else fallback
 
 
 def _log_serving_reference(ref: Any, rec: dict[str, Any], plan: dict[str, Any]) -> str | None:

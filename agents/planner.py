@@ -27,7 +27,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends
 
-from scanflow.agent import Agent, Context, PermanentError, TemporaryError, get_context
+from scanflow.agent import Agent, Context, PermanentError, get_context
 from scanflow.embedded import outbox
 from scanflow.embedded.env import agent_spec, current_workflow, primary_service, quick
 from scanflow.policies import autoscale, failover, retrain
@@ -116,21 +116,10 @@ def gate_on_points(decision: retrain.RetrainDecision, new: retrain.RetrainState,
 
 
 def count_labelled(ctx: Context, ids: list[str]) -> int:
-    """How many of `ids` have true labels at the Tracker (its feedback log). Blocking (HTTP).
-    TemporaryError while the Tracker cannot answer: the action is retried, nothing decided meanwhile."""
-    import httpx
+    """How many of `ids` have true labels at the Tracker (its feedback log). Blocking (HTTP)."""
+    from scanflow.tracking.feedback_client import lookup_labels
 
-    from scanflow.agent.client import AgentHTTPError
-    from scanflow.tracking.feedback_client import lookup_feedback
-
-    url = ctx.peers.get("tracker")
-    if url is None:
-        raise PermanentError("the Planner needs the Tracker as a peer (--peer tracker=URL) to read feedback labels")
-    token = ctx.settings.token.get_secret_value() if ctx.settings.token else None
-    try:
-        return len(lookup_feedback(url, token, ids))
-    except (AgentHTTPError, httpx.HTTPError) as exc:
-        raise TemporaryError(f"feedback lookup at the Tracker failed: {exc}", delay_s=2.0) from None
+    return len(lookup_labels(ctx, ids))
 
 
 @agent.actuator("plan_retrain", max_attempts=5, emits=("drift.detected",))

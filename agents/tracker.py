@@ -79,10 +79,10 @@ def open_log(ctx: Context) -> None:
 @agent.on_shutdown
 def close_log(ctx: Context) -> None:
     if LOG.log is not None:
-        if LOG.log.run_id:  # ... and Finished once none does
-            monitoring.safe(ctx.state, "end the predictions run", monitoring.set_run_status, LOG.log.run_id,
-                            "FINISHED")
-        LOG.log.close()
+        run_id = LOG.log.run_id
+        LOG.log.close()  # first: a slow MLflow must not keep the durable log open until a SIGKILL
+        if run_id:  # ... and Finished once none does
+            monitoring.safe(ctx.state, "end the predictions run", monitoring.set_run_status, run_id, "FINISHED")
     if FEEDBACK.log is not None:
         FEEDBACK.log.close()
 

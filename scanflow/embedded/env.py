@@ -47,10 +47,19 @@ def agent_spec(role: str) -> AgentSpec:
 
 
 def primary_service(wf: Workflow | None = None) -> Service:
-    """The service the agents watch: the first one that names a backup, else the first one."""
+    """The service the agents watch: the one the Tracker's `service` setting names, else the first one
+    that names a backup, else the first one."""
     wf = wf or current_workflow()
     if not wf.services:
         raise LookupError(f"workflow {wf.name!r} has no service")
+    tracker = next((a for a in wf.agents if a.role == "tracker"), None)
+    named = (tracker.settings if tracker else {}).get("service")
+    if named:
+        found = next((s for s in wf.services if s.name == named), None)
+        if found is None:
+            raise LookupError(f"agents.{tracker.name if tracker else 'tracker'}.settings.service = {named!r}: "
+                              f"not a service of workflow {wf.name!r} ({[s.name for s in wf.services]})")
+        return found
     return next((s for s in wf.services if s.backup), wf.services[0])
 
 

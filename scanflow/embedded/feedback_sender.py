@@ -25,6 +25,7 @@ from scanflow.agent.client import AgentHTTPError
 from scanflow.tracking.feedback_client import post_feedback
 
 log = logging.getLogger(__name__)
+MAX_PENDING = 100_000  # labels waiting to be sent at most (a Tracker down for long must not grow memory)
 
 RETRY_4XX = frozenset({401, 403, 408, 429})  # worth sending again (an operator fixes the token, a pause)
 
@@ -72,6 +73,10 @@ class DelayedFeedback:
         """Queue one request's true labels, due `delay_s` from now. Never blocks on the network."""
         with self._cond:
             if self._closing_at is not None:
+                return
+            if len(self._due) >= MAX_PENDING:  # the Tracker is away for long: drop, counted, not unbounded
+                self._scheduled += 1
+                self._dropped += 1
                 return
             self._due.append((time.monotonic() + self.delay_s, {"request_id": request_id, "labels": labels}))
             self._scheduled += 1
@@ -138,7 +143,7 @@ class DelayedFeedback:
         the due times it had (so it stays ahead of later records and counts as due at close)."""
         try:
             got = post_feedback(self.tracker_url, self.token, [rec for _, rec in batch], retries=0, http=http)
-        except (AgentHTTPError, httpx.HTTPError) as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure (an unreadable 200 too) must not end the sender
             status = exc.status if isinstance(exc, AgentHTTPError) else 0
             with self._cond:
                 self._failed += 1

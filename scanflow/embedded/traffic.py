@@ -120,7 +120,7 @@ class Traffic(GeneratorOwner):
         drifted = self.drifted
         x, y = self.drift_pool if drifted else self.clean
         j = int(self._rngs[worker].integers(len(x)))
-        label = int(y[j])
+        label = y[j].item()  # a class or a regression target, as the pool holds it
         feedback = bool(self._feedback_rngs[worker].random() < self.feedback_fraction)
         request_id = uuid.uuid4().hex
         body = {"inputs": [x[j].tolist()], "request_id": request_id}
@@ -147,7 +147,7 @@ def _answer(req: Request, out: Outcome) -> Answer:
     out_ = doc.get("outputs")
     pred = out_[0] if isinstance(out_, list) and out_ else None
     return Answer(out.t_wall, r.status_code, _str(doc.get("model_version")), drifted,
-                  None if pred is None else int(pred) == label,
+                  None if pred is None else pred == label,
                   None if r.status_code == 200 else r.text[:200])
 
 

@@ -59,7 +59,7 @@ def feedback_router(
     max_lookup_ids: int = MAX_LOOKUP_IDS,
     allow_anonymous: bool = False,
 ) -> APIRouter:
-    """Build the router. `token` guards both POSTs (a lookup reveals labels, so it is guarded too);
+    """Build the router. `token` guards both POSTs and the paged read (a read reveals labels);
     the paged read and the stats are readable without it, like /predictions/stats."""
     router = APIRouter(tags=["feedback"])
     guarded = [Depends(require_token(token, allow_anonymous=allow_anonymous))]
@@ -80,7 +80,7 @@ def feedback_router(
         found = await asyncio.to_thread(log.lookup, ids)
         return {"labels": found, "missing": len(set(ids)) - len(found)}
 
-    @router.get("/feedback", summary="Stored feedback after a seq, in seq order")
+    @router.get("/feedback", dependencies=guarded, summary="Stored feedback after a seq, in seq order")
     async def page(
         after: int = Query(0, ge=0, description="the `next` of the previous page (0: from the start)"),
         limit: int = Query(1000, ge=1, le=MAX_PAGE),

@@ -151,3 +151,19 @@ def post_feedback(
         if own:
             client.close()
     return total
+
+
+def lookup_labels(ctx: Any, request_ids: Iterable[str]) -> dict[str, list[Any]]:
+    """From inside an agent's action: the labels of `request_ids` at the Tracker (its `tracker` peer, this
+    agent's token). PermanentError without a Tracker peer; TemporaryError while it cannot answer (the
+    action is retried, nothing decided meanwhile). Blocking: call it from sync actuators (worker threads)."""
+    from scanflow.agent import PermanentError, TemporaryError
+
+    url = ctx.peers.get("tracker")
+    if url is None:
+        raise PermanentError(f"{ctx.name} needs the Tracker as a peer (--peer tracker=URL) to read feedback labels")
+    token = ctx.settings.token.get_secret_value() if ctx.settings.token else None
+    try:
+        return lookup_feedback(url, token, request_ids)
+    except (AgentHTTPError, httpx.HTTPError) as exc:
+        raise TemporaryError(f"feedback lookup at the Tracker failed: {exc}", delay_s=2.0) from None

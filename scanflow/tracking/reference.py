@@ -54,6 +54,10 @@ class ReferenceMissingError(ReferenceError, LookupError):
     """A run has no reference data: its training job did not call `log_reference`."""
 
 
+class ReferenceUnavailableError(RuntimeError):
+    """The reference exists but could not be read now (MLflow down, a timeout): worth trying again."""
+
+
 @dataclass(frozen=True)
 class DataSchema:
     """What the agents know of a model's inputs and target.
@@ -259,8 +263,9 @@ def load_reference(run_id: str, artifact_path: str | None = None) -> Reference:
     with tempfile.TemporaryDirectory(prefix="scanflow-ref-") as tmp:
         try:
             local = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp)
-        except Exception as exc:  # noqa: BLE001 - MLflow raises its own types and connection errors
-            raise ReferenceMissingError(f"{source}: cannot download the reference ({exc})") from None
+        except Exception as exc:
+            # the run's tag says it was logged: a failed download is MLflow's trouble, not a missing contract
+            raise ReferenceUnavailableError(f"{source}: cannot download the reference now ({exc})") from exc
         return read_reference(local, source=source)
 
 

@@ -51,10 +51,13 @@ class Detector:
     def __init__(self) -> None:
         self.verdicts = iter([(False, 0.01, 0.05), (True, 0.3, 0.6), (True, 0.4, 0.7)])
 
+    def metadata(self) -> dict[str, Any]:
+        return {"min_window": 2}
+
     def predict(self, x: np.ndarray) -> Any:
         drift, score, rate = next(self.verdicts)
         return SimpleNamespace(is_drift=drift, score=score, p_value=0.5 if not drift else 0.001, drift_rate=rate,
-                               n=len(x), critical_indices=list(range(5)) if drift else [])
+                               n=len(x), critical_indices=list(range(5)) if drift else [], schema_violation=None)
 
 
 def _window(after: int, size: int = 200) -> Any:

@@ -214,14 +214,16 @@ def test_lookup_page_and_stats_over_http(serve_app, log: FeedbackLog) -> None:  
         many = c.post(f"{url}/feedback/lookup", json={"request_ids": [str(i) for i in range(51)]}, headers=AUTH)
         assert many.status_code == 413 and "at most 50" in many.text
 
-        first = c.get(f"{url}/feedback", params={"after": 0, "limit": 4}).json()
+        assert c.get(f"{url}/feedback", params={"after": 0}).status_code == 401  # labels are not for anyone
+        first = c.get(f"{url}/feedback", params={"after": 0, "limit": 4}, headers=AUTH).json()
         assert [r["request_id"] for r in first["records"]] == [f"req-{i:05d}" for i in range(4)]
         assert set(first["records"][0]) == {"seq", "request_id", "labels", "ts"}
-        rest = c.get(f"{url}/feedback", params={"after": first["next"], "limit": 100}).json()
+        rest = c.get(f"{url}/feedback", params={"after": first["next"], "limit": 100}, headers=AUTH).json()
         assert len(rest["records"]) == 6
-        assert c.get(f"{url}/feedback", params={"after": rest["next"]}).json() == {"records": [], "next": rest["next"]}
-        assert c.get(f"{url}/feedback", params={"limit": 5001}).status_code == 422
-        assert c.get(f"{url}/feedback", params={"after": -1}).status_code == 422
+        assert (c.get(f"{url}/feedback", params={"after": rest["next"]}, headers=AUTH).json()
+                == {"records": [], "next": rest["next"]})
+        assert c.get(f"{url}/feedback", params={"limit": 5001}, headers=AUTH).status_code == 422
+        assert c.get(f"{url}/feedback", params={"after": -1}, headers=AUTH).status_code == 422
         assert c.get(f"{url}/feedback/stats").json() == {"stored": 10, "last_seq": rest["next"]}
 
 
@@ -303,7 +305,8 @@ def test_sigkill_loses_no_acknowledged_feedback(feedback_app) -> None:  # type: 
             got.update(r.json()["labels"])
         pages: list[str] = []
         after = 0
-        while recs := (c.get(f"{feedback_app.url}/feedback", params={"after": after, "limit": 5000}).json()):
+        while recs := (c.get(f"{feedback_app.url}/feedback", params={"after": after, "limit": 5000},
+                             headers=AUTH).json()):
             if not recs["records"]:
                 break
             pages += [r["request_id"] for r in recs["records"]]
