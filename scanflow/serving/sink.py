@@ -107,7 +107,12 @@ class TrackerSink:
         """Start sending; with a spool, first take back what an earlier process left in it (blocking
         read at start-up: ~0.1 s per 100k records)."""
         if self.spool is not None:
-            self._buffer.extend((line, True) for line in self.spool.open())
+            try:
+                self._buffer.extend((line, True) for line in self.spool.open())
+            except OSError as exc:  # an unwritable directory (a read-only container root) must not stop
+                # serving; SpoolLocked (a second replica on the same spool) does, it is a deployment error
+                log.error("record spool %s unavailable (%s): records kept in memory only", self.spool.dir, exc)
+                self.spool = None
         self._wake = asyncio.Event()
         self._client = httpx.AsyncClient(
             timeout=self.timeout_s,

@@ -113,3 +113,14 @@ def test_a_lone_surrogate_request_id_is_refused_and_stays_its_own_answer() -> No
     kinds = [type(i) for i in parsed.items]
     assert kinds == [PredictRequest, PayloadError, PayloadError, PredictRequest]
     assert parsed.x is not None and parsed.x.shape == (2, 64)
+
+
+async def test_an_unusable_spool_directory_leaves_the_sink_in_memory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")  # a spool "directory" under a file cannot be created
+    sink = TrackerSink("http://127.0.0.1:9", spool=RecordSpool(tmp_path / "file" / "spool"))
+    sink.start()
+    try:
+        assert sink.spool is None
+        assert sink.record({"request_id": "r1"}) and sink.pending == 1
+    finally:
+        await sink.stop(flush_timeout_s=0.1)
