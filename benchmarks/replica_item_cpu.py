@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -95,10 +96,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 assert await call(app, "/predict", bodies[i % len(bodies)], b"application/json") == 200
             out["predict_us_per_request"].append((time.process_time() - t0) / n * 1e6)
         pending = replica.sink.pending if replica.sink is not None else 0
+        spool = replica._spool_info() if hasattr(replica, "_spool_info") else None
     return {**{k: round(statistics.median(v), 2) for k, v in out.items()},
             "rounds": {k: [round(x, 2) for x in v] for k, v in out.items()},
             "spool": bool(args.spool_dir and "spool_dir" in fields), "tracker": args.tracker,
-            "records_pending": pending}
+            "records_pending": pending, "spool_info": spool}
 
 
 def main() -> None:
@@ -109,9 +111,14 @@ def main() -> None:
     p.add_argument("--tracker", action="store_true", help="build prediction records (Tracker down)")
     p.add_argument("--spool-dir", default=None, help="durable record spool here (needs --tracker)")
     args = p.parse_args()
-    if args.spool_dir == "tmp":
+    made = args.spool_dir == "tmp"
+    if made:
         args.spool_dir = tempfile.mkdtemp(prefix="scanflow-spool-bench-")
-    print(json.dumps(asyncio.run(run(args))))
+    try:
+        print(json.dumps(asyncio.run(run(args))))
+    finally:
+        if made:
+            shutil.rmtree(args.spool_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

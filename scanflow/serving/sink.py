@@ -10,8 +10,9 @@ reached the Tracker but whose answer was lost can be de-duplicated there (exactl
 
 With a `RecordSpool` (scanflow.serving.spool), each record is also appended to a local file before the
 answer goes out, and what an earlier process left there is sent first: records survive a crash of the
-replica while the Tracker is down. Records are encoded once, when recorded (the same orjson call the
-send used to make later), and both the spool and the send use those bytes.
+replica while the Tracker is down. With a spool, records are encoded once, when recorded (the write
+needs the bytes), and the send uses those bytes; without one they stay dicts until they are sent, so
+a Tracker outage costs no encoding per request.
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ class TrackerSink:
     stats: SinkStats = field(default_factory=SinkStats)
 
     def __post_init__(self) -> None:
-        # (encoded record, whether the spool holds it): a record the spool could not take is still
-        # sent, and is not counted when acknowledging the spool's records, which go oldest first.
-        self._buffer: collections.deque[tuple[bytes, bool]] = collections.deque()
+        # (record, encoded or not, whether the spool holds it): a record the spool could not take is
+        # still sent, and is not counted when acknowledging the spool's records (oldest first).
+        self._buffer: collections.deque[tuple[bytes | dict[str, Any], bool]] = collections.deque()
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._client: httpx.AsyncClient | None = None
@@ -76,15 +77,19 @@ class TrackerSink:
         """Queue records (one coalesced call's: one spool write for all); returns how many were taken.
         The rest, over the buffer's or the spool's bound, are refused: counted and logged."""
         room = self.max_buffer - len(self._buffer)
-        lines = [orjson.dumps(r) for r in (recs if len(recs) <= room else recs[: max(0, room)])]
-        spooled = False
-        if self.spool is not None:
+        kept = recs if len(recs) <= room else recs[: max(0, room)]
+        taken = len(kept)
+        if self.spool is None:
+            self._buffer.extend([(r, False) for r in kept])
+        else:
+            lines = [orjson.dumps(r) for r in kept]
             n = self.spool.fits(lines)  # a full spool refuses the newest: the oldest owed are kept
             if n < len(lines):
                 lines = lines[:n]
             spooled = self.spool.append(lines)  # False (disk error): kept in memory, still sent
-        self._buffer.extend([(line, spooled) for line in lines])
-        refused = len(recs) - len(lines)
+            self._buffer.extend([(line, spooled) for line in lines])
+            taken = len(lines)
+        refused = len(recs) - taken
         if refused:
             self.stats.dropped += refused
             if self.stats.dropped == refused or self.stats.dropped // 1000 != (self.stats.dropped - refused) // 1000:
@@ -92,7 +97,7 @@ class TrackerSink:
                           self.max_buffer, self.spool.max_bytes if self.spool else "-", self.stats.dropped)
         if self._wake is not None and len(self._buffer) >= self.batch_size:
             self._wake.set()
-        return len(lines)
+        return taken
 
     def _pop(self, n: int) -> None:
         """The n oldest records are done with (delivered, or refused for good): forget them, and tell
@@ -152,7 +157,8 @@ class TrackerSink:
         parts: list[bytes] = []
         size = 2
         for i in range(min(self.batch_size, len(self._buffer))):
-            part = self._buffer[i][0]
+            rec = self._buffer[i][0]
+            part = rec if type(rec) is bytes else orjson.dumps(rec)
             if parts and size + len(part) + 1 > limit:
                 break
             parts.append(part)

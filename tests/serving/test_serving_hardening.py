@@ -200,3 +200,36 @@ def test_slow_bodies_time_out_and_the_admin_hardening(digits_models, launch, dig
         assert httpx.put(gw.url + "/admin/backup", json={"url": url}, headers=AUTH).status_code == 422
         assert httpx.put(gw.url + "/admin/replicas", json={"replicas": [url]}, headers=AUTH).status_code == 422
     assert httpx.put(gw.url + "/admin/backup", json={"url": r.url}, headers=AUTH).status_code == 200
+
+
+def test_a_whole_call_error_is_not_copied_to_every_item(launch, serve_app) -> None:  # type: ignore[no-untyped-def]
+    """A replica that fails whole coalesced calls (here: 500 to every /predict_batch, as a replica
+    with a bug in its batch path would) must not fail good requests: the gateway forwards each alone."""
+    seen: list[str] = []
+
+    async def replica(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        seen.append(scope["path"])
+        if scope["path"] == "/ready":
+            status, answer = 200, b"{}"
+        elif scope["path"] == "/predict_batch":
+            status, answer = 500, b'{"detail": "batch path broken"}'
+        else:  # /predict: echo which request this was
+            status, answer = 200, orjson.dumps({"request_id": orjson.loads(body)["request_id"]})
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": answer})
+
+    url = serve_app(replica)
+    gw = launch("gateway", "--replica", url, "--allow-anonymous")
+    answers = asyncio.run(_burst(gw.url, [orjson.dumps({"request_id": f"q{i}"}) for i in range(20)]))
+    assert [(s, d["request_id"]) for s, d in answers] == [(200, f"q{i}") for i in range(20)]
+    counts = httpx.get(gw.url + "/admin/state").json()["counts"]
+    assert counts["coalesced_refused"] >= 1 and seen.count("/predict") == 20
