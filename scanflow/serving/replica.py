@@ -451,6 +451,7 @@ class Replica:
         answered 200 (a swap between these calls: the later items keep their own version's answer
         only if it is the same one, else they get 503 and the gateway retries them)."""
         version: str | None = None
+        failed = 0
         for i, req in valid:
             try:
                 result = await self.batcher.submit(req.inputs)
@@ -458,7 +459,9 @@ class Replica:
                 answers[i] = (503, _error_body(str(exc)))
                 continue
             except Exception as exc:
-                log.exception("model call failed on one item")
+                if not failed:  # one traceback per call: a broken model would otherwise log one per item
+                    log.exception("model call failed on an item alone")
+                failed += 1
                 answers[i] = (500, _error_body(f"model call failed: {type(exc).__name__}: {exc}"))
                 continue
             if version is not None and result.version != version:

@@ -124,3 +124,36 @@ async def test_an_unusable_spool_directory_leaves_the_sink_in_memory(tmp_path: P
         assert sink.record({"request_id": "r1"}) and sink.pending == 1
     finally:
         await sink.stop(flush_timeout_s=0.1)
+
+
+async def test_a_model_failure_on_a_batch_is_retried_item_by_item() -> None:
+    """The replica's real ASGI app, a model that cannot take one item's rows: only that item fails."""
+    import numpy as np
+
+    from scanflow.serving import batchwire
+    from scanflow.serving.model import LoadedModel
+    from scanflow.serving.replica import ReplicaConfig, create_app
+
+    def predict(x: np.ndarray) -> tuple[list, np.ndarray | None]:
+        if (x[:, 0] > 0.9).any():
+            raise ValueError("cannot score this row")
+        return [0] * len(x), None
+
+    app = create_app(ReplicaConfig(model_uri="models:/m/1", allow_anonymous=True))
+    bodies = [orjson.dumps({"inputs": [[v, 0.0]], "request_id": f"q{i}"}) for i, v in enumerate((0.1, 0.95, 0.2))]
+    payload = batchwire.encode_request(bodies)
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": payload, "more_body": False}
+
+    async def send(msg: dict) -> None:
+        sent.append(msg)
+
+    async with app.replica.lifespan(app.api):
+        await app.replica._install(LoadedModel("m", "models:/m/1", "1", 2, predict))
+        await app({"type": "http", "method": "POST", "path": "/predict_batch", "headers": []}, receive, send)
+    items = batchwire.decode_response(sent[1]["body"], 3)
+    assert [s for s, _ in items] == [200, 500, 200]
+    assert "cannot score this row" in orjson.loads(items[1][1])["detail"]
+    assert orjson.loads(items[2][1])["request_id"] == "q2"
