@@ -207,8 +207,8 @@ class LocalPlatform:
             "--max-batch-size", str(spec.max_batch_size), "--max-batch-wait-ms", str(spec.max_batch_wait_ms),
             "--service", spec.name, "--replica-id", f"{spec.name}-{rid}",
         ]
-        if self.tracker_url:
-            argv += ["--tracker-url", self.tracker_url]
+        if self.tracker_url:  # the spool outlives the process: a restarted replica sends what it owed
+            argv += ["--tracker-url", self.tracker_url, "--spool-dir", str(self.home / "spool" / f"{spec.name}-{rid}")]
         if self.allow_anonymous:
             argv.append("--allow-anonymous")
         log_path = self.home / "logs" / f"{spec.name}-{rid}.log"

@@ -35,13 +35,17 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from scanflow.serving import batchwire
 from scanflow.serving.asgi import (
+    BodyDeadlines,
+    BodyTimeout,
     BodyTooLarge,
     ClientGone,
     Receive,
     Scope,
     Send,
+    UnsupportedMediaType,
     read_body,
     send_error,
+    send_error_and_close,
     send_raw,
 )
 from scanflow.serving.cliargs import env_value, url_list
@@ -81,6 +85,7 @@ class GatewayConfig:
     allow_anonymous: bool = False
     max_body_bytes: int = 4 << 20
     upstream_timeout_s: float = 30.0
+    body_timeout_s: float = 10.0  # a client's body must be in within this (408 and close, else)
     # Coalescing (see `Gateway._coalesced`): at most this many client requests per upstream call
     # (0 or 1: off, every request forwarded on its own), bodies up to coalesce_item_bytes each.
     coalesce_max: int = 64
@@ -147,7 +152,8 @@ class Gateway:
         self.draining: dict[str, Upstream] = {}  # removed replicas still finishing requests
         self._tick = 0
         self.counts = {"retries": 0, "failovers": 0, "failbacks": 0, "upstream_errors": 0,
-                       "coalesced_calls": 0, "coalesced_requests": 0}
+                       "coalesced_calls": 0, "coalesced_requests": 0, "coalesced_refused": 0}
+        self.body_deadlines = BodyDeadlines(config.body_timeout_s)
         self._pools: dict[str, UpstreamPool] = {}
         self._session: aiohttp.ClientSession | None = None
         self._health_session: aiohttp.ClientSession | None = None
@@ -233,10 +239,19 @@ class Gateway:
     async def predict(self, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = time.perf_counter()
         try:
-            body = await read_body(scope, receive, self.config.max_body_bytes)
+            body = await read_body(scope, receive, self.config.max_body_bytes, json_only=True,
+                                   deadlines=self.body_deadlines)
         except BodyTooLarge as exc:
             await send_error(send, 413, str(exc))
             self.metrics.requests.inc("413", "none")
+            return
+        except UnsupportedMediaType as exc:
+            await send_error(send, 415, str(exc))
+            self.metrics.requests.inc("415", "none")
+            return
+        except BodyTimeout as exc:
+            await send_error_and_close(send, 408, str(exc))
+            self.metrics.requests.inc("408", "none")
             return
         except ClientGone:
             return
@@ -367,12 +382,20 @@ class Gateway:
                 self._no_batch.add(up.url)
                 log.warning("%s has no /predict_batch; forwarding requests to it one by one", up.url)
                 results = [None] * n
-            else:
-                if status in _RETRY_STATUSES:
-                    up.errors += 1
-                    self.metrics.upstream_errors.labels(f"http_{status}").inc()
-                    self.counts["upstream_errors"] += 1
+            elif status in _RETRY_STATUSES:
+                up.errors += 1
+                self.metrics.upstream_errors.labels(f"http_{status}").inc()
+                self.counts["upstream_errors"] += 1
                 results = [(status, payload, ctype, up)] * n
+            else:
+                # Any other answer to the whole call (400, 413, a 500 from a replica that failed on the
+                # call) is about the call, not about any one request: copying it to every item would
+                # fail the good requests with the bad one. Each is forwarded alone instead, and gets
+                # its own answer.
+                self.counts["coalesced_refused"] += 1
+                log.warning("%s answered %d to a coalesced call of %d requests; forwarding them one by one: %s",
+                            up.url, status, n, payload[:200])
+                results = [None] * n
         except (UpstreamError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, batchwire.BatchWireError) as exc:
             self._mark_dead(up, exc)
             results = [(_NO_ANSWER, b"", b"application/json", up)] * n
@@ -553,6 +576,8 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
     p.add_argument("--health-interval-s", type=float, default=0.5)
     p.add_argument("--upstream-timeout-s", type=float, default=30.0)
     p.add_argument("--max-body-bytes", type=int, default=4 << 20)
+    p.add_argument("--body-timeout-s", type=float, default=10.0,
+                   help="a request body must arrive in full within this (else 408 and the connection closes)")
     p.add_argument("--coalesce-max", type=int, default=64,
                    help="client requests per upstream call (POST /predict_batch); 0 or 1 forwards each alone")
     p.add_argument("--batches-per-replica", type=int, default=1, help="coalesced calls in flight per replica")
@@ -576,8 +601,8 @@ def main(argv: list[str] | None = None) -> None:
     from scanflow.settings import Settings
 
     args = parse_args(argv)
-    if args.health_interval_s <= 0:
-        raise SystemExit("--health-interval-s must be > 0")
+    if args.health_interval_s <= 0 or args.body_timeout_s <= 0:
+        raise SystemExit("--health-interval-s and --body-timeout-s must be > 0")
     try:
         config = GatewayConfig(
             service=args.service,
@@ -587,6 +612,7 @@ def main(argv: list[str] | None = None) -> None:
             token=Settings().token,
             allow_anonymous=args.allow_anonymous,
             max_body_bytes=args.max_body_bytes,
+            body_timeout_s=args.body_timeout_s,
             upstream_timeout_s=args.upstream_timeout_s,
             coalesce_max=args.coalesce_max,
             batches_per_replica=max(1, args.batches_per_replica),

@@ -9,7 +9,7 @@ Unless `--threads` (or POST /admin/threads) pins it, the thread pool follows the
 
 Endpoints: POST /predict (raw ASGI hot path, micro-batched), POST /predict_batch (the gateway's
 coalesced requests, scanflow.serving.batchwire), GET /health, /ready, /metrics, /info,
-POST /admin/model (hot swap), /admin/threads, /admin/drain (token).
+POST /admin/model (hot swap), /admin/threads, /admin/drain, /admin/undrain (token).
 The standard protocols (Open Inference Protocol v2 under /v2, MLflow's POST /invocations) are mounted
 by scanflow.serving.protocols and answered through the same /predict handler. The model loads in a worker
 thread after start-up, so /health answers at once and /ready turns 200 when the model is in.
@@ -38,13 +38,17 @@ from pydantic import BaseModel, Field, SecretStr
 
 from scanflow.serving import batchwire
 from scanflow.serving.asgi import (
+    BodyDeadlines,
+    BodyTimeout,
     BodyTooLarge,
     ClientGone,
     Receive,
     Scope,
     Send,
+    UnsupportedMediaType,
     read_body,
     send_error,
+    send_error_and_close,
     send_json,
     send_raw,
 )
@@ -53,10 +57,17 @@ from scanflow.serving.cliargs import env_value
 from scanflow.serving.cpuwatch import CpuLimitReader, threads_for_cores
 from scanflow.serving.hotmetrics import HotCounter, HotHistogram
 from scanflow.serving.model import LoadedModel, ModelLoadError, as_probabilities, load_model
-from scanflow.serving.payload import PayloadError, PredictRequest, parse_batch, parse_predict
+from scanflow.serving.payload import (
+    ParsedBatch,
+    PayloadError,
+    PredictRequest,
+    parse_batch,
+    parse_predict,
+)
 from scanflow.serving.protocols import install_replica
 from scanflow.serving.server import LATENCY_BUCKETS, HotPathApp, alive, base_api, run_server
 from scanflow.serving.sink import TrackerSink
+from scanflow.serving.spool import RecordSpool
 
 log = logging.getLogger("scanflow.serving.replica")
 
@@ -84,6 +95,12 @@ class ReplicaConfig:
     max_rows: int = 4096
     max_batch_body_bytes: int = 16 << 20  # POST /predict_batch; each item is still held to max_body_bytes
     drain_timeout_s: float = 30.0
+    body_timeout_s: float = 10.0  # a request's body must be in within this (408 and close, else)
+    # Durable record spool (scanflow.serving.spool), used with a tracker_url; None: records in memory only
+    spool_dir: str | None = None
+    spool_max_bytes: int = 256 << 20
+    spool_fsync_s: float = 1.0
+    allow_local_models: bool = False  # POST /admin/model: also file:// and paths (else models:/, runs:/ only)
 
 
 class _Metrics:
@@ -122,7 +139,10 @@ class SwapRequest(BaseModel):
 
 
 class ThreadsRequest(BaseModel):
-    threads: int = Field(ge=1, le=512)
+    threads: int = Field(ge=1, le=512, strict=True)  # strict: true/false are not thread counts
+
+
+REGISTRY_SCHEMES = ("models:/", "runs:/")
 
 
 class Replica:
@@ -136,7 +156,12 @@ class Replica:
             max_batch_wait_s=config.max_batch_wait_ms / 1000.0,
             on_batch=self._on_batch,
         )
-        self.sink = TrackerSink(config.tracker_url, token=config.token) if config.tracker_url else None
+        spool = (
+            RecordSpool(config.spool_dir, max_bytes=config.spool_max_bytes, fsync_interval_s=config.spool_fsync_s)
+            if config.tracker_url and config.spool_dir else None
+        )
+        self.sink = TrackerSink(config.tracker_url, token=config.token, spool=spool) if config.tracker_url else None
+        self.body_deadlines = BodyDeadlines(config.body_timeout_s)
         self.threads_pinned = config.threads_pinned and config.threads is not None
         self.cpu_reader: CpuLimitReader | None = None
         self._cpu_limit: float | None = None
@@ -257,7 +282,8 @@ class Replica:
             await send_error(send, 503, f"model not loaded yet{': ' + self.load_error if self.load_error else ''}")
             return 503
         try:
-            body = await read_body(scope, receive, self.config.max_body_bytes)
+            body = await read_body(scope, receive, self.config.max_body_bytes, json_only=True,
+                                   deadlines=self.body_deadlines)
             req = parse_predict(body, n_features=model.n_features, max_rows=self.config.max_rows)
         except BodyTooLarge as exc:
             await send_error(send, 413, str(exc))
@@ -265,6 +291,12 @@ class Replica:
         except PayloadError as exc:
             await send_error(send, exc.status, exc.message)
             return exc.status
+        except UnsupportedMediaType as exc:
+            await send_error(send, 415, str(exc))
+            return 415
+        except BodyTimeout as exc:
+            await send_error_and_close(send, 408, str(exc))
+            return 408
         except ClientGone:
             return 499
         try:
@@ -277,10 +309,12 @@ class Replica:
             await send_error(send, 500, f"model call failed: {type(exc).__name__}: {exc}")
             return 500
         request_id, doc = self._answer(req, result.outputs, result.probabilities, result.version)
-        await send_json(send, 200, doc)
         latency = time.perf_counter() - t0
+        if self.sink is not None:  # before the answer: with a spool, the record is on disk when it leaves
+            self.sink.record(self._record(req, request_id, req.inputs.tolist(), result.outputs, result.version,
+                                          latency))
+        await send_json(send, 200, doc)
         self.metrics.latency.observe(latency)
-        self._record(req, request_id, req.inputs.tolist() if self.sink else [], result.outputs, result.version, latency)
         return 200
 
     def _answer(
@@ -295,12 +329,10 @@ class Replica:
 
     def _record(
         self, req: PredictRequest, request_id: str, inputs: list, outputs: list, version: str, latency: float
-    ) -> None:
+    ) -> dict[str, object]:
         """One Tracker record per client request (after its answer is built; never awaits).
         `inputs`: the request's rows as lists (a coalesced call converts all its rows at once)."""
-        if self.sink is None:
-            return
-        rec: dict[str, object] = {
+        return {
             "record_id": self._new_id(),
             "request_id": request_id,
             "service": self.config.service,
@@ -311,7 +343,6 @@ class Replica:
             "latency_ms": round(latency * 1000.0, 3),
             "ts": time.time(),
         }
-        self.sink.record(rec)
 
     async def predict_batch(self, scope: Scope, receive: Receive, send: Send) -> None:
         """POST /predict_batch: many client requests (framed by scanflow.serving.batchwire) in one call.
@@ -340,7 +371,7 @@ class Replica:
             return
         try:
             bodies = batchwire.decode_request(
-                await read_body(scope, receive, self.config.max_batch_body_bytes)
+                await read_body(scope, receive, self.config.max_batch_body_bytes, deadlines=self.body_deadlines)
             )
         except BodyTooLarge as exc:
             await send_error(send, 413, str(exc))
@@ -348,12 +379,19 @@ class Replica:
         except batchwire.BatchWireError as exc:
             await send_error(send, 400, str(exc))
             return
+        except BodyTimeout as exc:
+            await send_error_and_close(send, 408, str(exc))
+            return
         except ClientGone:
             return
-        parsed = parse_batch(
-            bodies, n_features=model.n_features, max_rows=self.config.max_rows,
-            max_body_bytes=self.config.max_body_bytes,
-        )
+        try:
+            parsed = parse_batch(
+                bodies, n_features=model.n_features, max_rows=self.config.max_rows,
+                max_body_bytes=self.config.max_body_bytes,
+            )
+        except Exception:  # e.g. rows of different widths for a model that declares none: item by item
+            log.exception("batch parse failed; parsing its items one by one")
+            parsed = self._parse_one_by_one(bodies, model.n_features)
         answers: list[tuple[int, bytes] | None] = []
         valid: list[tuple[int, PredictRequest]] = []
         for i, req in enumerate(parsed.items):
@@ -370,11 +408,10 @@ class Replica:
             except ModelNotReady as exc:
                 await send_error(send, 503, str(exc))
                 return
-            except Exception as exc:  # the model itself failed on valid input: each valid item says so
-                log.exception("model call failed")
-                err = _error_body(f"model call failed: {type(exc).__name__}: {exc}")
-                for i, _ in valid:
-                    answers[i] = (500, err)
+            except Exception:  # the model failed on the batch: find out which items it fails on
+                log.exception("model call failed on a coalesced batch of %d items; retrying them one by one",
+                              len(valid))
+                version = await self._items_alone(valid, answers, t0)
             else:
                 version = result.version
                 self._answer_items(valid, answers, x, result, time.perf_counter() - t0)
@@ -385,6 +422,58 @@ class Replica:
         if version is not None:  # one observation per coalesced call: its items share that latency
             self.metrics.latency.observe(time.perf_counter() - t0)
 
+    def _parse_one_by_one(self, bodies: list[bytes], n_features: int | None) -> ParsedBatch:
+        """The items of a call that `parse_batch` could not stack: each parsed alone; the valid ones
+        stacked with the first valid item's width, any other width refused on its own (it could only
+        share a model call with rows as wide as its own)."""
+        items: list[PredictRequest | PayloadError] = []
+        width: int | None = None
+        for body in bodies:
+            try:
+                if len(body) > self.config.max_body_bytes:
+                    raise PayloadError(413, f"request body of {len(body)} bytes is over the limit of "
+                                            f"{self.config.max_body_bytes} bytes")
+                req = parse_predict(body, n_features=n_features, max_rows=self.config.max_rows)
+            except PayloadError as exc:  # parse_predict turns any surprise into one too
+                items.append(exc)
+                continue
+            width = req.inputs.shape[1] if width is None else width
+            if req.inputs.shape[1] != width:
+                items.append(PayloadError(422, f"rows of {req.inputs.shape[1]} features cannot share a model "
+                                               f"call with rows of {width}; send this request to /predict"))
+            else:
+                items.append(req)
+        kept = [r.inputs for r in items if isinstance(r, PredictRequest)]
+        return ParsedBatch(items, np.concatenate(kept) if kept else None)
+
+    async def _items_alone(
+        self, valid: list[tuple[int, PredictRequest]], answers: list[tuple[int, bytes] | None], t0: float
+    ) -> str | None:
+        """After a failed model call on a whole batch: each valid item alone, so an input the model
+        cannot take fails only its own request (500, as on /predict). Returns the version of the items
+        answered 200 (a swap between these calls: the later items keep their own version's answer
+        only if it is the same one, else they get 503 and the gateway retries them)."""
+        version: str | None = None
+        failed = 0
+        for i, req in valid:
+            try:
+                result = await self.batcher.submit(req.inputs)
+            except ModelNotReady as exc:
+                answers[i] = (503, _error_body(str(exc)))
+                continue
+            except Exception as exc:
+                if not failed:  # one traceback per call: a broken model would otherwise log one per item
+                    log.exception("model call failed on an item alone")
+                failed += 1
+                answers[i] = (500, _error_body(f"model call failed: {type(exc).__name__}: {exc}"))
+                continue
+            if version is not None and result.version != version:
+                answers[i] = (503, _error_body("model swapped during this call; send it again"))
+                continue
+            version = result.version
+            self._answer_items([(i, req)], answers, req.inputs, result, time.perf_counter() - t0)
+        return version
+
     def _answer_items(
         self,
         valid: list[tuple[int, PredictRequest]],
@@ -394,10 +483,12 @@ class Replica:
         latency: float,
     ) -> None:
         """Fill `answers[i]` for each valid item from the one shared model call (rows in item order),
-        and queue one Tracker record per item. Slices the probabilities and converts the rows only
-        for items and replicas that use them: this loop runs once per client request."""
+        and queue one Tracker record per item (all of them in one `record_many`: one spool write per
+        call, before the answer goes out). Slices the probabilities and converts the rows only for
+        items and replicas that use them: this loop runs once per client request."""
         version, outputs, probs = result.version, result.outputs, result.probabilities
         rows = x.tolist() if self.sink is not None else None  # one conversion for every record
+        records: list[dict[str, object]] = []
         dumps, opt = orjson.dumps, orjson.OPT_SERIALIZE_NUMPY
         start = 0
         for i, req in valid:
@@ -407,10 +498,17 @@ class Replica:
             doc: dict[str, object] = {"outputs": out, "model_version": version, "request_id": request_id}
             if req.want_probabilities and probs is not None:
                 doc["probabilities"] = as_probabilities(probs[start:end])
-            answers[i] = (200, dumps(doc, option=opt))
+            try:
+                answers[i] = (200, dumps(doc, option=opt))
+            except (TypeError, orjson.JSONEncodeError) as exc:  # this item's own answer only
+                answers[i] = (400, _error_body(f"the answer to this request could not be encoded: {exc}"))
+                start = end
+                continue
             if rows is not None:
-                self._record(req, request_id, rows[start:end], out, version, latency)
+                records.append(self._record(req, request_id, rows[start:end], out, version, latency))
             start = end
+        if records and self.sink is not None:
+            self.sink.record_many(records)
 
     def _count(self, status: int) -> None:
         self.metrics.requests.inc(str(status))
@@ -421,6 +519,12 @@ class Replica:
 
     # ---- admin ------------------------------------------------------------------------------
     async def swap_model(self, uri: str) -> dict[str, object]:
+        """Hot swap to `uri`. Only registry and run URIs unless the replica was started with
+        --allow-local-models: a token holder could otherwise make the replica unpickle any file it can
+        read (an MLflow model is code)."""
+        if not self.config.allow_local_models and not uri.startswith(REGISTRY_SCHEMES):
+            raise HTTPException(422, f"model_uri must be a registry or run URI ({', '.join(REGISTRY_SCHEMES)}...); "
+                                     "local paths and file:// need the replica's --allow-local-models")
         assert self._swap_lock is not None
         async with self._swap_lock:
             try:
@@ -437,6 +541,13 @@ class Replica:
         except TimeoutError:
             return {"drained": False, "in_flight": self.in_flight}
         return {"drained": True, "in_flight": self.in_flight}
+
+    def undrain(self) -> dict[str, object]:
+        """The way back from a drain (a drain the operator did not mean, or a scale-down undone): take
+        requests again; /ready follows at once, so the gateways' next health round brings it back."""
+        was = self.draining
+        self.draining = False
+        return {"draining": False, "was_draining": was}
 
     def info(self) -> dict[str, object]:
         model = self.batcher.model
@@ -455,7 +566,18 @@ class Replica:
             "max_batch_wait_ms": self.batcher.max_batch_wait_s * 1000.0,
             "draining": self.draining,
             "load_error": self.load_error,
+            "spool": self._spool_info(),
         }
+
+    def _spool_info(self) -> dict[str, object] | None:
+        spool = self.sink.spool if self.sink is not None else None
+        if spool is None:
+            return None
+        st = spool.stats
+        return {"dir": str(spool.dir), "bytes": spool.size_bytes, "max_bytes": spool.max_bytes, "written": st.written,
+                "replayed": st.replayed, "refused_full": st.refused_full, "write_errors": st.write_errors,
+                "fsyncs": st.fsyncs, "fsync_seconds": round(st.fsync_seconds, 6),
+                "fsync_interval_s": spool.fsync_interval_s}
 
     def render_metrics(self) -> bytes:
         m = self.metrics
@@ -517,6 +639,10 @@ def create_app(config: ReplicaConfig) -> ReplicaApp:
     async def drain() -> dict[str, object]:
         return await replica.drain()
 
+    @api.post("/admin/undrain", dependencies=admin)
+    async def undrain() -> dict[str, object]:
+        return replica.undrain()
+
     install_replica(api, replica)  # OIP v2, MLflow /invocations, the OpenAPI document
     return ReplicaApp(replica, api)
 
@@ -524,7 +650,7 @@ def create_app(config: ReplicaConfig) -> ReplicaApp:
 def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> argparse.Namespace:
     """Flags, with env defaults (flags win): SCANFLOW_MODEL_URI, SCANFLOW_PORT, SCANFLOW_HOST,
     SCANFLOW_THREADS, SCANFLOW_SERVICE, SCANFLOW_MAX_BATCH_SIZE, SCANFLOW_MAX_BATCH_WAIT_MS,
-    SCANFLOW_TRACKER_URL, SCANFLOW_LOG_LEVEL.
+    SCANFLOW_TRACKER_URL, SCANFLOW_LOG_LEVEL, SCANFLOW_SPOOL_DIR.
 
     `--threads N` pins the thread pool; SCANFLOW_THREADS only sets its starting size, and the replica
     still follows later changes of its cgroup CPU limit (an in-place pod resize changes no env).
@@ -544,6 +670,15 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
     p.add_argument("--replica-id", default=None)
     p.add_argument("--allow-anonymous", action="store_true")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    p.add_argument("--body-timeout-s", type=float, default=10.0,
+                   help="a request body must arrive in full within this (else 408 and the connection closes)")
+    p.add_argument("--spool-dir", default=None,
+                   help="durable record spool (with --tracker-url; env SCANFLOW_SPOOL_DIR, else "
+                        "./scanflow-spool/<replica-id or service-port>; 'none': memory only)")
+    p.add_argument("--spool-max-mb", type=float, default=256.0, help="spool bound; newer records refused over it")
+    p.add_argument("--spool-fsync-s", type=float, default=1.0, help="how often the spool is fsynced")
+    p.add_argument("--allow-local-models", action="store_true",
+                   help="POST /admin/model may load file:// URIs and paths (else models:/ and runs:/ only)")
     p.add_argument("--cpu-watch-s", type=float, default=5.0,
                    help="how often to re-read the cgroup CPU limit and resize the thread pool (0: never)")
     p.add_argument("--log-level", default=None, help="env SCANFLOW_LOG_LEVEL, else INFO")
@@ -572,6 +707,12 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
         p.error("--threads / SCANFLOW_THREADS must be >= 1")
     if args.max_batch_size < 1 or args.max_batch_wait_ms < 0 or args.cpu_watch_s < 0:
         p.error("--max-batch-size must be >= 1, --max-batch-wait-ms and --cpu-watch-s >= 0")
+    if args.body_timeout_s <= 0 or args.spool_max_mb <= 0 or args.spool_fsync_s <= 0:
+        p.error("--body-timeout-s, --spool-max-mb and --spool-fsync-s must be > 0")
+    spool = args.spool_dir or env.get("SCANFLOW_SPOOL_DIR", "").strip() or None
+    if spool is None:  # stable across restarts of the same replica: its id, else its service and port
+        spool = os.path.join("scanflow-spool", args.replica_id or f"{args.service}-{args.port}")
+    args.spool_dir = None if spool.lower() == "none" or not args.tracker_url else spool
     return args
 
 
@@ -593,6 +734,11 @@ def main(argv: list[str] | None = None) -> None:
         token=settings.token,
         allow_anonymous=args.allow_anonymous,
         max_body_bytes=args.max_body_bytes,
+        body_timeout_s=args.body_timeout_s,
+        spool_dir=args.spool_dir,
+        spool_max_bytes=int(args.spool_max_mb * (1 << 20)),
+        spool_fsync_s=args.spool_fsync_s,
+        allow_local_models=args.allow_local_models,
     )
     run_server(create_app(config), args.host, args.port, args.log_level)
 

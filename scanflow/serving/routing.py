@@ -43,6 +43,8 @@ def normalize_url(url: str) -> str:
     scheme, sep, rest = u.partition("://")
     if not sep or scheme not in ("http", "https") or not rest or " " in rest:
         raise ValueError(f"{url!r} is not an http(s) URL such as http://127.0.0.1:8001")
+    if "?" in rest or "#" in rest:  # the gateway appends paths: a query or fragment would swallow them
+        raise ValueError(f"{url!r} must not have a query or a fragment: give the base URL, e.g. http://host:8001")
     return u
 
 

@@ -35,7 +35,9 @@ def launch(tmp_path: Path) -> Iterator[Launcher]:
         port = port or free_port()
         log = tmp_path / f"{kind}-{port}.log"
         cmd = [sys.executable, "-m", f"scanflow.serving.{kind}", "--port", str(port), *args]
-        full_env = {**os.environ, **(env or {})}
+        # a replica with a Tracker URL keeps a record spool: one per process here, never the working
+        # directory's default, so no run replays records a previous run left
+        full_env = {**os.environ, "SCANFLOW_SPOOL_DIR": str(tmp_path / f"spool-{port}"), **(env or {})}
         with open(log, "wb") as fh:
             popen = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=full_env)
         proc = Proc(popen, f"http://127.0.0.1:{port}", log)
