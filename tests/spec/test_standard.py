@@ -10,8 +10,7 @@ from scanflow.standard import standard_agents
 def test_standard_agents_equal_the_long_form_of_the_digits_workflow() -> None:
     from workflows.digits.workflow import workflow
 
-    built = standard_agents("digits", retrain={"min_labelled": 100, "quick_min_labelled": 60},
-                            executor={"duplicate_tolerance": 0.04, "holdout_fraction": 0.3})
+    built = standard_agents("digits", executor={"duplicate_tolerance": 0.04, "holdout_fraction": 0.3})
     assert [a.model_dump() for a in built] == [a.model_dump() for a in workflow.agents]
 
 

@@ -111,7 +111,7 @@ planner = AgentSpec(
         StrategySpec(name="autoscale", event="latency.checked", actions=[ActionSpec(actuator="plan_scale")]),
     ],
     settings={
-        "retrain": {"k": 2, "m": 3, "cooldown_s": 600.0, "min_labelled": 100, "quick_min_labelled": 60},
+        "retrain": {"k": 2, "m": 3, "cooldown_s": 600.0},
         "promotion": {"min_gain_drifted": 0.0, "clean_tolerance": 0.01},
         "autoscale": {"target_utilization": 0.7, "latency_low": 0.5, "down_window_s": 30.0},
         "failover": {"fail_checks": 3, "recover_checks": 5},
