@@ -1,9 +1,9 @@
 """`EmbeddedStack`: the whole autonomic loop on one machine, as real processes, in one `with` block.
 
+    from scanflow.spec import load_workflow
     from scanflow.stack import EmbeddedStack
-    from workflows.digits.workflow import workflow
 
-    with EmbeddedStack(".scanflow/s1", workflow, quick=True) as stack:
+    with EmbeddedStack(".scanflow/s1", load_workflow("myteam/workflow.py"), quick=True) as stack:
         print(stack.service_url)                 # the inference endpoint (gateway of the primary)
         stack.get("executor", "/services")       # what the Executor's platform runs
         stack.decisions("planner")               # the Planner's audit log
