@@ -28,7 +28,8 @@ def test_first_model_becomes_champion_and_retrain_on_critical_points_becomes_cha
     assert set(first) >= {"version", "run_id", "accuracy_clean", "accuracy_drifted"}
     assert first["version"] == "1" and first["accuracy_clean"] > 0.9
     assert get_alias_version(model_name, "champion") == "1"
-    assert get_alias_version(model_name, "challenger") == "1"
+    # the champion alias moved onto the challenger: the challenger alias is cleared (the history stays in tags)
+    assert get_alias_version(model_name, "challenger") is None
     run = MlflowClient().get_run(first["run_id"])
     assert run.data.metrics["accuracy_clean"] == pytest.approx(first["accuracy_clean"])
     assert run.data.params["n_extra"] == "0"
