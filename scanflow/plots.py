@@ -14,6 +14,7 @@ from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 
 def _figure(width: float = 7.0, height: float = 3.2) -> Figure:
@@ -60,27 +61,40 @@ def accuracy_before_after(values: Mapping[str, float]) -> Figure:
 
 def latency_and_replicas(t: Sequence[float], latency_ms: Sequence[float | None], replicas: Sequence[int],
                          slo_ms: float, title: str = "S2: latency and replicas over time",
-                         load: Sequence[float] | None = None) -> Figure:
-    """p99 latency (log scale) against the SLO, with the replica count on a second axis."""
-    fig = _figure()
-    ax = fig.add_subplot()
+                         load: Sequence[float] | None = None, load_label: str = "load") -> Figure:
+    """p99 latency (log scale) against the SLO, with the replica count on a second axis (integer ticks).
+
+    With `load`, a panel below draws it on its own axis, labelled `load_label` (say what unit the caller's
+    load is in, e.g. "load (requests/s)"): it never shares the replicas axis, whose scale it would crush.
+    """
+    fig = _figure(7.0, 3.2 if load is None else 4.8)
+    if load is None:
+        ax = fig.add_subplot()
+        ax_load = None
+    else:
+        ax, ax_load = fig.subplots(2, 1, sharex=True, height_ratios=(2, 1))
     pts = [(x, y) for x, y in zip(t, latency_ms, strict=False) if y is not None and y > 0]
     if pts:
         ax.plot(*zip(*pts, strict=True), color="tab:blue", label="p99 latency (ms)")
         ax.set_yscale("log")
     ax.axhline(slo_ms, color="tab:red", ls="--", lw=1, label=f"SLO {slo_ms:g} ms")
-    ax.set_xlabel("time (s)")
     ax.set_ylabel("latency (ms)")
     ax2 = ax.twinx()
     ax2.step(t, replicas, where="post", color="tab:green", label="replicas")
-    if load is not None:
-        ax2.step(t, load, where="post", color="tab:grey", ls=":", label="load (clients)")
     ax2.set_ylabel("replicas")
-    ax2.set_ylim(0, max([*replicas, *(load or [])], default=1) + 1)
+    ax2.set_ylim(0, max(replicas, default=1) + 1)
+    ax2.yaxis.set_major_locator(MaxNLocator(integer=True))
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="upper right")
     ax.set_title(title)
+    if ax_load is not None and load is not None:
+        ax_load.step(t, load, where="post", color="tab:grey", label=load_label)
+        ax_load.set_ylabel(load_label)
+        ax_load.set_ylim(0, max(load, default=1) * 1.1 or 1)
+        ax_load.set_xlabel("time (s)")
+    else:
+        ax.set_xlabel("time (s)")
     return fig
 
 

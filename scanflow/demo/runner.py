@@ -119,7 +119,7 @@ def figures_of(results: list[ScenarioResult]) -> dict[str, Any]:
     if "s2" in by:
         s = by["s2"]
         figs["s2_latency_replicas"] = plots.latency_and_replicas(s["t"], s["p99"], s["replicas"], s["slo_ms"],
-                                                                 load=s["clients"])
+                                                                 load=s["clients"], load_label="load (requests/s)")
         figs["s2_planner_vs_hpa"] = plots.controllers(s["sim"], s["sim_slo_ms"])
     if "s3" in by:
         s = by["s3"]
