@@ -23,24 +23,53 @@ def _figure(width: float = 7.0, height: float = 3.2) -> Figure:
     return fig
 
 
+P_FLOOR = 1e-16  # p-values below (a drifted window's can underflow to 0) are drawn at it, on a log axis
+
+
 def drift_over_time(t: Sequence[float], scores: Sequence[float], drift: Sequence[bool] | None = None,
-                    marks: Mapping[str, float] | None = None, threshold: float | None = None) -> Figure:
-    """Drift score per checked window; drifted windows in red; vertical marks (onset, promotion...)."""
-    fig = _figure()
-    ax = fig.add_subplot()
+                    marks: Mapping[str, float] | None = None, threshold: float | None = None, *,
+                    p_values: Sequence[float | None] | None = None, xlabel: str = "window") -> Figure:
+    """Drift score per checked window; drifted windows in red; vertical marks (onset, promotion...).
+
+    `t` is whatever positions the caller has (window indices, seconds since start): `xlabel` names them.
+    The detector flags a window when its p-value is below its threshold (its stated fpr), so with
+    `p_values` a second panel draws the p-values (log scale) and `threshold` as a line on it; without
+    them `threshold` is taken as a threshold on the score and drawn on the score axis. p-values under
+    P_FLOOR are drawn at P_FLOOR (the axis label then says so).
+    """
+    rows = 2 if p_values is not None else 1
+    fig = _figure(7.0, 3.2 if rows == 1 else 5.0)
+    axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
+    ax = axes[0]
     ax.plot(t, scores, "-o", color="tab:blue", ms=4, label="drift score")
-    if drift is not None:
-        hot = [(x, y) for x, y, d in zip(t, scores, drift, strict=False) if d]
-        if hot:
-            ax.scatter(*zip(*hot, strict=True), color="tab:red", zorder=3, label="drift detected")
-    if threshold is not None:
-        ax.axhline(threshold, color="grey", ls="--", lw=1, label="threshold")
-    for i, (name, x) in enumerate((marks or {}).items()):
-        ax.axvline(x, color=f"C{i + 2}", ls=":", lw=1.5, label=name)
-    ax.set_xlabel("time since start (s)")
+    flags = [bool(d) for d in drift] if drift is not None else []
+    hot = [(x, y) for i, (x, y) in enumerate(zip(t, scores, strict=False)) if i < len(flags) and flags[i]]
+    if hot:
+        ax.scatter(*zip(*hot, strict=True), color="tab:red", zorder=3, label="drift detected")
+    if threshold is not None and p_values is None:
+        ax.axhline(threshold, color="grey", ls="--", lw=1, label=f"threshold {threshold:g}")
     ax.set_ylabel("score")
+    if p_values is not None:
+        ax_p = axes[1]
+        pts = [(i, x, max(float(p), P_FLOOR)) for i, (x, p) in enumerate(zip(t, p_values, strict=False))
+               if p is not None]
+        floored = any(p is not None and float(p) < P_FLOOR for p in p_values)
+        if pts:
+            ax_p.plot([x for _, x, _ in pts], [p for _, _, p in pts], "-o", color="tab:purple", ms=4,
+                      label="p-value")
+            hot_p = [(x, p) for i, x, p in pts if i < len(flags) and flags[i]]
+            if hot_p:
+                ax_p.scatter(*zip(*hot_p, strict=True), color="tab:red", zorder=3)
+        ax_p.set_yscale("log")
+        if threshold is not None:
+            ax_p.axhline(threshold, color="grey", ls="--", lw=1, label=f"threshold p < {threshold:g}")
+        ax_p.set_ylabel(f"p-value (floor {P_FLOOR:g})" if floored else "p-value")
+    for a in axes:
+        for i, (name, x) in enumerate((marks or {}).items()):
+            a.axvline(x, color=f"C{i + 2}", ls=":", lw=1.5, label=name if a is ax else None)
+        a.legend(fontsize=8, loc="best")
+    axes[-1].set_xlabel(xlabel)
     ax.set_title("S1: drift score over time")
-    ax.legend(fontsize=8, loc="best")
     return fig
 
 

@@ -114,7 +114,9 @@ def figures_of(results: list[ScenarioResult]) -> dict[str, Any]:
     by = {r.key: r.series for r in results if r.series}
     if "s1" in by:
         d = by["s1"]["drift"]
-        figs["s1_drift_score"] = plots.drift_over_time(d["t"], d["score"], d["drift"], by["s1"]["marks"])
+        figs["s1_drift_score"] = plots.drift_over_time(d["t"], d["score"], d["drift"], by["s1"]["marks"],
+                                                       by["s1"].get("fpr"), p_values=d.get("p_value"),
+                                                       xlabel="time since start (s)")
         figs["s1_accuracy"] = plots.accuracy_before_after(by["s1"]["accuracy"])
     if "s2" in by:
         s = by["s2"]

@@ -38,20 +38,24 @@ def champion() -> str | None:
 
 
 def drift_series(events: list[dict[str, Any]], t0: float) -> dict[str, list[Any]]:
-    """Pure: (t since t0, score, drift flag) of the Checker's `drift.checked` events, oldest first."""
+    """Pure: (t since t0, score, drift flag, p-value or None) of the Checker's `drift.checked` events,
+    oldest first."""
     rows = sorted((e.get("received_at", 0.0), e["payload"]) for e in events
                   if e.get("name") == "drift.checked" and isinstance(e.get("payload"), dict))
-    out: dict[str, list[Any]] = {"t": [], "score": [], "drift": []}
+    out: dict[str, list[Any]] = {"t": [], "score": [], "drift": [], "p_value": []}
     for at, p in rows:
         score = p.get("score")
         if isinstance(score, (int, float)) and math.isfinite(score):
             out["t"].append(round(at - t0, 2))
             out["score"].append(float(score))
             out["drift"].append(bool(p.get("drift")))
+            pv = p.get("p_value")
+            out["p_value"].append(float(pv) if isinstance(pv, (int, float)) and math.isfinite(pv) else None)
     return out
 
 
 def run(ctx: DemoContext) -> ScenarioResult:
+    from scanflow.embedded.bootstrap import detector_options
     from scanflow.stack import Traffic
 
     res = ScenarioResult("s1", "drift -> retrain -> promote -> swap", BAR)
@@ -118,5 +122,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
                   and acc["drifted, new model"] > acc["drifted, old model"])
     res.series = {"drift": series, "marks": {"drift onset": onset - t0,
                                              **({"new champion serves": served_at - t0} if new else {})},
-                  "accuracy": acc}
+                  "accuracy": acc,
+                  # the Checker's threshold: a window drifts when its p-value is below the detector's fpr
+                  "fpr": detector_options(stack.workflow, ctx.quick).fpr}
     return res

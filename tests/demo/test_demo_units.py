@@ -115,13 +115,13 @@ def test_s2_capacity_is_the_knee_of_the_cpu_ramp() -> None:
 
 def test_drift_series_keeps_checked_windows_in_order() -> None:
     events = [
-        {"name": "drift.checked", "received_at": 12.0, "payload": {"score": 3.0, "drift": True}},
+        {"name": "drift.checked", "received_at": 12.0, "payload": {"score": 3.0, "drift": True, "p_value": 1e-9}},
         {"name": "drift.checked", "received_at": 11.0, "payload": {"score": 0.5, "drift": False}},
         {"name": "drift.checked", "received_at": 13.0, "payload": {"skipped": "x"}},
         {"name": "other", "received_at": 10.0, "payload": {"score": 9.0}},
     ]
     s = drift_series(events, 10.0)
-    assert s == {"t": [1.0, 2.0], "score": [0.5, 3.0], "drift": [False, True]}
+    assert s == {"t": [1.0, 2.0], "score": [0.5, 3.0], "drift": [False, True], "p_value": [None, 1e-9]}
 
 
 def test_failover_per_second_share() -> None:
