@@ -161,17 +161,26 @@ def tune_probes(measured: Mapping[str, float], default: str, chosen: str) -> Fig
 
 def failover_timeline(t: Sequence[float], backup_share: Sequence[float], failed: Sequence[int],
                       marks: Mapping[str, float] | None = None) -> Figure:
-    """Share of answers served by the backup per second, failed requests, and event marks."""
+    """Share of answers served by the backup per second, failed requests per second, and event marks."""
     fig = _figure()
     ax = fig.add_subplot()
     ax.plot(t, backup_share, color="tab:orange", label="share served by backup")
-    ax.bar(t, [1.0 if f else 0.0 for f in failed], width=0.8, color="tab:red", alpha=0.4, label="failed requests")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("share served by backup")
+    ax_f = ax.twinx()
+    ax_f.bar(t, list(failed), width=0.8, color="tab:red", alpha=0.4, label="failed requests")
+    ax_f.set_ylim(0, max([*failed, 1]) * 1.05)
+    ax_f.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_f.set_ylabel("failed requests per second")
+    ax.set_zorder(ax_f.get_zorder() + 1)  # the share line and the legend over the bars
+    ax.patch.set_visible(False)
     for i, (name, x) in enumerate((marks or {}).items()):
         ax.axvline(x, color=f"C{i + 2}", ls=":", lw=1.5, label=name)
-    ax.set_ylim(0, 1.05)
     ax.set_xlabel("time since start (s)")
     ax.set_title("S4: failover to the backup and back")
-    ax.legend(fontsize=8, loc="best")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax_f.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="best")
     return fig
 
 
