@@ -185,7 +185,10 @@ async def test_oip_v2_conformance_on_replica_and_gateway_records_and_failover(  
 
     # Exactly one Tracker record per served infer request, under the infer id.
     await wait_for(lambda: set(ids) <= {r["request_id"] for r in stub.records}, 20, "records")
-    await asyncio.sleep(0.5)
+    # stop the serving replica (SIGTERM: it drains and hands its sink's last records over), so no record
+    # can still be on its way when they are counted
+    r2.popen.send_signal(signal.SIGTERM)
+    r2.popen.wait(30)
     mine = [r for r in stub.records if r["request_id"] in set(ids)]
     assert sorted(r["request_id"] for r in mine) == sorted(ids)
     rec = next(r for r in mine if r["request_id"] == "gw-1")
