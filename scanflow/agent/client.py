@@ -47,6 +47,17 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, httpx.TransportError)
 
 
+def raise_for_status(r: httpx.Response, what: str) -> None:
+    """AgentHTTPError carrying the server's `detail` (or the start of its body) for a 4xx/5xx answer."""
+    if r.status_code >= 400:
+        try:
+            body = r.json()
+            detail = body.get("detail", body) if isinstance(body, dict) else body
+        except ValueError:
+            detail = r.text[:500]
+        raise AgentHTTPError(r.status_code, detail, what)
+
+
 class AgentClient:
     """Async client of one agent. Use as `async with AgentClient(url, token) as c: await c.status()`."""
 
@@ -94,13 +105,7 @@ class AgentClient:
 
     async def _once(self, method: str, path: str, json: Any, params: Any) -> Any:
         r = await self._http.request(method, path, json=json, params=params)
-        if r.status_code >= 400:
-            try:
-                body = r.json()
-                detail = body.get("detail", body) if isinstance(body, dict) else body
-            except ValueError:
-                detail = r.text[:500]
-            raise AgentHTTPError(r.status_code, detail, f"{method} {self.base_url}{path}")
+        raise_for_status(r, f"{method} {self.base_url}{path}")
         if r.status_code == 204 or not r.content:
             return None
         return r.json()

@@ -60,21 +60,8 @@ def belongs_to_home(cmdline: bytes, environ: bytes, home: str) -> bool:
 
 def processes_of(home: Path, exclude: set[int] | None = None) -> list[int]:
     """Pids (not ours, not `exclude`) that `belongs_to_home` names; [] without /proc."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return []
     h = str(Path(home).resolve())
-    skip = (exclude or set()) | {os.getpid()}
-    out = []
-    for d in proc.iterdir():
-        if not d.name.isdigit() or int(d.name) in skip:
-            continue
-        try:
-            if belongs_to_home((d / "cmdline").read_bytes(), (d / "environ").read_bytes(), h):
-                out.append(int(d.name))
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    return out
+    return procs.scan_proc(lambda cmdline, environ: belongs_to_home(cmdline, environ, h), exclude)
 
 
 def _kill(p: Pid) -> None:

@@ -141,9 +141,9 @@ def environ_has(environ: bytes, key: str, value: str) -> bool:
     return f"{key}={value}".encode() in environ.split(b"\0")
 
 
-def find_processes(key: str, value: str, modules: tuple[str, ...], exclude: set[int] | None = None) -> list[int]:
-    """Pids (other than ours and `exclude`) running `python -m <one of modules>` with KEY=value in
-    their environment: how processes a killed platform left behind are found. [] without /proc."""
+def scan_proc(match: Callable[[bytes, bytes], bool], exclude: set[int] | None = None) -> list[int]:
+    """Pids (other than ours and `exclude`) whose /proc cmdline and environ blocks `match` accepts;
+    [] without /proc. Processes that end, or are not ours to read, meanwhile are skipped."""
     proc = Path("/proc")
     if not proc.is_dir():
         return []
@@ -153,12 +153,23 @@ def find_processes(key: str, value: str, modules: tuple[str, ...], exclude: set[
         if not d.name.isdigit() or int(d.name) in skip:
             continue
         try:
-            args = (d / "cmdline").read_bytes().split(b"\0")
-            if any(m.encode() in args for m in modules) and environ_has((d / "environ").read_bytes(), key, value):
+            if match((d / "cmdline").read_bytes(), (d / "environ").read_bytes()):
                 out.append(int(d.name))
         except OSError:  # gone, or not ours
             continue
     return out
+
+
+def find_processes(key: str, value: str, modules: tuple[str, ...], exclude: set[int] | None = None) -> list[int]:
+    """Pids (other than ours and `exclude`) running `python -m <one of modules>` with KEY=value in
+    their environment: how processes a killed platform left behind are found. [] without /proc."""
+    wanted = [m.encode() for m in modules]
+
+    def match(cmdline: bytes, environ: bytes) -> bool:
+        args = cmdline.split(b"\0")
+        return any(m in args for m in wanted) and environ_has(environ, key, value)
+
+    return scan_proc(match, exclude)
 
 
 def kill_groups(pids: list[int], timeout_s: float = 5.0) -> list[int]:

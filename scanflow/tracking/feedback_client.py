@@ -19,7 +19,7 @@ import httpx
 from pydantic import SecretStr
 from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from scanflow.agent.client import AgentHTTPError
+from scanflow.agent.client import AgentHTTPError, raise_for_status
 from scanflow.auth import bearer_header
 
 LOOKUP_CHUNK = 5_000  # ids per POST /feedback/lookup (the router takes up to 10,000)
@@ -38,13 +38,7 @@ def _retryable(exc: BaseException) -> bool:
 
 def _checked(r: httpx.Response, what: str) -> Any:
     """The decoded JSON body, or AgentHTTPError carrying the Tracker's `detail`."""
-    if r.status_code >= 400:
-        try:
-            body = r.json()
-            detail = body.get("detail", body) if isinstance(body, dict) else body
-        except ValueError:
-            detail = r.text[:500]
-        raise AgentHTTPError(r.status_code, detail, what)
+    raise_for_status(r, what)
     return r.json()
 
 
