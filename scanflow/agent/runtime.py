@@ -38,6 +38,7 @@ from scanflow.agent.jsonsafe import NotJSONError, to_json_value
 from scanflow.agent.store import REST_STRATEGIES_KEY, STATE_KEY, WATERMARK_PREFIX, Store
 from scanflow.agent.types import Event, Outcome, PermanentError, Strategy, TemporaryError
 from scanflow.settings import Settings
+from scanflow.tracking.latest import LATEST
 
 BATCH = 200
 IDLE_POLL_S = 1.0  # the loop also wakes on every committed event; this only bounds a missed wake-up
@@ -72,6 +73,8 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
         self.queue_depth = Gauge("scanflow_agent_queue_depth", "pending events", registry=self.registry)
+        # drift, latency-vs-SLO, replica and decision values the agent wrote to its monitoring runs
+        self.registry.register(LATEST)
 
 
 def _outcome_from_exception(exc: BaseException) -> Outcome:

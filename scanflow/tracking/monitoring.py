@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from scanflow.tracking.latest import LATEST
+
 log = logging.getLogger(__name__)
 
 # MLflow 3's UI opens an experiment without this tag on its GenAI "Overview / Traces" page; the value for
@@ -397,8 +399,10 @@ class MonitorWriter:
 
     def submit(self, state: dict[str, Any] | None, target: MonitorTarget, metrics: Mapping[str, float],
                step: int) -> None:
-        """Queue metrics for the target's monitoring run; never blocks. Copies the counts into `state`."""
+        """Queue metrics for the target's monitoring run; never blocks. Copies the counts into `state`.
+        The values also become the agent's Prometheus gauges (scanflow.tracking.latest) right away."""
         if metrics:
+            LATEST.record(target.experiment, target.service, metrics)
             item = _Item(target, dict(metrics), int(step), int(time.time() * 1000))
             with self._lock:
                 if self._thread is None or not self._thread.is_alive():

@@ -1,0 +1,100 @@
+"""The Grafana dashboard queries only metrics the product exports, and the agents export their
+monitoring values on /metrics.
+
+The exported names are gathered from the real sources: the agent runtime's registry, the gateway's
+and replica's metric classes, the monitoring payload functions, and every `"<group>/<name>"` key the
+agents pass to the monitoring writer. A panel querying a renamed or never-written metric fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from scanflow.tracking import monitoring
+from scanflow.tracking.latest import LatestValues, metric_name
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "deploy" / "observability" / "grafana-dashboard.json"
+PROMQL_WORDS = {"sum", "by", "rate", "increase", "histogram_quantile", "le", "service", "status", "result",
+                "instance", "avg", "max", "min"}
+
+
+def _family_samples(registry: CollectorRegistry) -> set[str]:
+    names = set()
+    for fam in registry.collect():
+        names.add(fam.name)
+        names.update(s.name for s in fam.samples)
+        if fam.type == "counter":
+            names.add(fam.name + "_total")
+        if fam.type == "histogram":
+            names.update(fam.name + suffix for suffix in ("_bucket", "_sum", "_count"))
+    return names
+
+
+def exported_names() -> set[str]:
+    from scanflow.agent.runtime import Metrics
+    from scanflow.serving.gateway import _Metrics as GatewayMetrics
+    from scanflow.serving.replica import _Metrics as ReplicaMetrics
+
+    names = _family_samples(Metrics().registry) | _family_samples(GatewayMetrics().registry)
+    names |= _family_samples(ReplicaMetrics().registry)
+    keys = set(monitoring.drift_metrics({"score": 1, "p_value": 0.5, "drift_rate": 0.1, "n": 5, "drift": True,
+                                         "detector_version": 1})[0])
+    keys |= set(monitoring.latency_metrics({"latency_ms": 1, "slo_ms": 2, "breached": False, "replicas": 1,
+                                            "healthy_replicas": 1, "in_flight": 0}, 99.0))
+    keys |= set(monitoring.retrain_decision_metrics(True, [True], 3, 2))
+    for source in (ROOT / "agents").glob("*.py"):
+        keys |= set(re.findall(r'"((?:plan|action|drift|latency|accuracy|resources)/[a-z0-9_]+)"', source.read_text()))
+    return names | {metric_name(k) for k in keys}
+
+
+def queried_names() -> set[str]:
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    exprs = [t["expr"] for p in panels for t in p["targets"]]
+    words = {w for e in exprs for w in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", re.sub(r"\[[^]]*]", "", e))}
+    return {w for w in words if w not in PROMQL_WORDS}
+
+
+def test_every_dashboard_query_names_an_exported_metric() -> None:
+    queried = queried_names()
+    assert queried, "the dashboard queries nothing"
+    missing = queried - exported_names()
+    assert not missing, f"dashboard queries metrics nothing exports: {sorted(missing)}"
+
+
+def test_dashboard_file_is_what_the_builder_writes() -> None:
+    import runpy
+
+    built = runpy.run_path(str(DASHBOARD.with_name("build_dashboard.py")))["dashboard"]()
+    assert json.loads(DASHBOARD.read_text()) == built
+
+
+def test_monitoring_values_become_prometheus_gauges() -> None:
+    latest = LatestValues()
+    registry = CollectorRegistry()
+    registry.register(latest)
+    latest.record("digits", "digits", {"drift/score": 2.5, "latency/p99_ms": 31.0})
+    latest.record("digits", "digits", {"drift/score": 0.5})
+    text = generate_latest(registry).decode()
+    assert 'scanflow_drift_score{service="digits",workflow="digits"} 0.5' in text
+    assert 'scanflow_latency_p99_ms{service="digits",workflow="digits"} 31.0' in text
+
+
+def test_the_monitor_writer_feeds_the_agents_metrics_endpoint(monkeypatch) -> None:
+    """What an agent submits for MLflow shows on its /metrics registry (the MLflow write itself is
+    covered by tests/tracking; here it is replaced so no server is needed)."""
+    from scanflow.agent.runtime import Metrics
+    from scanflow.tracking.latest import LATEST
+
+    monkeypatch.setattr(monitoring, "ensure_monitor_run", lambda target: "run-id")
+    monkeypatch.setattr(monitoring, "log_metrics", lambda *args, **kwargs: None)
+    LATEST.clear()
+    writer = monitoring.MonitorWriter()
+    writer.submit(None, monitoring.MonitorTarget("wf", "svc", "/home"), {"plan/replicas": 3.0}, 1)
+    assert writer.flush(30.0)
+    text = generate_latest(Metrics().registry).decode()
+    assert 'scanflow_plan_replicas{service="svc",workflow="wf"} 3.0' in text
