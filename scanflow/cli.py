@@ -18,7 +18,7 @@ from scanflow.platform.cli import deploy as deploy_command
 from scanflow.serving.cli import app as serve_app
 from scanflow.tracking.cli import app as mlflow_app
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Scanflow: autonomic MLOps.")
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Scanflow: autonomic MLOps.", rich_markup_mode=None)
 app.add_typer(agent_app, name="agent", help="Serve agents declared in a Python file.")
 app.add_typer(serve_app, name="serve", help="Run an inference replica or a gateway.")
 app.add_typer(mlflow_app, name="mlflow", help="Run the embedded MLflow tracking server.")
