@@ -165,6 +165,8 @@ def run_demo(*, json_output: bool = False, quick: bool = False, home: Path = Pat
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpcore"):  # one line per request would drown the scenario log
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # said first: with output to a file, the spinner is silent for minutes and this is where to look
+    err.print(f"scanflow demo: log {run_home / 'demo.log'}, state under {run_home}")
     results: list[ScenarioResult] = []
     extra: dict[str, Any] = {"quick": quick, "home": str(run_home)}
     t_all = time.monotonic()

@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -186,6 +187,16 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_TAG_CHARS else text[: MAX_TAG_CHARS - 3] + "..."
 
 
+_VERDICT = re.compile(r"^(retrain|promote|keep|reject|hold|wait)\s*:\s*", re.IGNORECASE)
+
+
+def because(reason: str | None, default: str) -> str:
+    """Pure: a policy's reason as the end of a sentence. Reasons start with their verdict ("retrain: drift
+    in 3 of the last 3 windows"); inside "decided because ..." or "Promoted to champion: ..." the verdict
+    would be said twice, so it is left out."""
+    return _VERDICT.sub("", (reason or "").strip(), count=1).strip() or default
+
+
 def _drift_phrase(plan: Mapping[str, Any]) -> str:
     parts = [f"drift in predictions {caused_by(plan.get('from_seq'), plan.get('to_seq'))}"]
     rate, score = _num(plan.get("drift_rate")), _num(plan.get("score"))
@@ -214,7 +225,7 @@ def retrain_note(model: str, plan_id: str, plan: Mapping[str, Any], n_train: int
                  labelled: int, critical: int) -> str:
     """The training run's description, in sentences."""
     return _clip(
-        f"Retrain of {model} for plan {plan_id}, decided by the Planner because {plan.get('reason') or 'drift'}. "
+        f"Retrain of {model} for plan {plan_id}, decided by the Planner because {because(plan.get('reason'), 'drift')}. "
         f"It answers {_drift_phrase(plan)}; the drift checks are the steps "
         f"{', '.join(str(s) for s in plan.get('drift_steps') or []) or '(unknown)'} of the service's monitoring run. "
         f"Feedback labelled {labelled} of {critical} critical requests; {n_train} distinct labelled rows were "
@@ -231,9 +242,9 @@ def version_description(model: str, version: str, plan_id: str, plan: Mapping[st
         scores = "; ".join(f"{k} {v:.4g}" for k, v in sorted(gate.items()))
         text += f" Promotion gate against champion version {previous or '?'}: {scores}."
     if promoted is True:
-        text += f" Promoted to champion: {reason or 'the gate passed'}."
+        text += f" Promoted to champion: {because(reason, 'the gate passed')}."
     elif promoted is False:
-        text += f" Not promoted: {reason or 'the gate did not pass'}."
+        text += f" Not promoted: {because(reason, 'the gate did not pass')}."
     else:
         text += " Awaiting evaluation against the champion."
     return _clip(text)

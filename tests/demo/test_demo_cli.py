@@ -25,5 +25,9 @@ def test_demo_quick_json_last_line(tmp_path: Path, scanflow_exe: Path) -> None:
     assert doc["ok"] == all(sc["passed"] for sc in doc["scenarios"].values())
     assert proc.returncode == (0 if doc["ok"] else 1), proc.stderr[-2000:]
     assert "scenario" in proc.stdout and "bar" in proc.stdout  # the table went to stdout
+    # its first words say where the log is, which exists (output to a file shows no spinner)
+    log_line = proc.stderr.splitlines()[0]
+    assert log_line.startswith("scanflow demo: log "), proc.stderr[:500]
+    assert (Path(doc["home"]) / "demo.log").is_file()
     if "mlflow_run_id" in doc:  # the run and its plots are on disk for `scanflow mlflow up`
         assert any(Path(doc["home"]).rglob("s2_planner_vs_hpa.png"))

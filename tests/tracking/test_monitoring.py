@@ -54,6 +54,16 @@ def test_plan_tags_and_sentences_name_the_drift_checks() -> None:
     assert monitoring.caused_by(None, 5) == "unknown (the plan carries no seq range)"
 
 
+def test_sentences_say_a_verdict_once() -> None:
+    plan = {"reason": "retrain: drift in 3 of the last 3 windows >= 2", "from_seq": 1, "to_seq": 9}
+    note = monitoring.retrain_note("m", "4", plan, 10, 5, 15, 20)
+    assert "because drift in 3 of the last 3 windows >= 2." in note and "retrain: " not in note
+    text = monitoring.version_description("m", "2", "4", plan, {"a": 1.0}, True, "promote: drifted +0.6", "1")
+    assert "Promoted to champion: drifted +0.6." in text
+    assert monitoring.because("", "drift") == "drift" and monitoring.because("retrain: ", "drift") == "drift"
+    assert monitoring.because("a reason: with a colon", "x") == "a reason: with a colon"
+
+
 def test_the_filter_quotes_what_it_finds_by() -> None:
     f = monitoring.monitor_filter(MonitorTarget("wf", "it's", "/h"))
     assert "tags.`scanflow.service` = 'it\\'s'" in f and "tags.`scanflow.kind` = 'monitoring'" in f
