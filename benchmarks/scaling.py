@@ -23,7 +23,7 @@ Model (calibration in docs/policies.md):
 - a new replica serves after a start-up delay (10 s nominal: process start + model load); an in-place
   resize takes effect after 2 s nominal (plan delivery, cgroup write or `pods/resize`, read back);
   a removed replica takes no new request and finishes its queue, costing cores until it is empty;
-- every replica runs on its own node of 4 CPUs (`--node-cpus`), so it may grow to 4 cores in place;
+- every replica runs on its own node of 8 CPUs (`--node-cpus`), so it may grow to 8 cores in place;
 - every duration (trace phases, start-up, resize, controller periods and windows, interval) is
   divided by `--time-scale`, identically for all three.
 
@@ -207,7 +207,7 @@ def throttled_share(used: float, cpu: float) -> float:
 
 
 def simulate(controller: Controller, name: str, arrivals: np.ndarray, service: np.ndarray, end: float, *,
-             slo_ms: float, time_scale: float, node_cpus: float = 4.0, noise: float = 0.1, seed: int = 0,
+             slo_ms: float, time_scale: float, node_cpus: float = 8.0, noise: float = 0.1, seed: int = 0,
              start_cpu: float = DECLARED_CPU) -> RunResult:
     rng = np.random.default_rng(10_000 + seed)
     tick = TICK_S / time_scale
@@ -325,7 +325,7 @@ CONTROLLERS = ("hpa", "horizontal", "vertical")
 
 
 def run(seeds: int, time_scale: float, service_ms: float, slo_ms: float, max_replicas: int, *,
-        node_cpus: float = 4.0, noise: float = 0.1) -> dict[str, list[RunResult]]:
+        node_cpus: float = 8.0, noise: float = 0.1) -> dict[str, list[RunResult]]:
     out: dict[str, list[RunResult]] = {c: [] for c in CONTROLLERS}
     for seed in range(seeds):
         arrivals, service, end = make_trace(seed, time_scale, service_ms)
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--service-ms", type=float, default=1.0, help="mean CPU time per request at one core")
     p.add_argument("--slo-ms", type=float, default=50.0, help="p99 latency SLO")
     p.add_argument("--max-replicas", type=int, default=10)
-    p.add_argument("--node-cpus", type=float, default=4.0, help="CPUs of each replica's node")
+    p.add_argument("--node-cpus", type=float, default=8.0, help="CPUs of each replica's node (its vertical ceiling)")
     p.add_argument("--noise", type=float, default=0.1, help="lognormal sd of the measured rates and CPU")
     a = p.parse_args(argv)
     ts = a.time_scale or (5.0 if a.quick else 1.0)

@@ -221,9 +221,12 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
         want = c if per is None else min(room, max(cfg.min_cpu, quantize_up(per, cfg.cpu_step)))
         if calm and replicas >= r and want <= c * (1 + cfg.grow_margin):
             want = min(want, c)
-        if over and saturated and want <= c and c < room and not settling:
-            want = min(room, quantize_up(c * 1.5, cfg.cpu_step))  # the estimate lags what the latency says
-            why = f"latency over the SLO while saturated: x1.5 -> {want:g}"
+        if over and saturated and c < room and not settling:
+            # the latency says the estimate lags (a step in load, a backlog): half again on top of the
+            # larger of the estimate and the present size, to drain what queued before the resize lands
+            boosted = min(room, quantize_up(max(c, want) * 1.5, cfg.cpu_step))
+            if boosted > want:
+                want, why = boosted, f"latency over the SLO while saturated: x1.5 -> {boosted:g}"
         if want > c:
             target = want
             if why == "hold" or why.startswith("no removal"):
