@@ -219,7 +219,7 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
             else:
                 per = min(max(per, peak / replicas * (1 + cfg.grow_margin)), total)
         want = c if per is None else min(room, max(cfg.min_cpu, quantize_up(per, cfg.cpu_step)))
-        if calm and replicas >= r and want <= c * (1 + cfg.grow_margin):
+        if calm and replicas >= r and (per is None or per <= c * (1 + cfg.grow_margin)):
             want = min(want, c)
         if over and saturated and c < room and not settling:
             # the latency says the estimate lags (a step in load, a backlog): half again on top of the
