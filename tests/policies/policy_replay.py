@@ -6,6 +6,7 @@ decided replica count immediately, and carries the state from one tick into the 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -109,4 +110,4 @@ def capacity_flaps(decisions: Sequence[Any], window: float = 60.0, dt: float = 1
         before, after = d.current * d.current_cpu, d.replicas * d.cpu
         if abs(after - before) > 1e-9:
             moves.append((i * dt, after - before))
-    return sum(1 for (t1, a), (t2, b) in zip(moves, moves[1:], strict=False) if a * b < 0 and t2 - t1 < window)
+    return sum(1 for (t1, a), (t2, b) in itertools.pairwise(moves) if a * b < 0 and t2 - t1 < window)
