@@ -269,6 +269,9 @@ def scale_view(observed: int | None, healthy: int | None, asked: int | None, ask
     return observed, ready
 
 
+SCALE_OVERRIDES = frozenset({"mode", "min_cpu", "max_cpu", "cpu_step"})
+
+
 def elastic_config(settings: dict[str, Any], svc: Service) -> tuple[elastic.ElasticConfig, float]:
     """(policy config, pending_s): `autoscale_config` plus the vertical settings: `mode`
     ("vertical-first" or "horizontal", the default), `min_cpu`, `max_cpu` (None: the node's CPU count
@@ -323,7 +326,10 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     Its state (hysteresis, cooldowns, down windows) is kept in ctx.state between ticks and restarts."""
     p = _payload(ctx, args)
     svc = primary_service()
-    config, pending_s = elastic_config(dict(CFG.get("autoscale", {})), svc)
+    # the strategy's own args may override the vertical knobs (e.g. a scenario about horizontal scaling
+    # at a fixed replica size posts the strategy with {"mode": "horizontal"})
+    overrides = {k: v for k, v in args.items() if k in SCALE_OVERRIDES}
+    config, pending_s = elastic_config({**dict(CFG.get("autoscale", {})), **overrides}, svc)
     now = ctx.now()
     asked = ctx.state.get("autoscale_asked") or {}
     observed = p.get("replicas")
