@@ -12,8 +12,8 @@
   replicas serving than the service's minimum (scale down, also with no traffic at all), or traffic, or
   a replica grown above its declared CPU. It carries the interval's observations
   (scanflow.embedded.observe): arrival rate, service time and CPU per request from the gateway's and
-  each replica's counters, the replicas' CPU use, limit and throttling (their own cgroups), the node's
-  idle cores; the Planner's policies read nothing else.
+  each replica's counters, the replicas' CPU use, limit and throttling (their own cgroups), the cores
+  left on their nodes; the Planner's policies read nothing else.
 - `forward`: the workflow's strategies send these events on to the Planner's inbox, through a durable
   outbox delivered by the `deliver` sensor (scanflow/embedded/outbox.py).
 Run: `scanflow agent run agents/checker.py --port 8002 --peer planner=http://127.0.0.1:8003`.
