@@ -305,12 +305,14 @@ def cpu_view(observed: float | None, asked: float | None, asked_at: float | None
 def _elastic_state(d: dict[str, Any], scale: autoscale.AutoscaleState) -> elastic.ElasticState:
     return elastic.ElasticState(scale=scale, needs=tuple((float(t), float(n)) for t, n in d.get("needs", ())),
                                 shrink=Streak(**(d.get("shrink") or {})), cpu_changed_at=d.get("cpu_changed_at"),
-                                changed_at=d.get("changed_at"))
+                                changed_at=d.get("changed_at"),
+                                ticks_since_cpu_change=int(d.get("ticks_since_cpu_change", 1000)))
 
 
 def _elastic_json(st: elastic.ElasticState) -> dict[str, Any]:
     return {"needs": [list(x) for x in st.needs], "shrink": dataclasses.asdict(st.shrink),
-            "cpu_changed_at": st.cpu_changed_at, "changed_at": st.changed_at}
+            "cpu_changed_at": st.cpu_changed_at, "changed_at": st.changed_at,
+            "ticks_since_cpu_change": st.ticks_since_cpu_change}
 
 
 def _opt(p: dict[str, Any], key: str) -> float | None:

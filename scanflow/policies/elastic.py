@@ -42,6 +42,9 @@ from scanflow.policies import autoscale
 from scanflow.policies.types import Decision, Streak
 
 
+SETTLE_TICKS = 3  # decisions a resize settles for at least, whatever settle_s says
+
+
 @dataclass(frozen=True)
 class ElasticConfig:
     """`scale`: the horizontal policy's config (its target_utilization, drain_s, latency bands, down
@@ -74,6 +77,7 @@ class ElasticState:
     shrink: Streak = field(default_factory=Streak)
     cpu_changed_at: float | None = None
     changed_at: float | None = None  # last capacity change of either kind
+    ticks_since_cpu_change: int = 0  # decisions since the last resize (its observations lag a tick or two)
 
 
 @dataclass(frozen=True)
@@ -175,7 +179,10 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
     room = ceiling if free is None else min(ceiling, c + free)
     room = max(c, cfg.min_cpu, quantize_down(room, cfg.cpu_step)) if cfg.vertical else c
     settle = cfg.scale.settle_s / ts
-    settling = st.cpu_changed_at is not None and now - st.cpu_changed_at < settle
+    # a resize settles for settle_s and at least SETTLE_TICKS decisions: the interval the Checker measured
+    # may straddle it (a demo's time_scale can make settle_s shorter than one interval)
+    settling = st.cpu_changed_at is not None and (now - st.cpu_changed_at < settle
+                                                   or st.ticks_since_cpu_change < SETTLE_TICKS)
     over = ctx.latency_ms is not None and (ctx.latency_ms > ctx.slo_latency_ms
                                            or (ctx.latency_lower_bound and ctx.latency_ms >= ctx.slo_latency_ms))
     saturated = ((ctx.throttled_ratio or 0.0) >= cfg.throttled_high
@@ -255,7 +262,8 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
               "saturated": saturated, "vertical": cfg.vertical}
     new = ElasticState(scale=sst, needs=needs, shrink=shrink,
                        cpu_changed_at=now if changed_cpu else st.cpu_changed_at,
-                       changed_at=now if changed else st.changed_at)
+                       changed_at=now if changed else st.changed_at,
+                       ticks_since_cpu_change=0 if changed_cpu else min(st.ticks_since_cpu_change + 1, 1000))
     return (ElasticDecision(reason=reason, inputs=inputs, replicas=replicas, current=r, cpu=target, current_cpu=c,
                             threads=threads_for(target, ctx.node_cpus), action=action), new)
 

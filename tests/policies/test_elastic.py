@@ -114,3 +114,12 @@ def test_decision_says_why_and_from_what() -> None:
     assert d.inputs["room"] == 2.0 and "cpu 0.3 -> 1.5" in d.reason
     with pytest.raises(ValueError):
         ElasticContext(now=0.0, current_replicas=1, cpu=0.0, slo_latency_ms=50.0)
+
+
+def test_a_resize_settles_for_some_ticks_even_when_settle_s_is_scaled_below_one_interval() -> None:
+    # a demo's time_scale 10 makes settle_s 1 s; the Checker's interval straddling the resize still says
+    # throttled and over the SLO: that must not grow the replica again (measured live: 0.05 -> 0.5 -> 0.75)
+    fast = replace(CFG, scale=replace(CFG.scale, guardrails=replace(CFG.scale.guardrails, time_scale=10.0)))
+    got = replay_elastic([STARVED] * 4, fast, cpu=0.05, node_cpus=2.0, dt=1.5)
+    assert [d.action for d in got][:3] == ["grow", "hold", "hold"]
+    assert got[0].cpu == got[2].cpu
