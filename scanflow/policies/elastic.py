@@ -41,7 +41,6 @@ from typing import Literal
 from scanflow.policies import autoscale
 from scanflow.policies.types import Decision, Streak
 
-
 SETTLE_TICKS = 3  # decisions a resize settles for at least, whatever settle_s says
 
 
