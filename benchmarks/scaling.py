@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "scaling", "simulation": True, "observed_inputs": True, "seeds": a.seeds, "time_scale": ts,
         "service_ms": a.service_ms, "slo_ms": a.slo_ms, "noise": a.noise, "node_cpus": a.node_cpus,
         "planner": "vertical",  # the policy workflows/digits runs
-        **{f"{c}_violation_s": v[c] for c in CONTROLLERS},
+        **{f"{c}_violation_s": round(v[c], 1) for c in CONTROLLERS},
         **{f"{c}_core_s": round(cs[c], 1) for c in CONTROLLERS},
         **{f"{c}_flaps": flaps[c] for c in CONTROLLERS},
         "violation_ratio_vs_hpa": ratio(v["vertical"], v["hpa"]),
