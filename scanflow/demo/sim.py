@@ -7,8 +7,10 @@ A real run with these timings would take many minutes per controller on a 2-core
 comparison is simulated; the real-platform part of S2 (scanflow.demo.s2_autoscale) shows the Planner
 on real processes. The model: each ready replica serves `mu` requests/s; arrivals beyond capacity
 queue; latency = queueing + service time; a new replica is ready after `cold_start_s`. HPA sees CPU
-utilisation (busy share of the ready replicas, capped at 1), the Planner latency and queue depth.
-Pure and deterministic. Who calls: s2_autoscale, tests/demo.
+utilisation (busy share of the ready replicas, capped at 1), the Planner what the Checker measures
+(latency, in flight, arrival rate, service time per request) one interval late, as the deployed loop
+sees it: never the trace's rate of the moment. Pure and deterministic; benchmarks/scaling.py adds
+measurement noise, the vertical-first policy and a request-level model. Who calls: s2_autoscale, tests/demo.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ def simulate(controller: str, trace: Trace, cfg: SimConfig = SimConfig()) -> Sim
     starting: list[float] = []  # ready times of replicas being started
     backlog = 0.0
     last_dir = 0
+    seen: tuple[float, float, float] | None = None  # the last interval's (latency, in flight, rate), as measured
     step_at = trace.phases[0][0] / cfg.time_scale
     duration = trace.duration / cfg.time_scale
     t = 0.0
@@ -102,13 +105,17 @@ def simulate(controller: str, trace: Trace, cfg: SimConfig = SimConfig()) -> Sim
         util = min(1.0, rate / cap) if cap else 1.0
         d: autoscale.ScaleDecision | hpa.HpaDecision
         if controller == "planner":
+            # what the Checker sends: the interval before this one (scrape, forward, decide), measured
+            # at the gateway and the replicas; the trace's own rate is never read here
             d, pstate = autoscale.decide(autoscale.AutoscaleContext(
                 now=t, current_replicas=replicas, ready_replicas=ready, slo_latency_ms=cfg.slo_ms,
-                latency_ms=latency, in_flight=backlog + rate * service_ms / 1000.0, arrival_rate=rate,
-                service_time_ms=service_ms, config=pcfg, state=pstate))
+                latency_ms=seen[0] if seen else None, in_flight=seen[1] if seen else 0.0,
+                arrival_rate=seen[2] if seen else None, service_time_ms=service_ms if seen else None,
+                config=pcfg, state=pstate))
         else:
             d, hstate = hpa.decide(hpa.HpaContext(now=t, current_replicas=replicas, ready_replicas=ready,
                                                   metric=util, config=hcfg, state=hstate))
+        seen = (latency, backlog + rate * service_ms / 1000.0, rate)
         target = d.replicas
         if target != replicas:
             direction = 1 if target > replicas else -1

@@ -5,7 +5,9 @@ typed (frozen) state, and the decision carries `reason` and its `inputs`. The ca
 agent, a benchmark, a test) owns the clock and applies the decision; state goes back into the next
 context, so a restarted Planner resumes with the same hysteresis.
 
-- autoscale: replicas on latency vs SLO and queue depth (S2)
+- elastic: vertical-first scaling, cores per replica then replicas, on the Checker's observations
+  (S2, S3; the digits workflow's Planner)
+- autoscale: replicas on latency vs SLO and queue depth (S2; the horizontal part of elastic)
 - hpa: the Kubernetes HPA algorithm, the baseline autoscale must beat
 - retrain: retrain on drift, promote challenger vs champion (S1)
 - failover: primary <-> backup routing with hysteresis (S4)
@@ -13,7 +15,7 @@ context, so a restarted Planner resumes with the same hysteresis.
 - guardrails: bounds, cold start, hysteresis, cooldown, max step shared by the replica policies
 """
 
-from scanflow.policies import autoscale, failover, guardrails, hpa, retrain, tune
+from scanflow.policies import autoscale, elastic, failover, guardrails, hpa, retrain, tune
 from scanflow.policies.types import Decision, Streak
 
-__all__ = ["Decision", "Streak", "autoscale", "failover", "guardrails", "hpa", "retrain", "tune"]
+__all__ = ["Decision", "Streak", "autoscale", "elastic", "failover", "guardrails", "hpa", "retrain", "tune"]

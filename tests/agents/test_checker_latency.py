@@ -73,3 +73,15 @@ def test_the_gateway_buckets_resolve_the_p99_near_the_slo() -> None:
     assert overloaded == Percentile(100.0, False)
     assert latency_event(SEEN, overloaded, SLO_CAP_MS, 1) is not None
     assert latency_event(SEEN, _gateway_p99([0.02] * 90 + [0.055] * 10), SLO_CAP_MS, 1) is None  # 60 ms: within
+
+
+def test_observations_ride_along_and_traffic_or_a_grown_replica_is_worth_an_event() -> None:
+    obs = {"arrival_rate": 120.0, "cpu_per_request_ms": 0.5, "throttled_ratio": 0.9, "cpu_limit_cores": 0.3}
+    ev = latency_event(SEEN, Percentile(20.0, False), 50.0, 1, obs=obs, declared_cpu=1.0)
+    assert ev is not None and not ev["breached"] and ev["arrival_rate"] == 120.0 and ev["throttled_ratio"] == 0.9
+    assert ev["replicas"] == 1 and ev["in_flight"] == 3  # the gateway's view wins over a same-named field
+    json.dumps(ev, allow_nan=False)
+    quiet = {**obs, "arrival_rate": 0.0}
+    assert latency_event(SEEN, None, 50.0, 1, obs=quiet, declared_cpu=1.0) is None  # idle at its size: nothing
+    grown = {**quiet, "cpu_limit_cores": 2.0}
+    assert latency_event(SEEN, None, 50.0, 1, obs=grown, declared_cpu=1.0) is not None  # idle but grown: shrink

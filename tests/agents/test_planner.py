@@ -114,3 +114,39 @@ def test_autoscale_config_reads_time_scale_guardrails_and_bounds() -> None:
     assert cfg.latency_low == 0.4 and pending == 5.0
     default, pending_default = autoscale_config({}, svc)
     assert default.guardrails.time_scale == 1.0 and pending_default == 60.0
+
+
+def test_elastic_config_mode_and_vertical_knobs() -> None:
+    from agents.planner import elastic_config
+    from scanflow.spec import Service
+
+    svc = Service(name="s", model_uri="models:/m@champion", min_replicas=1, max_replicas=3)
+    cfg, pending = elastic_config({"mode": "vertical-first", "min_cpu": 0.5, "max_cpu": 4, "cpu_step": 0.5,
+                                   "cpu_cooldown_down_s": 10.0, "time_scale": 2.0}, svc)
+    assert cfg.vertical and (cfg.min_cpu, cfg.max_cpu, cfg.cpu_step, cfg.cooldown_down_s) == (0.5, 4.0, 0.5, 10.0)
+    assert cfg.scale.guardrails.max_replicas == 3 and pending == 30.0
+    plain, _ = elastic_config({}, svc)
+    assert not plain.vertical and plain.max_cpu is None  # no mode: horizontal only, as before
+
+
+def test_cpu_view_trusts_what_the_replicas_report_except_a_resize_in_flight() -> None:
+    from agents.planner import cpu_view
+
+    assert cpu_view(0.3, None, None, 100.0, 60.0, 1.0) == 0.3  # what the replicas report wins
+    assert cpu_view(None, None, None, 100.0, 60.0, 1.0) == 1.0  # nothing reported: the declared cores
+    assert cpu_view(0.3, 1.5, 90.0, 100.0, 60.0, 1.0) == 1.5  # asked 10 s ago, not shown yet: in flight
+    assert cpu_view(1.5, 1.5, 90.0, 100.0, 60.0, 1.0) == 1.5
+    assert cpu_view(0.3, 1.5, 10.0, 100.0, 60.0, 1.0) == 0.3  # asked 90 s ago and never shown: refused
+
+
+def test_resources_plan_payload_is_what_the_executor_accepts() -> None:
+    from scanflow.policies import elastic
+    from scanflow.spec import Affinity, Resources
+
+    d, _ = elastic.decide(elastic.ElasticContext(
+        now=0.0, current_replicas=1, cpu=0.3, slo_latency_ms=50.0, latency_ms=400.0, arrival_rate=600.0,
+        cpu_per_request_ms=1.0, throttled_ratio=0.9, node_cpus=2, headroom_cores_per_replica=1.7))
+    plan = {"plan": "resources", "service": "digits", "resources": {"cpu": d.cpu, "memory": "512Mi"},
+            "threads": d.threads, "reason": d.reason}
+    assert Resources.model_validate(plan["resources"]).cpu == 1.5 and plan["threads"] == 1
+    assert plan.get("affinity") is None or Affinity.model_validate(plan["affinity"])
