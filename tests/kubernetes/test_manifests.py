@@ -35,7 +35,10 @@ def test_pinned_is_guaranteed_with_integer_cpus() -> None:
     block = mf.resources_block(Resources(cpu=1.2, memory="1Gi"), Affinity(policy="pinned"))
     assert block == {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
     assert mf.qos_class([block]) == "Guaranteed" and mf.has_integer_cpus(block)
-    assert mf.qos_class([mf.resources_block(Resources(cpu=1))]) == "Burstable"
+    # policy none: a CPU limit too, so the replica's thread pool follows its cgroup limit
+    assert mf.resources_block(Resources(cpu=1.5))["limits"]["cpu"] == "1500m"
+    assert mf.qos_class([mf.resources_block(Resources(cpu=1.5))]) == "Guaranteed"
+    assert mf.qos_class([{"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}]) == "Burstable"
     assert mf.qos_class([{}]) == "BestEffort"
 
 
@@ -44,7 +47,7 @@ def test_pinned_is_guaranteed_with_integer_cpus() -> None:
     [
         ((1, 34), "none", 2.0, "none", "in-place", "supports"),
         ((1, 32), "none", 2.0, "none", "rolling-update", "< 1.33"),
-        ((1, 35), "none", 2.0, "pinned", "rolling-update", "QoS"),
+        ((1, 35), "none", 2.0, "pinned", "rolling-update", "static CPU manager"),
         ((1, 35), "pinned", 3.0, "pinned", "rolling-update", "static CPU manager"),
     ],
 )

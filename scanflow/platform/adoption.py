@@ -1,0 +1,30 @@
+"""Adoption: the spec a (re)started Executor deploys for a service that already runs (pure).
+
+Why: the Executor deploys its workflow's services at start-up. Deploying the declaration as written
+would undo what the loop decided since (a scale-out, a resize, a promoted model, an image an operator
+rolled), every time the Executor restarts. So for the fields actuations change, what runs wins; the
+declaration keeps the rest (backup, SLO, batching). Same rule on every platform: LocalPlatform and
+KubernetesPlatform both answer `services()` with what runs now.
+Who calls: agents/executor.py (start_platform), tests.
+"""
+
+from __future__ import annotations
+
+from scanflow.spec import Service
+
+ADOPTED_FIELDS = ("replicas", "model_uri", "image", "resources", "affinity", "threads")
+
+
+def adopt_running(declared: Service, running: Service | None) -> Service:
+    """The spec to deploy: `running`'s replicas, model, image, resources, affinity policy and threads
+    (where it has them), the declaration for everything else; the declaration itself when nothing runs.
+    Placement (node selector, spread) stays declared: only the affinity policy is an actuation."""
+    if running is None:
+        return declared
+    update = {k: getattr(running, k) for k in ADOPTED_FIELDS if getattr(running, k, None) is not None}
+    if "affinity" in update:
+        update["affinity"] = declared.affinity.model_copy(update={"policy": running.affinity.policy})
+    if "replicas" in update:  # what runs may sit outside the declared bounds (an operator scaled by hand)
+        update["min_replicas"] = min(declared.min_replicas, update["replicas"])
+        update["max_replicas"] = max(declared.max_replicas, update["replicas"])
+    return declared.model_copy(update=update)
