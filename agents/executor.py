@@ -39,7 +39,7 @@ import numpy as np
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
 from scanflow.embedded.env import agent_spec, current_workflow, primary_service
-from scanflow.platform.adoption import adopt_running
+from scanflow.platform.adoption import adopt_running, at_configured_port
 from scanflow.platform.base import PlatformError
 from scanflow.tracking import monitoring
 
@@ -120,6 +120,8 @@ def start_platform(ctx: Context) -> None:
     if running:
         ctx.log.info("running services adopted with their current settings: %s", sorted(running))
     services = [adopt_running(s, running.get(s.name)) for s in sorted(wf.services, key=lambda s: s.backup is None)]
+    if ctx.settings.platform == "local":  # serve where the configuration says the services are
+        services = [at_configured_port(s, ctx.settings.service_urls) for s in services]
     with ThreadPoolExecutor(max(1, len(services)), thread_name_prefix="deploy") as pool:
         for f in [pool.submit(plat.deploy, svc) for svc in services]:
             f.result()

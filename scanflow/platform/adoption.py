@@ -28,3 +28,16 @@ def adopt_running(declared: Service, running: Service | None) -> Service:
         update["min_replicas"] = min(declared.min_replicas, update["replicas"])
         update["max_replicas"] = max(declared.max_replicas, update["replicas"])
     return declared.model_copy(update=update)
+
+
+def at_configured_port(service: Service, urls: dict[str, str]) -> Service:
+    """The service with its gateway port taken from its configured endpoint (SCANFLOW_SERVICE_URLS),
+    when the declaration fixes none: on the local platform in a container (docker-compose) the
+    Executor must serve each service where the configuration tells the Checker and the clients it
+    is. A declared port, or no configured URL, leaves the service as it is."""
+    from urllib.parse import urlsplit
+
+    if service.port is not None or service.name not in urls:
+        return service
+    port = urlsplit(urls[service.name]).port
+    return service if port is None else service.model_copy(update={"port": port})
