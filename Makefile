@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-test sysdeps demo test test-e2e test-all test-fast bench lint clean
+.PHONY: setup setup-test sysdeps dev-secrets demo test test-e2e test-all test-fast bench lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ sysdeps:
 	   (apt-get install -y -qq docker-compose >/dev/null 2>&1 || \
 	    (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq docker-compose >/dev/null 2>&1)) || \
 	   echo "note: docker-compose not installed; the compose test will skip")
+
+# The dev overlay's Secret comes from deploy/overlays/dev/secrets.env (random values, never committed).
+dev-secrets:
+	sh deploy/overlays/dev/gen-secrets.sh
 
 demo: setup
 	$(BIN)/scanflow demo

@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
 CONFIG_ENV = "SCANFLOW_CONFIG"
 
@@ -47,7 +53,7 @@ def parse_url_map(value: Any, what: str = "value") -> dict[str, str]:
                 pairs[name.strip()] = url.strip()
             value = pairs
     if not isinstance(value, dict):
-        raise ValueError(f"{what}: expected NAME=URL pairs, got {type(value).__name__}")
+        raise ValueError(f"{what}: expected NAME=URL pairs, got {type(value).__name__}")  # noqa: TRY004  # noqa: TRY004  # pydantic wants ValueError
     out: dict[str, str] = {}
     for name, url in value.items():
         url = str(url).strip().rstrip("/")
