@@ -148,7 +148,9 @@ def test_kustomize_overlays_validate(overlay: str, tmp_path: Path) -> None:
     mlflow = next(d for d in docs if d["metadata"]["name"] == "mlflow" and d["kind"] == "Deployment")
     ml = mlflow["spec"]["template"]["spec"]["containers"][0]
     assert any(a.startswith("--allowed-hosts=") for a in ml["args"])
-    assert {e["name"] for e in ml["env"]} >= {"MLFLOW_BACKEND_STORE_URI"}
+    backend = next(e["value"] for e in ml["env"] if e["name"] == "MLFLOW_BACKEND_STORE_URI")
+    # the driver the image installs: SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3
+    assert backend.startswith("postgresql+psycopg2://")
     assert ml["startupProbe"]["failureThreshold"] * ml["startupProbe"]["periodSeconds"] >= 300
 
 
@@ -282,7 +284,8 @@ def test_docker_compose_file_parses_and_requires_its_secrets() -> None:
     svcs = cfg["services"]
     assert {"mlflow", "postgres", "bootstrap", *AGENTS} <= set(svcs)
     assert any(a.startswith("--allowed-hosts=") for a in svcs["mlflow"]["command"])
-    assert not any("postgresql://" in a for a in svcs["mlflow"]["command"])  # the password stays out of argv
+    assert not any("postgresql" in a for a in svcs["mlflow"]["command"])  # the password stays out of argv
+    assert svcs["mlflow"]["environment"]["MLFLOW_BACKEND_STORE_URI"].startswith("postgresql+psycopg2://")
     env = cfg["x-scanflow"]["environment"]
     peers = dict(p.split("=", 1) for p in env["SCANFLOW_PEERS"].split(","))
     assert all(url.split("//")[1].split(":")[0] in svcs for url in peers.values())
