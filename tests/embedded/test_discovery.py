@@ -73,3 +73,13 @@ def test_embedded_stack_sets_the_same_settings_with_loopback_values(tmp_path: Pa
     assert parse_url_map(env["SCANFLOW_SERVICE_URLS"]) == stack.service_urls
     assert env["SCANFLOW_TRACKER_URL"] == stack.agent_urls["tracker"]
     assert "--peer" not in stack._argv("checker")
+
+
+def test_local_executor_serves_where_the_configuration_says() -> None:
+    from scanflow.platform.adoption import at_configured_port
+
+    urls = {"digits": "http://executor:8090"}
+    assert at_configured_port(Service(name="digits", model_uri="models:/d@champion"), urls).port == 8090
+    assert at_configured_port(SVC, urls).port == 18080  # a declared port wins
+    other = Service(name="other", model_uri="models:/d@champion")
+    assert at_configured_port(other, urls) is other
