@@ -180,3 +180,12 @@ def test_replica_probes_are_truthful() -> None:
     assert container["startupProbe"]["httpGet"]["path"] == "/ready"  # model load before liveness counts
     assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] >= 300
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+
+
+def test_from_settings_needs_a_namespace_and_never_guesses_an_image() -> None:
+    from scanflow.platform.base import PlatformError
+    from scanflow.platform.kubernetes import KubernetesPlatform
+    from scanflow.settings import Settings
+
+    with pytest.raises(PlatformError, match="SCANFLOW_NAMESPACE"):
+        KubernetesPlatform.from_settings(Settings(namespace=None), workflow="digits", tracking_uri=None)
