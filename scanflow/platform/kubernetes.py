@@ -294,7 +294,9 @@ class KubernetesPlatform:
         image, model, resources, threads and affinity read back from each Deployment labelled
         managed-by=scanflow-executor (of this workflow). A restarted Executor merges them into its
         workflow's specs, so its start-up apply changes nothing the Planner decided."""
-        selector = f"{mf.OWNER_LABEL}={mf.MANAGED_BY}"
+        # managed-by `scanflow` too: what deploy/base declared before the Executor owned the replicas,
+        # so an upgrade adopts the running Deployment instead of resetting it
+        selector = f"{mf.OWNER_LABEL} in ({mf.MANAGED_BY},{mf.LEGACY_MANAGED_BY}),{mf.SERVICE_LABEL}"
         if self.workflow:
             selector += f",{mf.WORKFLOW_LABEL}={self.workflow}"
         deps = self._dict(self._call("list", "deployments", self.apps.list_namespaced_deployment, self.namespace,
@@ -303,7 +305,7 @@ class KubernetesPlatform:
         for dep in deps.get("items") or []:
             meta = dep.get("metadata") or {}
             labels = meta.get("labels") or {}
-            if labels.get(mf.OWNER_LABEL) != mf.MANAGED_BY or meta.get("deletionTimestamp"):
+            if labels.get(mf.OWNER_LABEL) not in (mf.MANAGED_BY, mf.LEGACY_MANAGED_BY) or meta.get("deletionTimestamp"):
                 continue  # an emulator or an old API server may ignore the selector
             if self.workflow and labels.get(mf.WORKFLOW_LABEL) != self.workflow:
                 continue

@@ -35,6 +35,7 @@ HTTP_PORT = 8080
 HEALTH_PATH = "/health"  # liveness: the process answers (replicas, gateways, agents)
 READY_PATH = "/ready"  # readiness: a replica's model is loaded / a gateway has a healthy replica
 MANAGED_BY = "scanflow-executor"  # app.kubernetes.io/managed-by of what the Executor creates and owns
+LEGACY_MANAGED_BY = "scanflow"  # what deploy/base labelled the replicas with before the Executor owned them
 FIELD_MANAGER = "scanflow-executor"  # server-side apply field manager of the Executor
 OWNER_LABEL = "app.kubernetes.io/managed-by"
 SPOOL_DIR = "/tmp/scanflow-spool"  # replica's durable prediction spool (emptyDir: survives a container restart)

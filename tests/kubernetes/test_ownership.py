@@ -70,6 +70,12 @@ def test_adoption_ignores_what_the_executor_does_not_own(kmock_server, make_plat
     plat.apps.create_namespaced_deployment(NS, other_wf)
     plat.deploy(PRIMARY)
     assert set(plat.services()) == {"digits"}
+    # what deploy/base used to declare (managed-by: scanflow) is adopted on upgrade, not reset
+    legacy = mf.deployment(Service(name="digits-backup", model_uri="models:/digits@champion", replicas=3),
+                           workflow="digits")
+    legacy["metadata"]["labels"][mf.OWNER_LABEL] = "scanflow"
+    plat.apps.create_namespaced_deployment(NS, legacy)
+    assert plat.services()["digits-backup"].replicas == 3
 
 
 def test_everything_the_executor_creates_is_labelled_as_its_own(kmock_server, make_platform):
