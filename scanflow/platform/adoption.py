@@ -16,17 +16,17 @@ ADOPTED_FIELDS = ("replicas", "model_uri", "image", "resources", "affinity", "th
 
 
 def adopt_running(declared: Service, running: Service | None) -> Service:
-    """The spec to deploy: `running`'s replicas, model, image, resources, affinity policy and threads
-    (where it has them), the declaration for everything else; the declaration itself when nothing runs.
+    """The spec to deploy: `running`'s replicas, model, image, resources, affinity policy and threads,
+    the declaration for everything else; the declaration itself when nothing runs.
     Placement (node selector, spread) stays declared: only the affinity policy is an actuation."""
     if running is None:
         return declared
-    update = {k: getattr(running, k) for k in ADOPTED_FIELDS if getattr(running, k, None) is not None}
-    if "affinity" in update:
-        update["affinity"] = declared.affinity.model_copy(update={"policy": running.affinity.policy})
-    if "replicas" in update:  # what runs may sit outside the declared bounds (an operator scaled by hand)
-        update["min_replicas"] = min(declared.min_replicas, update["replicas"])
-        update["max_replicas"] = max(declared.max_replicas, update["replicas"])
+    # all of them, None included (threads None = "follow the CPU limit" is a state too), as they run
+    update = {k: getattr(running, k) for k in ADOPTED_FIELDS}
+    update["affinity"] = declared.affinity.model_copy(update={"policy": running.affinity.policy})
+    # what runs may sit outside the declared bounds (an operator scaled by hand)
+    update["min_replicas"] = min(declared.min_replicas, running.replicas)
+    update["max_replicas"] = max(declared.max_replicas, running.replicas)
     return declared.model_copy(update=update)
 
 
