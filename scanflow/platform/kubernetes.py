@@ -11,7 +11,8 @@ How each operation maps onto the API (docs/kubernetes.md has the why):
 - services (adoption): the Deployments it owns are read back (replicas, image, model, resources,
   threads, affinity) so a restarted Executor re-applies what runs instead of resetting it;
 - deploy: Deployment + Service per service by server-side apply (created when missing); an
-  existing Service keeps its selector (a failover route survives a restart);
+  existing Service keeps its selector (a failover route survives a restart); plus `<name>-own`, a
+  Service that always selects the service's own pods (the gateway's upstream, manifests.own_service);
 - scale: the `deployments/scale` subresource (merge patch); when an HPA targets the Deployment the
   Planner's count becomes the HPA's floor (manifests.hpa_bounds) instead, since the HPA would
   overwrite replicas within 15 s;
@@ -353,6 +354,9 @@ class KubernetesPlatform:
             svc["metadata"].pop("annotations")
         self._apply("services", self.core.patch_namespaced_service, self.core.create_namespaced_service,
                     service.name, svc)
+        own = mf.own_service(service, namespace=self.namespace, workflow=self.workflow)
+        self._apply("services", self.core.patch_namespaced_service, self.core.create_namespaced_service,
+                    own["metadata"]["name"], own)
         self._wait_ready(service.name, None if "replicas" not in dep["spec"] else service.replicas)
         status = self.status(service.name)
         return ServiceStatus(**{**status.__dict__, "notes": status.notes + tuple(notes)})
@@ -699,10 +703,11 @@ class KubernetesPlatform:
 
     def delete(self, service: str) -> None:
         _ensure_not_on_event_loop("delete")
-        for resource, fn in (("deployments", self.apps.delete_namespaced_deployment),
-                             ("services", self.core.delete_namespaced_service)):
+        for resource, fn, name in (("deployments", self.apps.delete_namespaced_deployment, service),
+                                   ("services", self.core.delete_namespaced_service, service),
+                                   ("services", self.core.delete_namespaced_service, mf.own_service_name(service))):
             try:
-                self._call("delete", resource, fn, service, self.namespace, propagation_policy="Background")
+                self._call("delete", resource, fn, name, self.namespace, propagation_policy="Background")
             except KubernetesNotFound:
                 pass
 

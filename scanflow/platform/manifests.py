@@ -406,6 +406,27 @@ def k8s_service(
     }
 
 
+OWN_SUFFIX = "-own"
+
+
+def own_service_name(service: str) -> str:
+    """Name of the Service that always selects `service`'s own pods (never re-routed)."""
+    return f"{service[:63 - len(OWN_SUFFIX)]}{OWN_SUFFIX}"
+
+
+def own_service(service: Service, *, namespace: str = DEFAULT_NAMESPACE, workflow: str | None = None) -> Manifest:
+    """A ClusterIP Service on the service's own pods only, whatever the routable Service selects.
+
+    Why: the gateway must see the primary's replicas as they are. Behind the routable Service a
+    failover (selector switched to the backup) shows the gateway, and the Checker that reads it,
+    healthy replicas while the primary's own pods may be down, and the Planner would route back
+    too early. The gateway names this one as its upstream and the backup's as its SCANFLOW_BACKUP."""
+    out = k8s_service(service, namespace=namespace, workflow=workflow)
+    out["metadata"]["name"] = own_service_name(service.name)
+    out["metadata"].pop("annotations")
+    return out
+
+
 def route_patch(target: str) -> Manifest:
     """Merge patch that points a Service at `target`'s pods (the selector has this one key only)."""
     return {

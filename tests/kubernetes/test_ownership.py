@@ -195,3 +195,17 @@ def test_from_settings_needs_a_namespace_and_never_guesses_an_image() -> None:
 
     with pytest.raises(PlatformError, match="SCANFLOW_NAMESPACE"):
         KubernetesPlatform.from_settings(Settings(namespace=None), workflow="digits", tracking_uri=None)
+
+
+def test_the_own_service_keeps_selecting_the_primary_through_a_failover(kmock_server, make_platform):
+    plat = make_platform(workflow="digits")
+    plat.deploy(PRIMARY)
+    plat.deploy(Service(name="digits-backup", model_uri="models:/digits@champion"))
+    plat.route("digits", to="digits-backup")
+    assert stored(kmock_server, "v1/services", "digits")["spec"]["selector"] == {"scanflow.io/service": "digits-backup"}
+    own = stored(kmock_server, "v1/services", "digits-own")
+    assert own["spec"]["selector"] == {"scanflow.io/service": "digits"}  # what the gateway (and Checker) see
+    assert own["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "scanflow-executor"
+    plat.delete("digits")
+    with pytest.raises(KeyError):
+        stored(kmock_server, "v1/services", "digits-own")
