@@ -581,10 +581,12 @@ def workflow_manifests(
     image: str = DEFAULT_IMAGE,
     tracker_url: str | None = None,
 ) -> list[Manifest]:
-    """Deployments and Services for every service of the workflow (jobs run on demand, not here)."""
+    """Deployments and Services (routable and `-own`) for every service of the workflow (jobs run on
+    demand, not here)."""
     out: list[Manifest] = []
     for svc in workflow.services:
         out.append(deployment(svc, namespace=namespace, image=image, workflow=workflow.name,
                               tracking_uri=workflow.tracking_uri, tracker_url=tracker_url))
         out.append(k8s_service(svc, namespace=namespace, workflow=workflow.name))
+        out.append(own_service(svc, namespace=namespace, workflow=workflow.name))
     return out

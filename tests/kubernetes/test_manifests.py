@@ -65,7 +65,8 @@ def test_generated_manifests_validate_and_keep_secrets_out() -> None:
     validate_all(docs)
     text = yaml.safe_dump_all(docs)
     assert "db_password" not in text
-    pinned = docs[2]["spec"]["template"]["spec"]
+    assert [d["kind"] for d in docs[:3]] == ["Deployment", "Service", "Service"]  # routable + own
+    pinned = [d for d in docs if d["kind"] == "Deployment"][1]["spec"]["template"]["spec"]
     assert pinned["containers"][0]["resources"]["limits"]["cpu"] == "2"
     assert pinned["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "DoNotSchedule"
     for doc in docs:
@@ -81,8 +82,9 @@ def test_cli_dry_run_prints_the_generated_manifests() -> None:
     assert result.exit_code == 0, result.output
     docs = list(yaml.safe_load_all(result.stdout))
     assert [(d["kind"], d["metadata"]["name"], d["metadata"]["namespace"]) for d in docs] == [
-        ("Deployment", "digits", "ml"), ("Service", "digits", "ml"),
-        ("Deployment", "digits-backup", "ml"), ("Service", "digits-backup", "ml")]
+        ("Deployment", "digits", "ml"), ("Service", "digits", "ml"), ("Service", "digits-own", "ml"),
+        ("Deployment", "digits-backup", "ml"), ("Service", "digits-backup", "ml"),
+        ("Service", "digits-backup-own", "ml")]
     validate_all(docs)
 
 
