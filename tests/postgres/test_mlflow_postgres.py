@@ -14,7 +14,7 @@ import pytest
 
 from scanflow.platform.processes import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]  # starts mlflow server: ~1.5 min on a busy 2-core box
 START_S = 240.0  # first start creates MLflow's schema (dozens of migrations) on a loaded 2-core box
 
 
