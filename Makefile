@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-test sysdeps demo test test-e2e test-all test-fast bench lint clean
+.PHONY: setup setup-test sysdeps dev-secrets demo test test-e2e test-all test-fast bench lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,13 +24,21 @@ setup: $(VENV)/.installed-core
 
 setup-test: $(VENV)/.installed-test sysdeps
 
-# Debian tools some tests use (compose file parser); tests skip with a reason where absent.
+# Debian tools some tests use (compose file parser, a throwaway PostgreSQL); tests skip with a reason where absent.
 sysdeps:
 	@command -v docker-compose >/dev/null 2>&1 || \
 	  (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 	   (apt-get install -y -qq docker-compose >/dev/null 2>&1 || \
 	    (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq docker-compose >/dev/null 2>&1)) || \
 	   echo "note: docker-compose not installed; the compose test will skip")
+	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	   apt-get install -y -qq postgresql >/dev/null 2>&1) || \
+	   echo "note: postgresql not installed; tests/postgres will skip"
+
+# The dev overlay's Secret comes from deploy/overlays/dev/secrets.env (random values, never committed).
+dev-secrets:
+	sh deploy/overlays/dev/gen-secrets.sh
 
 demo: setup
 	$(BIN)/scanflow demo

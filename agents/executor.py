@@ -39,6 +39,7 @@ import numpy as np
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
 from scanflow.embedded.env import agent_spec, current_workflow, primary_service
+from scanflow.platform.adoption import adopt_running, at_configured_port
 from scanflow.platform.base import PlatformError
 from scanflow.tracking import monitoring
 
@@ -73,33 +74,39 @@ def _model_name() -> str:
 
 @agent.on_startup
 def start_platform(ctx: Context) -> None:
-    """Open the platform SCANFLOW_PLATFORM names, then deploy every service (all at once).
+    """Open the platform SCANFLOW_PLATFORM names, adopt what already runs, deploy what is missing.
 
+    Everything comes from configuration (scanflow.settings), the same on every platform: the Tracker
+    the replicas post to (SCANFLOW_TRACKER_URL, else the `tracker` peer), MLflow (MLFLOW_TRACKING_URI).
     local (default): adopt the services a killed predecessor left running (LocalPlatform.adopt), kill
-    its other leftovers, run services as local processes. An adopted service is deployed with the
-    settings it runs with now (replicas, model, resources: what earlier actuations set), so
-    deploying it is a no-op unless the workflow changed something else.
-    kubernetes: in-cluster config (or ~/.kube/config), the namespace SCANFLOW_NAMESPACE (deploy/base
-    sets it from the pod's own namespace); deploying re-applies what is already there.
+    its other leftovers, run services as local processes.
+    kubernetes: in-cluster config, namespace SCANFLOW_NAMESPACE, image SCANFLOW_IMAGE (else its own
+    pod's image), KubernetesPlatform.from_settings; the Deployments it owns (managed-by
+    scanflow-executor) are read back (KubernetesPlatform.services).
+    Either way an adopted service is deployed with the settings it runs with now (replicas, model,
+    image, resources, affinity, threads: what earlier actuations set), so deploying it changes nothing.
     """
     global _platform
     wf = current_workflow()
     tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or ctx.settings.tracking_uri
     if not tracking_uri:
         raise PermanentError("MLFLOW_TRACKING_URI (or SCANFLOW_TRACKING_URI) must name the MLflow server")
+    tracker_url = ctx.settings.tracker_endpoint() or ctx.peers.get("tracker")
     monitoring.start_monitoring(ctx.state, _monitors(ctx))
     if ctx.settings.platform == "kubernetes":
         from scanflow.platform.kubernetes import KubernetesPlatform
 
-        plat: Any = KubernetesPlatform.from_config(
-            namespace=ctx.settings.namespace or "scanflow", workflow=wf.name, tracking_uri=tracking_uri,
-        )
+        try:
+            plat: Any = KubernetesPlatform.from_settings(ctx.settings, workflow=wf.name, tracking_uri=tracking_uri,
+                                                         tracker_url=tracker_url)
+        except PlatformError as exc:
+            raise PermanentError(str(exc)) from None
     else:
         from scanflow.platform.local import LocalPlatform
 
         home = Path(ctx.settings.home).resolve()
         token = ctx.settings.token.get_secret_value() if ctx.settings.token else None
-        plat = LocalPlatform(home / "platform", tracking_uri, tracker_url=ctx.peers.get("tracker"), token=token,
+        plat = LocalPlatform(home / "platform", tracking_uri, tracker_url=tracker_url, token=token,
                              experiment=f"{wf.name}-jobs")
         # also kills what the predecessor's platform left and no one adopts (stray replicas, cut jobs)
         adopted = plat.adopt()
@@ -110,9 +117,11 @@ def start_platform(ctx: Context) -> None:
     # one after the other doubled that (the platform wires a backup deployed second); an adopted
     # service gets the settings it runs with, so its deploy changes nothing
     running = plat.services() if hasattr(plat, "services") else {}
-    runtime = ("replicas", "model_uri", "resources", "affinity", "threads")
-    services = [s.model_copy(update={k: getattr(running[s.name], k) for k in runtime}) if s.name in running else s
-                for s in sorted(wf.services, key=lambda s: s.backup is None)]
+    if running:
+        ctx.log.info("running services adopted with their current settings: %s", sorted(running))
+    services = [adopt_running(s, running.get(s.name)) for s in sorted(wf.services, key=lambda s: s.backup is None)]
+    if ctx.settings.platform == "local":  # serve where the configuration says the services are
+        services = [at_configured_port(s, ctx.settings.service_urls) for s in services]
     with ThreadPoolExecutor(max(1, len(services)), thread_name_prefix="deploy") as pool:
         for f in [pool.submit(plat.deploy, svc) for svc in services]:
             f.result()

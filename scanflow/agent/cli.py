@@ -21,14 +21,17 @@ def run(
     port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8080,
     host: Annotated[str | None, typer.Option("--host", help="default: SCANFLOW_HOST or 127.0.0.1")] = None,
     peer: Annotated[
-        list[str] | None, typer.Option("--peer", help="another agent: NAME=http://HOST:PORT (repeatable)")
+        list[str] | None,
+        typer.Option("--peer", help="another agent: NAME=http://HOST:PORT (repeatable); adds to / overrides "
+                     "SCANFLOW_PEERS"),
     ] = None,
     allow_anonymous: Annotated[
         bool,
         typer.Option("--allow-anonymous", help="accept mutating calls without a token (one laptop, tests)"),
     ] = False,
 ) -> None:
-    """Serve one agent from FILE on HOST:PORT (token from SCANFLOW_TOKEN; store in SCANFLOW_HOME)."""
+    """Serve one agent from FILE on HOST:PORT (token from SCANFLOW_TOKEN; store in SCANFLOW_HOME; peers from
+    SCANFLOW_PEERS and --peer)."""
     from scanflow.agent.agent import AgentDefinitionError
     from scanflow.agent.serve import load_agents, parse_peers, serve
     from scanflow.settings import Settings
@@ -56,4 +59,10 @@ def run(
     except AgentDefinitionError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    serve(agent, Settings(), host=host, port=port, peers=peers, allow_anonymous=allow_anonymous)
+    try:
+        settings = Settings()
+    except (ValueError, FileNotFoundError) as exc:  # a bad SCANFLOW_PEERS / SCANFLOW_CONFIG names itself
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    peers = settings.peer_urls(peers, own_name=agent.name)
+    serve(agent, settings, host=host, port=port, peers=peers, allow_anonymous=allow_anonymous)

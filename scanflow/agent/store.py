@@ -183,6 +183,9 @@ def _make_engine(url: str) -> Engine:
     return sa.create_engine(url, pool_pre_ping=True)
 
 
+PG_OWNER_LOCK = 0x5CA9F10  # the advisory lock key an agent holds on its PostgreSQL store (claim)
+
+
 class StoreBusyError(RuntimeError):
     """Another running process already owns this store: two loops would act on the same events."""
 
@@ -201,6 +204,7 @@ class Store:
             self.engine = _make_engine(url)
         self._write = threading.Lock()
         self._owner_fd: int | None = None
+        self._owner_conn: sa.Connection | None = None  # PostgreSQL: the session holding the owner lock
         metadata.create_all(self.engine)
         self._writer: InboxWriter | None = None
         self._writer_init = threading.Lock()
@@ -243,12 +247,18 @@ class Store:
         return db if db and db != ":memory:" else None
 
     def claim(self) -> None:
-        """Become the only running agent on this SQLite file (an flock on '<db>.owner').
+        """Become the only running agent on this store: an flock on '<db>.owner' for a SQLite file, a
+        session advisory lock for PostgreSQL.
 
         A restarted agent whose previous process is still alive would run every pending action a
-        second time; this refuses it with a clear error instead. The OS drops the lock when the
-        owner dies (even by SIGKILL). Other databases: no-op (run one agent replica per store).
+        second time (two Executors during a rollout would both act on one plan); this refuses it with
+        a clear error instead. The OS drops the flock when the owner dies, and PostgreSQL drops the
+        advisory lock when the owner's connection closes (a SIGKILLed process's socket closes with
+        it). Other databases: no-op (run one agent replica per store).
         """
+        if self.engine.url.get_backend_name() == "postgresql":
+            self._claim_postgres()
+            return
         path = self._file()
         if path is None or self._owner_fd is not None:
             return
@@ -263,7 +273,31 @@ class Store:
             ) from None
         self._owner_fd = fd
 
+    def _claim_postgres(self) -> None:
+        """pg_try_advisory_lock on a connection kept open for the process's life (advisory locks are
+        per database, and each agent has its own database)."""
+        if self._owner_conn is not None:
+            return
+        conn = self.engine.connect()
+        got = conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": PG_OWNER_LOCK}).scalar()
+        conn.commit()  # the lock is the session's: it outlives the transaction, which must not idle open
+        if not got:
+            conn.close()
+            raise StoreBusyError(
+                f"another running agent process owns the store {self.engine.url.render_as_string(hide_password=True)}; "
+                "stop it first (or give this one its own SCANFLOW_STORE_URL database)"
+            )
+        self._owner_conn = conn
+
     def release(self) -> None:
+        if self._owner_conn is not None:
+            try:
+                self._owner_conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": PG_OWNER_LOCK})
+                self._owner_conn.commit()
+            except sa.exc.SQLAlchemyError:
+                pass  # the server is gone: so is the lock
+            self._owner_conn.close()
+            self._owner_conn = None
         if self._owner_fd is not None:
             fcntl.flock(self._owner_fd, fcntl.LOCK_UN)
             os.close(self._owner_fd)

@@ -2,7 +2,8 @@
 
 The stack (scanflow/embedded/stack.py) writes the workflow it runs, with every service's gateway
 port fixed, to a YAML file and names it in SCANFLOW_WORKFLOW; each agent reads it at import time to
-add its declared strategies and settings, and to find the services' endpoints. Without the variable an
+add its declared strategies and settings. Where things are (peers, services, the Tracker) comes from
+scanflow.settings (SCANFLOW_PEERS, SCANFLOW_SERVICE_URLS, SCANFLOW_TRACKER_URL), never from here. Without the variable an
 agent cannot know its workflow: run one by hand with SCANFLOW_WORKFLOW=path/to/workflow.py (or .yaml).
 Who calls: agents/*.py.
 """
@@ -64,7 +65,21 @@ def primary_service(wf: Workflow | None = None) -> Service:
 
 
 def service_url(service: Service) -> str:
-    """The gateway endpoint of a service whose port the stack fixed."""
+    """The endpoint (gateway) of a service, from configuration: SCANFLOW_SERVICE_URLS (or the
+    `service_urls` of the SCANFLOW_CONFIG file). Never built from a port: in a pod or a container
+    127.0.0.1 is the agent itself. Kubernetes manifests and docker-compose.yml name the gateway's
+    Service; the embedded stack names its loopback ports (EmbeddedStack.service_urls)."""
+    from scanflow.settings import Settings
+
+    urls = Settings().service_urls
+    if service.name not in urls:
+        raise LookupError(f"service {service.name!r} has no endpoint: set SCANFLOW_SERVICE_URLS="
+                          f"'{service.name}=http://HOST:PORT' (configured: {sorted(urls)})")
+    return urls[service.name]
+
+
+def loopback_url(service: Service) -> str:
+    """The gateway endpoint of a service whose port the embedded stack fixed (this machine only)."""
     if service.port is None:
         raise LookupError(f"service {service.name!r} has no fixed port; run it through EmbeddedStack")
     return f"http://127.0.0.1:{service.port}"

@@ -11,7 +11,7 @@
 
 On enter: a local MLflow server (knowledge base) in `home/mlflow`; the bootstrap (first champion,
 drift detector) as its own process; then the four agents as OS processes
-(`python -m scanflow.cli agent run FILE --name NAME --port P --peer ...`, FILE being the source of the
+(`python -m scanflow.cli agent run FILE --name NAME --port P`, peers in SCANFLOW_PEERS, FILE being the source of the
 AgentSpec's `module`, else `agents/<role>.py`; P its `port`, else a free one), each with its own
 SCANFLOW_HOME (its durable store), the shared token and MLFLOW_TRACKING_URI. The Executor deploys the
 services at startup; the stack returns once every agent answers /health (the Executor's only after its
@@ -41,7 +41,7 @@ import httpx
 
 from scanflow.agent.client import AgentClient
 from scanflow.embedded.agentfiles import AgentModuleError, agent_target
-from scanflow.embedded.env import QUICK_ENV, WORKFLOW_ENV, primary_service, service_url
+from scanflow.embedded.env import QUICK_ENV, WORKFLOW_ENV, loopback_url, primary_service
 from scanflow.embedded.leftovers import kill_leftovers
 from scanflow.platform.processes import free_port
 from scanflow.spec import AgentSpec, Workflow
@@ -133,12 +133,12 @@ class EmbeddedStack:
 
     @property
     def service_urls(self) -> dict[str, str]:
-        return {s.name: service_url(s) for s in self.workflow.services}
+        return {s.name: loopback_url(s) for s in self.workflow.services}
 
     @property
     def service_url(self) -> str:
         """The endpoint clients use: the gateway of the primary service."""
-        return service_url(primary_service(self.workflow))
+        return loopback_url(primary_service(self.workflow))
 
     def agent_spec(self, role: str) -> AgentSpec | None:
         """The workflow's AgentSpec for `role` (None: the agent runs with the reference file's defaults)."""
@@ -226,6 +226,10 @@ class EmbeddedStack:
             "MLFLOW_TRACKING_URI": self.tracking_uri,
             "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
             WORKFLOW_ENV: str(self.home / "workflow.yaml"),
+            # discovery: the same settings the manifests and compose set, with loopback values
+            "SCANFLOW_PEERS": ",".join(f"{r}={u}" for r, u in self.agent_urls.items() if r != role),
+            "SCANFLOW_TRACKER_URL": self.agent_urls["tracker"],
+            "SCANFLOW_SERVICE_URLS": ",".join(f"{n}={u}" for n, u in self.service_urls.items()),
             QUICK_ENV: "1" if self.quick else "0",
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
             "PYTHONUNBUFFERED": "1",
@@ -252,10 +256,7 @@ class EmbeddedStack:
         argv = [self.python, "-m", "scanflow.cli", "agent", "run", str(file), "--port", str(self.ports[role])]
         if name is not None:
             argv += ["--name", name]
-        for other, url in self.agent_urls.items():
-            if other != role:
-                argv += ["--peer", f"{other}={url}"]
-        return argv
+        return argv  # peers come from SCANFLOW_PEERS (_env), as in a pod
 
     def _spawn(self, role: str) -> None:
         self.agent_home(role).mkdir(parents=True, exist_ok=True)

@@ -5,10 +5,17 @@ Who calls: the Executor agent's actuators (through `asyncio.to_thread`), `scanfl
 `manifests` (pure) and the decisions (how many replicas, which CPUs) from the Planner.
 
 How each operation maps onto the API (docs/kubernetes.md has the why):
-- deploy: Deployment + Service per service, created or patched (strategic merge for the
-  Deployment: container lists merge by name; JSON merge patch for the Service);
-- scale: the `deployments/scale` subresource (merge patch); when an HPA targets the Deployment its
-  min/max bounds are set instead, since it would overwrite replicas within 15 s;
+- ownership: what the Executor creates carries app.kubernetes.io/managed-by=scanflow-executor and is
+  written by server-side apply with the field manager `scanflow-executor`; kustomize/GitOps own the
+  agents, MLflow and the database, never these;
+- services (adoption): the Deployments it owns are read back (replicas, image, model, resources,
+  threads, affinity) so a restarted Executor re-applies what runs instead of resetting it;
+- deploy: Deployment + Service per service by server-side apply (created when missing); an
+  existing Service keeps its selector (a failover route survives a restart); plus `<name>-own`, a
+  Service that always selects the service's own pods (the gateway's upstream, manifests.own_service);
+- scale: the `deployments/scale` subresource (merge patch); when an HPA targets the Deployment the
+  Planner's count becomes the HPA's floor (manifests.hpa_bounds) instead, since the HPA would
+  overwrite replicas within 15 s;
 - set_resources: `pods/resize` on clusters >= 1.33 then the template is brought in line; rolling
   update (maxUnavailable 0) where in-place cannot work (older cluster, QoS change, static CPU manager);
 - route: the Service selector is switched to the backup's pods, and back;
@@ -44,6 +51,7 @@ from scanflow.spec import Affinity, Job, Resources, Service, parse_memory
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 _RETRYABLE_STATUS = {429, 500, 502, 503, 504}
@@ -154,6 +162,8 @@ class KubernetesPlatform:
         poll_interval_s: float = 1.0,
         sync_template_after_resize: bool = True,
         job_grace_s: float = 30.0,
+        tracker_url: str | None = None,
+        field_manager: str = mf.FIELD_MANAGER,
     ) -> None:
         if api_client is None and None in (core, apps, batch, autoscaling):
             api_client = k8s.ApiClient()  # from the loaded kubeconfig / in-cluster config
@@ -176,6 +186,34 @@ class KubernetesPlatform:
         self.sync_template_after_resize = sync_template_after_resize
         self.job_grace_s = job_grace_s  # past timeout_s: activeDeadlineSeconds should have fired first
         self._server_version: tuple[int, int] | None = None
+        self.tracker_url = tracker_url  # replicas post prediction records here (SCANFLOW_TRACKER_URL)
+        self.field_manager = field_manager
+
+    @classmethod
+    def from_settings(cls, settings: Any, *, workflow: str, tracking_uri: str | None,
+                      tracker_url: str | None = None, **kwargs: Any) -> KubernetesPlatform:
+        """The Executor's platform, from configuration only: namespace SCANFLOW_NAMESPACE (required:
+        deploy/base sets it from the pod's own namespace), image SCANFLOW_IMAGE, else the image of the
+        Executor's own pod (SCANFLOW_POD_NAME, downward API), so kustomize's `images:` pins one image
+        for everything; never a built-in default that would replace what runs."""
+        if not settings.namespace:
+            raise PlatformError("SCANFLOW_NAMESPACE is not set: the Executor must know its namespace "
+                                "(deploy/base sets it from metadata.namespace)")
+        plat = cls.from_config(namespace=settings.namespace, workflow=workflow, tracking_uri=tracking_uri,
+                               tracker_url=tracker_url, **kwargs)
+        plat.image = settings.image or plat.own_image(settings.pod_name)
+        return plat
+
+    def own_image(self, pod_name: str | None) -> str:
+        """The image of this process's pod (first container): the image the Executor's pods should run."""
+        if not pod_name:
+            raise PlatformError("neither SCANFLOW_IMAGE nor SCANFLOW_POD_NAME is set: the Executor cannot "
+                                "tell which image its pods should run")
+        pod = self._dict(self._call("get", "pods", self.core.read_namespaced_pod, pod_name, self.namespace))
+        containers = (pod.get("spec") or {}).get("containers") or []
+        if not containers or not containers[0].get("image"):
+            raise PlatformError(f"pod {pod_name!r} names no container image")
+        return str(containers[0]["image"])
 
     @classmethod
     def from_config(cls, *, context: str | None = None, **kwargs: Any) -> KubernetesPlatform:
@@ -247,57 +285,109 @@ class KubernetesPlatform:
     def _patch_deployment(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._dict(self._call(
             "patch", "deployments", self.apps.patch_namespaced_deployment, name, self.namespace, body,
-            _content_type=STRATEGIC_PATCH,
+            _content_type=STRATEGIC_PATCH, field_manager=self.field_manager,
         ))
 
     # -- Platform --------------------------------------------------------------------------------------
 
-    def deploy(self, service: Service) -> ServiceStatus:
-        """Create or patch the Deployment and Service; wait for readiness up to ready_timeout_s.
+    def services(self) -> dict[str, Service]:
+        """The services this Executor owns that run now, as they run (adoption, read-only): replicas,
+        image, model, resources, threads and affinity read back from each Deployment labelled
+        managed-by=scanflow-executor (of this workflow). A restarted Executor merges them into its
+        workflow's specs, so its start-up apply changes nothing the Planner decided."""
+        # managed-by `scanflow` too: what deploy/base declared before the Executor owned the replicas,
+        # so an upgrade adopts the running Deployment instead of resetting it
+        selector = f"{mf.OWNER_LABEL} in ({mf.MANAGED_BY},{mf.LEGACY_MANAGED_BY}),{mf.SERVICE_LABEL}"
+        if self.workflow:
+            selector += f",{mf.WORKFLOW_LABEL}={self.workflow}"
+        deps = self._dict(self._call("list", "deployments", self.apps.list_namespaced_deployment, self.namespace,
+                                     label_selector=selector))
+        out: dict[str, Service] = {}
+        for dep in deps.get("items") or []:
+            meta = dep.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            if labels.get(mf.OWNER_LABEL) not in (mf.MANAGED_BY, mf.LEGACY_MANAGED_BY) or meta.get("deletionTimestamp"):
+                continue  # an emulator or an old API server may ignore the selector
+            if self.workflow and labels.get(mf.WORKFLOW_LABEL) != self.workflow:
+                continue
+            found = mf.running_service(dep)
+            if "model_uri" not in found:
+                continue  # not a replica Deployment
+            try:
+                # bounds wide open: they are the declaration's business (adoption.adopt_running)
+                out[meta["name"]] = Service(name=meta["name"], min_replicas=0, max_replicas=256, **found)
+            except ValueError as exc:  # e.g. replicas outside the spec's bounds: adopt what can be read
+                log.warning("deployment %s: cannot adopt %s", meta.get("name"), exc)
+        return out
 
-        Re-deploying keeps a failover route in place (the Service selector is not reset) and leaves
-        replicas to an HPA when one targets the Deployment.
-        """
+    def _apply(self, verb_resource: str, patch_fn: Callable[..., Any], create_fn: Callable[..., Any],
+               name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply `body` as the Executor's field manager (force: it owns these fields);
+        create it when the server answers 404 (an API server creates on apply; some emulators do not)."""
+        try:
+            return self._dict(self._call("patch", verb_resource, patch_fn, name, self.namespace, body,
+                                         field_manager=self.field_manager, force=True, _content_type=APPLY_PATCH))
+        except KubernetesNotFound:
+            return self._dict(self._call("create", verb_resource, create_fn, self.namespace, body,
+                                         field_manager=self.field_manager))
+
+    def deploy(self, service: Service) -> ServiceStatus:
+        """Apply the Deployment and Service (server-side apply); wait for the rollout up to ready_timeout_s.
+
+        Adoption: an existing Deployment keeps its image unless the spec names one, and its replicas
+        are left out of the apply when an HPA targets it. Re-deploying keeps a failover route (an
+        existing Service's selector is not applied again)."""
         _ensure_not_on_event_loop("deploy")
-        dep = mf.deployment(service, namespace=self.namespace, image=self.image, workflow=self.workflow,
-                            tracking_uri=self.tracking_uri)
+        existing = self._read_deployment_or_none(service.name)
+        image = service.image or (mf.running_service(existing).get("image") if existing else None) or self.image
+        dep = mf.deployment(service, namespace=self.namespace, image=image, workflow=self.workflow,
+                            tracking_uri=self.tracking_uri, tracker_url=self.tracker_url)
         svc = mf.k8s_service(service, namespace=self.namespace, workflow=self.workflow)
         notes: list[str] = []
-        try:
-            self._call("create", "deployments", self.apps.create_namespaced_deployment, self.namespace, dep)
-        except KubernetesConflict:
-            patch = {k: v for k, v in dep.items() if k not in ("apiVersion", "kind")}
-            if self._hpa_for(service.name) is not None:
-                patch["spec"] = {k: v for k, v in dep["spec"].items() if k != "replicas"}
-                notes.append("an HPA targets this Deployment: replicas left to it")
-            self._patch_deployment(service.name, patch)
-        try:
-            self._call("create", "services", self.core.create_namespaced_service, self.namespace, svc)
-        except KubernetesConflict:
-            patch = {"metadata": {"labels": svc["metadata"]["labels"]},
-                     "spec": {"ports": svc["spec"]["ports"], "type": "ClusterIP"}}
-            self._call("patch", "services", self.core.patch_namespaced_service, service.name, self.namespace,
-                       patch, _content_type=MERGE_PATCH)
-        self._wait_ready(service.name, service.replicas)
+        if existing is not None and self._hpa_for(service.name) is not None:
+            dep["spec"].pop("replicas")
+            notes.append("an HPA targets this Deployment: replicas left to it")
+        self._apply("deployments", self.apps.patch_namespaced_deployment, self.apps.create_namespaced_deployment,
+                    service.name, dep)
+        if self._read_or_none("services", self.core.read_namespaced_service, service.name) is not None:
+            svc["spec"].pop("selector")  # a failover route (selector on the backup) outlives restarts
+            svc["metadata"].pop("annotations")
+        self._apply("services", self.core.patch_namespaced_service, self.core.create_namespaced_service,
+                    service.name, svc)
+        own = mf.own_service(service, namespace=self.namespace, workflow=self.workflow)
+        self._apply("services", self.core.patch_namespaced_service, self.core.create_namespaced_service,
+                    own["metadata"]["name"], own)
+        self._wait_ready(service.name, None if "replicas" not in dep["spec"] else service.replicas)
         status = self.status(service.name)
         return ServiceStatus(**{**status.__dict__, "notes": status.notes + tuple(notes)})
 
+    def _read_or_none(self, resource: str, fn: Callable[..., Any], name: str) -> dict[str, Any] | None:
+        try:
+            return self._dict(self._call("get", resource, fn, name, self.namespace))
+        except KubernetesNotFound:
+            return None
+
+    def _read_deployment_or_none(self, name: str) -> dict[str, Any] | None:
+        return self._read_or_none("deployments", self.apps.read_namespaced_deployment, name)
+
     def _wait_ready(self, name: str, replicas: int | None = None) -> None:
-        """Poll the Deployment status until every wanted replica is updated and ready (or time out)."""
+        """Poll the Deployment until its rollout is complete (manifests.rollout_complete: the new spec
+        observed, every pod updated and available, no old pod left), or time out."""
         if self.ready_timeout_s <= 0:
             return
         deadline = time.monotonic() + self.ready_timeout_s
         while True:
             dep = self._read_deployment(name)
-            spec, st = dep.get("spec") or {}, dep.get("status") or {}
-            want = int(spec.get("replicas") or 0) if replicas is None else replicas
-            observed = st.get("observedGeneration", 0) >= (dep.get("metadata") or {}).get("generation", 0)
-            if observed and st.get("updatedReplicas", 0) >= want and st.get("readyReplicas", 0) >= want:
+            if mf.rollout_complete(dep, replicas):
                 return
             if time.monotonic() > deadline:
+                st = dep.get("status") or {}
+                want = replicas if replicas is not None else (dep.get("spec") or {}).get("replicas")
                 raise PlatformError(
-                    f"deployment {name!r}: {st.get('readyReplicas', 0)}/{want} replicas ready after "
-                    f"{self.ready_timeout_s:.0f}s (check `kubectl -n {self.namespace} describe deploy {name}`)",
+                    f"deployment {name!r}: rollout not complete after {self.ready_timeout_s:.0f}s "
+                    f"({st.get('updatedReplicas', 0)} updated, {st.get('availableReplicas', 0)} available, "
+                    f"{st.get('replicas', 0)} in all, {want} wanted; check `kubectl -n {self.namespace} "
+                    f"describe deploy {name}`)",
                     retryable=True,
                 )
             time.sleep(self.poll_interval_s)
@@ -314,21 +404,24 @@ class KubernetesPlatform:
                 raise PlatformError(f"HPA {hpa['metadata']['name']!r} targets {service!r}: it cannot scale "
                                     "to 0; delete the HPA first")
             name = hpa["metadata"]["name"]
+            old = hpa.get("spec") or {}
+            lo, hi = mf.hpa_bounds(old.get("minReplicas"), int(old.get("maxReplicas") or replicas), replicas)
             self._call(
                 "patch", "horizontalpodautoscalers",
                 self.autoscaling.patch_namespaced_horizontal_pod_autoscaler, name, self.namespace,
-                {"spec": {"minReplicas": replicas, "maxReplicas": replicas}}, _content_type=MERGE_PATCH,
+                {"spec": {"minReplicas": lo, "maxReplicas": hi}}, _content_type=MERGE_PATCH,
+                field_manager=self.field_manager,
             )
-            old = hpa.get("spec") or {}
             notes.append(
                 f"HPA {name!r} targets this Deployment: moved its bounds from "
-                f"[{old.get('minReplicas', 1)}, {old.get('maxReplicas')}] to [{replicas}, {replicas}] "
-                "instead of patching replicas (it would overwrite them within 15 s)"
+                f"[{old.get('minReplicas', 1)}, {old.get('maxReplicas')}] to [{lo}, {hi}] (the Planner "
+                "sets the floor, the HPA scales above it) instead of patching replicas"
             )
         else:
             self._call(
                 "patch", "deployments/scale", self.apps.patch_namespaced_deployment_scale, service,
                 self.namespace, {"spec": {"replicas": replicas}}, _content_type=MERGE_PATCH,
+                field_manager=self.field_manager,
             )
         status = self.status(service)
         return ServiceStatus(**{**status.__dict__, "desired_replicas": replicas, "notes": status.notes + tuple(notes)})
@@ -450,7 +543,7 @@ class KubernetesPlatform:
         if target != service:
             self._read_deployment(target)  # refuse a route to nothing: KubernetesNotFound names it
         self._call("patch", "services", self.core.patch_namespaced_service, service, self.namespace,
-                   mf.route_patch(target), _content_type=MERGE_PATCH)
+                   mf.route_patch(target), _content_type=MERGE_PATCH, field_manager=self.field_manager)
         return self.status(service)
 
     def swap_model(self, service: str, model_uri: str) -> ServiceStatus:
@@ -610,10 +703,11 @@ class KubernetesPlatform:
 
     def delete(self, service: str) -> None:
         _ensure_not_on_event_loop("delete")
-        for resource, fn in (("deployments", self.apps.delete_namespaced_deployment),
-                             ("services", self.core.delete_namespaced_service)):
+        for resource, fn, name in (("deployments", self.apps.delete_namespaced_deployment, service),
+                                   ("services", self.core.delete_namespaced_service, service),
+                                   ("services", self.core.delete_namespaced_service, mf.own_service_name(service))):
             try:
-                self._call("delete", resource, fn, service, self.namespace, propagation_policy="Background")
+                self._call("delete", resource, fn, name, self.namespace, propagation_policy="Background")
             except KubernetesNotFound:
                 pass
 

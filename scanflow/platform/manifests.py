@@ -32,7 +32,13 @@ DEFAULT_IMAGE = "scanflow:0.1.0"
 DEFAULT_NAMESPACE = "scanflow"
 SECRET_NAME = "scanflow-secrets"  # keys: token, postgres-password
 HTTP_PORT = 8080
-HEALTH_PATH = "/health"  # what replicas, gateways and agents answer when alive and ready
+HEALTH_PATH = "/health"  # liveness: the process answers (replicas, gateways, agents)
+READY_PATH = "/ready"  # readiness: a replica's model is loaded / a gateway has a healthy replica
+MANAGED_BY = "scanflow-executor"  # app.kubernetes.io/managed-by of what the Executor creates and owns
+LEGACY_MANAGED_BY = "scanflow"  # what deploy/base labelled the replicas with before the Executor owned them
+FIELD_MANAGER = "scanflow-executor"  # server-side apply field manager of the Executor
+OWNER_LABEL = "app.kubernetes.io/managed-by"
+SPOOL_DIR = "/tmp/scanflow-spool"  # replica's durable prediction spool (emptyDir: survives a container restart)
 SERVICE_LABEL = "scanflow.io/service"
 WORKFLOW_LABEL = "scanflow.io/workflow"
 AFFINITY_ANNOTATION = "scanflow.io/affinity"
@@ -54,16 +60,21 @@ def cpu_quantity(cores: float) -> str:
 def resources_block(resources: Resources, affinity: Affinity | None = None) -> dict[str, dict[str, str]]:
     """The container `resources` for a replica.
 
-    affinity none: Burstable (requests cpu+memory, limit memory only: no CFS throttling, the pod may
-    borrow idle cores). pinned / numa: Guaranteed with integer CPUs (requests == limits, cpu rounded
-    up to whole cores), the only pods the kubelet's static CPU manager gives exclusive cores to.
+    affinity none: a CPU limit equal to the request, because the replica sizes its thread pool from
+    its cgroup CPU limit (scanflow.serving.replica): without a limit the pool never follows a resize.
+    That makes the pod Guaranteed; with a fractional CPU no CPU manager pins it, and a kubelet with
+    the static policy that refuses to resize an integer-CPU pod in place reports it Infeasible, which
+    set_resources turns into a rolling update. pinned / numa: Guaranteed with integer CPUs (requests
+    == limits, cpu rounded up to whole cores), the only pods the static CPU manager gives exclusive
+    cores to.
     """
     memory = resources.memory
     if affinity is not None and affinity.policy in ("pinned", "numa"):
         cores = str(max(1, math.ceil(resources.cpu - 1e-9)))
         both = {"cpu": cores, "memory": memory}
         return {"requests": dict(both), "limits": dict(both)}
-    return {"requests": {"cpu": cpu_quantity(resources.cpu), "memory": memory}, "limits": {"memory": memory}}
+    both = {"cpu": cpu_quantity(resources.cpu), "memory": memory}
+    return {"requests": dict(both), "limits": dict(both)}
 
 
 def qos_class(containers_resources: list[dict[str, Any]]) -> QoS:
@@ -151,7 +162,19 @@ def choose_resize_method(
     if placement_changed:
         return ResizePlan("rolling-update", "node affinity / topology spread changed: pods must be "
                           "rescheduled")
+    if server_version < (1, 35) and memory_limit_decreases(current, desired):
+        return ResizePlan("rolling-update", f"cluster v{server_version[0]}.{server_version[1]} < 1.35 refuses "
+                          "an in-place memory-limit decrease with restartPolicy NotRequired")
     return ResizePlan("in-place", f"cluster v{server_version[0]}.{server_version[1]} supports pods/resize")
+
+
+def memory_limit_decreases(current: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """True when the desired memory limit is below the current one (a missing limit is unbounded)."""
+    cur = (current.get("limits") or {}).get("memory")
+    new = (desired.get("limits") or {}).get("memory")
+    if new is None:
+        return False
+    return cur is None or _normalise("memory", new) < _normalise("memory", cur)
 
 
 def parse_server_version(major: str, minor: str) -> tuple[int, int]:
@@ -173,7 +196,7 @@ def labels(service: str, workflow: str | None = None, component: str = "replica"
         "app.kubernetes.io/name": service,
         "app.kubernetes.io/component": component,
         "app.kubernetes.io/part-of": "scanflow",
-        "app.kubernetes.io/managed-by": "scanflow",
+        OWNER_LABEL: MANAGED_BY,
         SERVICE_LABEL: service,
     }
     if workflow:
@@ -234,16 +257,24 @@ def secret_env(name: str, key: str, *, optional: bool = False) -> dict[str, Any]
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": SECRET_NAME, "key": key, "optional": optional}}}
 
 
-def probes(path: str = HEALTH_PATH) -> dict[str, Any]:
-    def get() -> dict[str, Any]:
+def probes(ready: str = READY_PATH, alive: str = HEALTH_PATH, startup_s: int = 300) -> dict[str, Any]:
+    """Readiness on `ready` (a replica answers /health before its model is loaded; /ready only after),
+    liveness on `alive`, and a startupProbe on `ready` that gives start-up (model download and load)
+    `startup_s` before liveness counts."""
+    def get(path: str) -> dict[str, Any]:
         return {"httpGet": {"path": path, "port": "http"}}
 
     return {
-        "readinessProbe": {**get(), "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 3},
-        "livenessProbe": {**get(), "initialDelaySeconds": 20, "periodSeconds": 10, "timeoutSeconds": 3,
-                          "failureThreshold": 6},
-        "startupProbe": {**get(), "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 60},
+        "readinessProbe": {**get(ready), "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 3},
+        "livenessProbe": {**get(alive), "periodSeconds": 10, "timeoutSeconds": 3, "failureThreshold": 6},
+        "startupProbe": {**get(ready), "periodSeconds": 5, "timeoutSeconds": 2,
+                         "failureThreshold": max(1, startup_s // 5)},
     }
+
+
+def scrape_annotations(path: str = "/metrics", port: int = HTTP_PORT) -> dict[str, str]:
+    """Prometheus' conventional pod annotations (kubernetes_sd_configs relabelling)."""
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": path}
 
 
 def replica_command(model_uri: str, port: int = HTTP_PORT) -> list[str]:
@@ -258,7 +289,10 @@ def replica_container(
     affinity: Affinity | None = None,
     threads: int | None = None,
     tracking_uri: str | None = None,
+    tracker_url: str | None = None,
 ) -> dict[str, Any]:
+    """The replica container. `tracker_url`: where it posts its prediction records (SCANFLOW_TRACKER_URL,
+    spooled under /tmp first so a Tracker outage loses nothing); None: records stay in the pod."""
     res = resources or service.resources
     aff = affinity or service.affinity
     n_threads = threads or service.threads or default_threads(res)
@@ -272,6 +306,9 @@ def replica_container(
         {"name": "MLFLOW_TRACKING_URI", "value": tracking_uri or "http://mlflow:5000"},
         secret_env("SCANFLOW_TOKEN", "token"),
     ]
+    if tracker_url:
+        env += [{"name": "SCANFLOW_TRACKER_URL", "value": tracker_url},
+                {"name": "SCANFLOW_SPOOL_DIR", "value": SPOOL_DIR}]
     return {
         "name": REPLICA_CONTAINER,
         "image": service.image or image,
@@ -301,8 +338,10 @@ def deployment(
     affinity: Affinity | None = None,
     threads: int | None = None,
     service_account: str = "scanflow",
+    tracker_url: str | None = None,
 ) -> Manifest:
-    """The Deployment of a service's replicas (rolling updates never drop below the desired count)."""
+    """The Deployment of a service's replicas (rolling updates never drop below the desired count),
+    labelled as the Executor's (app.kubernetes.io/managed-by=scanflow-executor)."""
     aff = affinity or service.affinity
     meta_labels = labels(service.name, workflow)
     pod_spec: dict[str, Any] = {
@@ -313,7 +352,7 @@ def deployment(
         "containers": [
             replica_container(
                 service, image=image, resources=resources, affinity=aff, threads=threads,
-                tracking_uri=tracking_uri,
+                tracking_uri=tracking_uri, tracker_url=tracker_url,
             )
         ],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
@@ -331,7 +370,7 @@ def deployment(
             "template": {
                 "metadata": {
                     "labels": dict(meta_labels),
-                    "annotations": {AFFINITY_ANNOTATION: aff.policy},
+                    "annotations": {AFFINITY_ANNOTATION: aff.policy, **scrape_annotations()},
                 },
                 "spec": pod_spec,
             },
@@ -367,12 +406,97 @@ def k8s_service(
     }
 
 
+OWN_SUFFIX = "-own"
+
+
+def own_service_name(service: str) -> str:
+    """Name of the Service that always selects `service`'s own pods (never re-routed)."""
+    return f"{service[:63 - len(OWN_SUFFIX)]}{OWN_SUFFIX}"
+
+
+def own_service(service: Service, *, namespace: str = DEFAULT_NAMESPACE, workflow: str | None = None) -> Manifest:
+    """A ClusterIP Service on the service's own pods only, whatever the routable Service selects.
+
+    Why: the gateway must see the primary's replicas as they are. Behind the routable Service a
+    failover (selector switched to the backup) shows the gateway, and the Checker that reads it,
+    healthy replicas while the primary's own pods may be down, and the Planner would route back
+    too early. The gateway names this one as its upstream and the backup's as its SCANFLOW_BACKUP."""
+    out = k8s_service(service, namespace=namespace, workflow=workflow)
+    out["metadata"]["name"] = own_service_name(service.name)
+    out["metadata"].pop("annotations")
+    return out
+
+
 def route_patch(target: str) -> Manifest:
     """Merge patch that points a Service at `target`'s pods (the selector has this one key only)."""
     return {
         "metadata": {"annotations": {ROUTED_TO_ANNOTATION: target}},
         "spec": {"selector": {SERVICE_LABEL: target}},
     }
+
+
+def rollout_complete(dep: Manifest, want: int | None = None) -> bool:
+    """True once a Deployment's rollout is over, as `kubectl rollout status` judges it (pure).
+
+    The controller saw the latest spec (observedGeneration), every wanted pod runs the new template
+    (updatedReplicas), no old pod is left (status.replicas == updated: readyReplicas alone counts old
+    pods still serving, which let _wait_ready return while the rollout had barely started), and every
+    updated pod is available. `want` defaults to spec.replicas."""
+    spec, st = dep.get("spec") or {}, dep.get("status") or {}
+    wanted = int(spec.get("replicas") or 0) if want is None else want
+    if int(st.get("observedGeneration") or 0) < int((dep.get("metadata") or {}).get("generation") or 0):
+        return False
+    updated = int(st.get("updatedReplicas") or 0)
+    total = int(st.get("replicas") or 0)
+    available = int(st.get("availableReplicas") or st.get("readyReplicas") or 0)
+    return updated >= wanted and total <= updated and available >= wanted
+
+
+def hpa_bounds(current_min: int | None, current_max: int, wanted: int) -> tuple[int, int]:
+    """The HPA rule (pure): the Planner's replica count becomes the HPA's floor, the HPA keeps the rest.
+
+    (min, max) after the Planner asks for `wanted` replicas of a Deployment an HPA targets: min =
+    wanted, max = max(current max, wanted). The HPA still scales between them on its own metric, so
+    it is never disabled (min == max would); a Planner scale-down lowers the floor and leaves the
+    ceiling, letting the HPA shrink the Deployment when its metric agrees."""
+    if wanted < 1:
+        raise ValueError("an HPA cannot scale to 0: delete it first")
+    return wanted, max(int(current_max), wanted)
+
+
+def running_service(dep: Manifest) -> dict[str, Any]:
+    """What a running Deployment the Executor owns says about its service (pure): the fields a
+    restarted Executor adopts instead of resetting them: replicas, model_uri, image, resources,
+    affinity, threads. Keys it cannot read are left out."""
+    from scanflow.spec import parse_memory
+
+    spec = dep.get("spec") or {}
+    tmpl = spec.get("template") or {}
+    pod = tmpl.get("spec") or {}
+    c = next((c for c in pod.get("containers") or [] if c.get("name") == REPLICA_CONTAINER), None)
+    out: dict[str, Any] = {}
+    if spec.get("replicas") is not None:
+        out["replicas"] = int(spec["replicas"])
+    if c is None:
+        return out
+    if c.get("image"):
+        out["image"] = c["image"]
+    cmd = list(c.get("command") or []) + list(c.get("args") or [])
+    if "--model-uri" in cmd and cmd.index("--model-uri") + 1 < len(cmd):
+        out["model_uri"] = cmd[cmd.index("--model-uri") + 1]
+    res = c.get("resources") or {}
+    cpu = (res.get("requests") or {}).get("cpu") or (res.get("limits") or {}).get("cpu")
+    mem = (res.get("limits") or {}).get("memory") or (res.get("requests") or {}).get("memory")
+    if cpu is not None and mem is not None:
+        parse_memory(str(mem))  # a quantity the spec cannot read raises here, naming it
+        out["resources"] = {"cpu": _normalise("cpu", cpu), "memory": str(mem)}
+    policy = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(AFFINITY_ANNOTATION)
+    if policy:
+        out["affinity"] = {"policy": policy}
+    env = {e.get("name"): e.get("value") for e in c.get("env") or []}
+    if str(env.get("SCANFLOW_THREADS", "")).isdigit():
+        out["threads"] = int(env["SCANFLOW_THREADS"])
+    return out
 
 
 # -- jobs ---------------------------------------------------------------------------------------------
@@ -455,11 +579,14 @@ def workflow_manifests(
     *,
     namespace: str = DEFAULT_NAMESPACE,
     image: str = DEFAULT_IMAGE,
+    tracker_url: str | None = None,
 ) -> list[Manifest]:
-    """Deployments and Services for every service of the workflow (jobs run on demand, not here)."""
+    """Deployments and Services (routable and `-own`) for every service of the workflow (jobs run on
+    demand, not here)."""
     out: list[Manifest] = []
     for svc in workflow.services:
         out.append(deployment(svc, namespace=namespace, image=image, workflow=workflow.name,
-                              tracking_uri=workflow.tracking_uri))
+                              tracking_uri=workflow.tracking_uri, tracker_url=tracker_url))
         out.append(k8s_service(svc, namespace=namespace, workflow=workflow.name))
+        out.append(own_service(svc, namespace=namespace, workflow=workflow.name))
     return out

@@ -105,12 +105,21 @@ def check_container(name: str, command: list[str], env: dict[str, str], monkeypa
             monkeypatch.delenv(f"SCANFLOW_{key.upper()}", raising=False)
         for k, v in env.items():
             monkeypatch.setenv(k, v)
-        settings = Settings()
+        settings = Settings()  # a malformed SCANFLOW_PEERS / SCANFLOW_SERVICE_URLS raises here
         assert (ctx.params["host"] or settings.host) == "0.0.0.0", name
+        assert settings.peers and all("127.0.0.1" not in u for u in settings.peers.values()), name
+        workflow = env.get("SCANFLOW_WORKFLOW", "").removeprefix("/app/")
+        assert workflow and (ROOT / workflow).is_file(), f"{name}: SCANFLOW_WORKFLOW is not in the image"
         if str(ctx.params["file"]).endswith("executor.py"):
             assert settings.platform == env.get("SCANFLOW_PLATFORM", "local"), name
             assert env.get("SCANFLOW_PLATFORM") != "kubernetes" or settings.namespace, name
         return "agent"
+    if command[:3] == ["python", "-m", "scanflow.embedded.bootstrap"]:
+        assert command[3] == "--workflow" and len(command) == 5, f"{name}: {command}"
+        path = command[4].removeprefix("/app/")  # the image's WORKDIR holds the repository's workflows/
+        assert (ROOT / path).is_file(), f"{name}: {command[4]} is not in the image"
+        load_workflow(ROOT / path)
+        return "bootstrap"
     if command[0] == "mlflow":
         return "mlflow"  # MLflow's own CLI, not ours
     raise AssertionError(f"{name}: unknown container command {command}")
@@ -118,13 +127,15 @@ def check_container(name: str, command: list[str], env: dict[str, str], monkeypa
 
 def test_deploy_base_commands_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     kinds = [check_container(n, c, e, monkeypatch) for n, c, e in _containers(_base_docs())]
-    assert sorted(set(kinds)) == ["agent", "gateway", "mlflow", "replica"]
+    # no replica: the Executor creates those (test_generated_manifests_parse checks their commands)
+    assert sorted(set(kinds)) == ["agent", "bootstrap", "gateway", "mlflow"]
     assert kinds.count("agent") == 4
 
 
 def test_compose_commands_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     kinds = [check_container(n, c, e, monkeypatch) for n, c, e in _compose_containers()]
-    assert sorted(set(kinds)) == ["agent", "gateway", "mlflow", "replica"]
+    # the Executor runs the gateway and replicas inside its container (its local platform)
+    assert sorted(set(kinds)) == ["agent", "bootstrap", "mlflow"]
 
 
 def test_generated_manifests_parse(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,20 +147,23 @@ def test_generated_manifests_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "replica" in kinds and "job" in kinds
 
 
-def test_probes_hit_health_on_http_port() -> None:
-    """Every probe is GET /health on the named port 'http' = 8080, which replicas and gateways serve."""
+def test_probes_are_truthful_on_the_http_port() -> None:
+    """Replicas and gateways: readiness and start-up on GET /ready (the model is loaded / a replica is
+    healthy), liveness on /health; agents: /health (served only after their start-up). Port 'http' = 8080."""
     for doc in _base_docs() + mf.workflow_manifests(load_workflow(WORKFLOW)):
         if doc.get("kind") != "Deployment" or doc["metadata"]["name"] in ("mlflow", "postgres"):
             continue
+        agent = doc["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "agent"
         for c in doc["spec"]["template"]["spec"]["containers"]:
             http = [pt for pt in c["ports"] if pt.get("name") == "http"]
             assert [pt["containerPort"] for pt in http] == [8080], doc["metadata"]["name"]
-            for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
-                assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}, (doc["metadata"]["name"], probe)
+            ready = "/health" if agent else "/ready"
+            for probe, path in (("readinessProbe", ready), ("startupProbe", ready), ("livenessProbe", "/health")):
+                assert c[probe]["httpGet"] == {"path": path, "port": "http"}, (doc["metadata"]["name"], probe)
     rep = replica.create_app(replica.ReplicaConfig(model_uri="models:/x@champion", cpu_watch_s=0))
     gw = gateway.create_app(gateway.GatewayConfig())
-    assert "/health" in {getattr(r, "path", "") for r in rep.api.routes}
-    assert "/health" in {getattr(r, "path", "") for r in gw.api.routes}
+    for api in (rep.api, gw.api):
+        assert {"/health", "/ready"} <= {getattr(r, "path", "") for r in api.routes}
 
 
 def test_flags_win_over_env_and_bad_env_names_the_variable(capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,7 +35,10 @@ def test_pinned_is_guaranteed_with_integer_cpus() -> None:
     block = mf.resources_block(Resources(cpu=1.2, memory="1Gi"), Affinity(policy="pinned"))
     assert block == {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
     assert mf.qos_class([block]) == "Guaranteed" and mf.has_integer_cpus(block)
-    assert mf.qos_class([mf.resources_block(Resources(cpu=1))]) == "Burstable"
+    # policy none: a CPU limit too, so the replica's thread pool follows its cgroup limit
+    assert mf.resources_block(Resources(cpu=1.5))["limits"]["cpu"] == "1500m"
+    assert mf.qos_class([mf.resources_block(Resources(cpu=1.5))]) == "Guaranteed"
+    assert mf.qos_class([{"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}]) == "Burstable"
     assert mf.qos_class([{}]) == "BestEffort"
 
 
@@ -44,7 +47,7 @@ def test_pinned_is_guaranteed_with_integer_cpus() -> None:
     [
         ((1, 34), "none", 2.0, "none", "in-place", "supports"),
         ((1, 32), "none", 2.0, "none", "rolling-update", "< 1.33"),
-        ((1, 35), "none", 2.0, "pinned", "rolling-update", "QoS"),
+        ((1, 35), "none", 2.0, "pinned", "rolling-update", "static CPU manager"),
         ((1, 35), "pinned", 3.0, "pinned", "rolling-update", "static CPU manager"),
     ],
 )
@@ -62,7 +65,8 @@ def test_generated_manifests_validate_and_keep_secrets_out() -> None:
     validate_all(docs)
     text = yaml.safe_dump_all(docs)
     assert "db_password" not in text
-    pinned = docs[2]["spec"]["template"]["spec"]
+    assert [d["kind"] for d in docs[:3]] == ["Deployment", "Service", "Service"]  # routable + own
+    pinned = [d for d in docs if d["kind"] == "Deployment"][1]["spec"]["template"]["spec"]
     assert pinned["containers"][0]["resources"]["limits"]["cpu"] == "2"
     assert pinned["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "DoNotSchedule"
     for doc in docs:
@@ -78,8 +82,9 @@ def test_cli_dry_run_prints_the_generated_manifests() -> None:
     assert result.exit_code == 0, result.output
     docs = list(yaml.safe_load_all(result.stdout))
     assert [(d["kind"], d["metadata"]["name"], d["metadata"]["namespace"]) for d in docs] == [
-        ("Deployment", "digits", "ml"), ("Service", "digits", "ml"),
-        ("Deployment", "digits-backup", "ml"), ("Service", "digits-backup", "ml")]
+        ("Deployment", "digits", "ml"), ("Service", "digits", "ml"), ("Service", "digits-own", "ml"),
+        ("Deployment", "digits-backup", "ml"), ("Service", "digits-backup", "ml"),
+        ("Service", "digits-backup-own", "ml")]
     validate_all(docs)
 
 
@@ -90,33 +95,159 @@ def test_cli_refuses_a_bad_workflow_with_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "name" in result.output
 
 
-def kustomize(overlay: str) -> list[dict[str, Any]]:
+K8S_SCHEMAS = ("1.33.0", "1.35.0")  # in-place resize beta (1.33) and GA (1.35); offline schemas ship with
+# kubernetes-validate, so this needs no network
+NAMESPACED = {"Deployment", "StatefulSet", "Service", "Secret", "ConfigMap", "ServiceAccount", "Role",
+              "RoleBinding", "PersistentVolumeClaim", "PodDisruptionBudget", "NetworkPolicy", "Job"}
+AGENTS = ("tracker", "checker", "planner", "executor")
+
+
+def kustomize(overlay: str, tmp_path: Path | None = None) -> list[dict[str, Any]]:
+    """`kubectl kustomize` of an overlay. The dev overlay needs secrets.env, which is never committed:
+    with `tmp_path`, a copy of deploy/ gets one from gen-secrets.sh first (as `make dev-secrets` does)."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl not installed: cannot run `kubectl kustomize`")
-    out = subprocess.run([kubectl, "kustomize", str(ROOT / "deploy" / "overlays" / overlay)],
+    root = ROOT / "deploy"
+    if overlay == "dev":
+        assert tmp_path is not None, "the dev overlay needs a tmp_path for its generated secrets"
+        root = tmp_path / "deploy"
+        shutil.copytree(ROOT / "deploy", root, ignore=shutil.ignore_patterns("secrets.env"))
+        subprocess.run(["sh", str(root / "overlays/dev/gen-secrets.sh")], check=True, capture_output=True)
+    out = subprocess.run([kubectl, "kustomize", str(root / "overlays" / overlay)],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
+def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    tmpl = doc["spec"].get("template") or doc["spec"].get("jobTemplate", {}).get("spec", {}).get("template", {})
+    return list((tmpl.get("spec") or {}).get("containers") or [])
+
+
 @pytest.mark.parametrize("overlay", ["dev", "prod"])
-def test_kustomize_overlays_validate(overlay: str) -> None:
-    docs = kustomize(overlay)
-    validate_all(docs)
+def test_kustomize_overlays_validate(overlay: str, tmp_path: Path) -> None:
+    docs = kustomize(overlay, tmp_path)
+    for version in K8S_SCHEMAS:
+        for doc in docs:
+            kubernetes_validate.validate(doc, version, strict=True)
     kinds = {d["kind"] for d in docs}
-    assert {"Namespace", "Role", "RoleBinding", "ServiceAccount", "StatefulSet", "Deployment"} <= kinds
+    assert {"Namespace", "Role", "RoleBinding", "ServiceAccount", "StatefulSet", "Deployment", "Job"} <= kinds
     names = {d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"}
-    assert {"mlflow", "tracker", "checker", "planner", "executor", "digits", "digits-gateway"} <= names
+    assert {"mlflow", *AGENTS, "digits-gateway"} <= names
+    # the Executor owns the inference replicas: kustomize (or GitOps) must not, or it undoes a failover
+    assert not {"digits", "digits-backup"} & names
+    assert "digits" not in {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
     for d in docs:
-        if d["kind"] in ("Deployment", "StatefulSet"):
+        if d["kind"] in ("Deployment", "StatefulSet", "Job"):
             pod = d["spec"]["template"]["spec"]
             assert pod["securityContext"]["runAsNonRoot"] is True, d["metadata"]["name"]
             for c in pod["containers"]:
                 for e in c.get("env", []):  # secrets only by reference
-                    if any(w in e["name"].lower() for w in ("token", "password")):
+                    if e["name"] in ("SCANFLOW_TOKEN", "POSTGRES_PASSWORD"):
                         assert "valueFrom" in e, (d["metadata"]["name"], e["name"])
+                assert not any("password" in str(a).lower() or "postgresql://" in str(a)
+                               for a in c.get("command", []) + c.get("args", [])), "a secret in argv"
     mlflow = next(d for d in docs if d["metadata"]["name"] == "mlflow" and d["kind"] == "Deployment")
-    assert any(a.startswith("--allowed-hosts=") for a in mlflow["spec"]["template"]["spec"]["containers"][0]["args"])
+    ml = mlflow["spec"]["template"]["spec"]["containers"][0]
+    assert any(a.startswith("--allowed-hosts=") for a in ml["args"])
+    backend = next(e["value"] for e in ml["env"] if e["name"] == "MLFLOW_BACKEND_STORE_URI")
+    # the driver the image installs: SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3
+    assert backend.startswith("postgresql+psycopg2://")
+    assert ml["startupProbe"]["failureThreshold"] * ml["startupProbe"]["periodSeconds"] >= 300
+
+
+@pytest.mark.parametrize("overlay", ["dev", "prod"])
+def test_every_namespaced_object_names_its_namespace(overlay: str, tmp_path: Path) -> None:
+    for d in kustomize(overlay, tmp_path):
+        if d["kind"] in NAMESPACED:
+            assert d["metadata"].get("namespace") == "scanflow", (d["kind"], d["metadata"]["name"])
+
+
+@pytest.mark.parametrize("overlay", ["dev", "prod"])
+def test_agents_are_wired_by_configuration_and_single_instance(overlay: str, tmp_path: Path) -> None:
+    docs = kustomize(overlay, tmp_path)
+    services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
+    for role in AGENTS:
+        dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == role)
+        assert dep["spec"]["strategy"] == {"type": "Recreate"}, role  # never two Executors at once
+        c = dep["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e for e in c["env"]}
+        peers = dict(p.split("=", 1) for p in env["SCANFLOW_PEERS"]["value"].split(","))
+        assert set(peers) == set(AGENTS)
+        for url in peers.values():  # a Service DNS name of this install, never loopback
+            host = url.split("//")[1].split(":")[0]
+            assert host in services and "127.0.0.1" not in url
+        assert env["SCANFLOW_WORKFLOW"]["value"].startswith("/app/workflows/")
+        assert dep["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+        names = [e["name"] for e in c["env"]]  # $(POSTGRES_PASSWORD) expands only if defined earlier
+        assert names.index("POSTGRES_PASSWORD") < names.index("SCANFLOW_STORE_URL")
+        store = env["SCANFLOW_STORE_URL"]["value"]
+        if overlay == "prod":
+            assert store == f"postgresql+psycopg2://scanflow:$(POSTGRES_PASSWORD)@postgres:5432/agents_{role}"
+        else:
+            assert store.startswith("sqlite:")
+    checker = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "checker")
+    env = {e["name"]: e.get("value") for e in checker["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SCANFLOW_SERVICE_URLS"] == "digits=http://digits-gateway:8080"
+    executor = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "executor")
+    env = {e["name"]: e for e in executor["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SCANFLOW_TRACKER_URL"]["value"] == "http://tracker:8080"
+    assert env["SCANFLOW_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["SCANFLOW_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    gateway = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "digits-gateway")
+    gw = gateway["spec"]["template"]["spec"]["containers"][0]
+    assert gw["readinessProbe"]["httpGet"]["path"] == "/ready"
+    gw_env = {e["name"]: e.get("value") for e in gw["env"]}
+    assert gw_env["SCANFLOW_UPSTREAM"] == "http://digits-own:8080"  # the Services the Executor creates
+    assert gw_env["SCANFLOW_BACKUP"] == "http://digits-backup-own:8080"
+    # the postgres init script creates every agent's database
+    init = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("postgres-init"))
+    assert all(f"agents_{r}" in init["data"]["10-agents.sql"] for r in AGENTS)
+
+
+def test_dev_overlay_has_no_default_token(tmp_path: Path) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed")
+    root = tmp_path / "deploy"
+    shutil.copytree(ROOT / "deploy", root, ignore=shutil.ignore_patterns("secrets.env"))
+    done = subprocess.run([kubectl, "kustomize", str(root / "overlays/dev")], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode != 0 and "secrets.env" in done.stderr  # no file, no Secret: no silent default
+    docs = kustomize("dev", tmp_path / "gen")
+    secret = next(d for d in docs if d["kind"] == "Secret")
+    import base64
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert len(token) >= 32 and "change-me" not in token
+    for path in (ROOT / "deploy").rglob("*.yaml"):
+        assert "change-me" not in path.read_text(), path
+
+
+def test_prod_network_policies_fence_mlflow_and_replicas() -> None:
+    docs = kustomize("prod")
+    pols = {d["metadata"]["name"]: d for d in docs if d["kind"] == "NetworkPolicy"}
+    assert pols["default-deny-ingress"]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+
+    def sources(name: str) -> set[str]:
+        out: set[str] = set()
+        for rule in pols[name]["spec"]["ingress"]:
+            for peer in rule["from"]:
+                sel = peer["podSelector"]
+                out |= set((sel.get("matchLabels") or {}).values())
+                for expr in sel.get("matchExpressions") or []:
+                    out |= set(expr["values"])
+        return out
+
+    replicas = next(p for p in pols.values() if p["spec"]["podSelector"].get("matchLabels", {}).get(
+        "app.kubernetes.io/component") == "replica")
+    assert sources(replicas["metadata"]["name"]) == {"gateway"}  # only the gateway reaches replicas
+    mlflow = next(p for p in pols.values() if p["spec"]["podSelector"].get("matchLabels", {}).get(
+        "app.kubernetes.io/name") == "mlflow")
+    assert sources(mlflow["metadata"]["name"]) == {"agent", "replica", "job"}
+    # the labels the policies select on are the ones the Executor's manifests carry
+    assert mf.labels("digits")["app.kubernetes.io/component"] == "replica"
+    assert mf.batch_job(Job(name="t", entrypoint="m:f"), "t-1")["spec"]["template"]["metadata"]["labels"][
+        "app.kubernetes.io/component"] == "job"
 
 
 def test_role_is_namespaced_least_privilege() -> None:
@@ -140,17 +271,49 @@ def role_grants() -> set[tuple[str, str]]:
     return {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
 
 
-def test_docker_compose_file_parses() -> None:
+def test_docker_compose_file_parses_and_requires_its_secrets() -> None:
     compose = shutil.which("docker-compose")
     if compose is None:
         pytest.skip("docker-compose (Debian package) not installed: run `make sysdeps` as root")
+    import os
+
+    base_env = {k: v for k, v in os.environ.items() if k not in ("SCANFLOW_TOKEN", "POSTGRES_PASSWORD")}
+    missing = subprocess.run([compose, "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT, check=False, env=base_env)
+    assert missing.returncode != 0 and "set " in missing.stderr  # no default token or password
     done = subprocess.run([compose, "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+                          capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
+                          env={**base_env, "SCANFLOW_TOKEN": "t" * 32, "POSTGRES_PASSWORD": "p" * 24})
     assert done.returncode == 0, done.stderr
     cfg = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    assert {"mlflow", "postgres", "tracker", "checker", "planner", "executor", "digits",
-            "digits-gateway"} <= set(cfg["services"])
-    assert any(a.startswith("--allowed-hosts=") for a in cfg["services"]["mlflow"]["command"])
+    svcs = cfg["services"]
+    assert {"mlflow", "postgres", "bootstrap", *AGENTS} <= set(svcs)
+    assert any(a.startswith("--allowed-hosts=") for a in svcs["mlflow"]["command"])
+    assert not any("postgresql" in a for a in svcs["mlflow"]["command"])  # the password stays out of argv
+    assert svcs["mlflow"]["environment"]["MLFLOW_BACKEND_STORE_URI"].startswith("postgresql+psycopg2://")
+    env = cfg["x-scanflow"]["environment"]
+    peers = dict(p.split("=", 1) for p in env["SCANFLOW_PEERS"].split(","))
+    assert all(url.split("//")[1].split(":")[0] in svcs for url in peers.values())
+    watched = dict(p.split("=", 1) for p in env["SCANFLOW_SERVICE_URLS"].split(","))
+    assert watched["digits"].startswith("http://executor:")  # the Executor serves what it deploys
+    published = svcs["executor"]["ports"][0]
+    assert published.endswith(":" + watched["digits"].rsplit(":", 1)[1])
+    for name in AGENTS:
+        assert "agents_" + name in str(svcs[name]["environment"]["SCANFLOW_STORE_URL"])
+
+
+def test_dockerfile_installs_dependencies_before_copying_the_source() -> None:
+    lines = [ln.strip() for ln in (ROOT / "deploy/Dockerfile").read_text().splitlines()]
+    first_source = next(i for i, ln in enumerate(lines) if ln.startswith("COPY scanflow"))
+    deps = next(i for i, ln in enumerate(lines) if "pip install '.[postgres]'" in ln)
+    assert deps < first_source  # a code change reuses the dependency layer
+    assert any("/mlartifacts" in ln and "10001" in ln for ln in lines)
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", ".git", ".scanflow", "mlruns"} <= set(ignored)
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("psycopg2-binary==") for d in extras["postgres"])  # pinned
 
 
 def test_job_manifest_runs_module_functions_through_jobrunner() -> None:

@@ -57,26 +57,37 @@ def add_pod(plat: KubernetesPlatform, name: str, service: str, *, cpu: str = "15
     })
 
 
-def test_deploy_creates_then_patches_idempotently(kmock_server, make_platform):
+APPLY = "application/apply-patch+yaml"
+
+
+def test_deploy_applies_server_side_as_the_executor_then_again_idempotently(kmock_server, make_platform):
     plat = make_platform()
     st = plat.deploy(PRIMARY)
-    assert [(m, p) for m, p, _ in kmock_server.calls()[:2]] == [("POST", DEP), ("POST", SVC)]
+    writes = [(m, p, ct if m == "PATCH" else None) for m, p, ct in kmock_server.calls() if m in ("PATCH", "POST")]
+    # server-side apply first (an API server creates on apply; kmock answers 404, so the platform creates)
+    assert writes[:2] == [("PATCH", f"{DEP}/digits", APPLY), ("POST", DEP, None)]
+    applies = [r for r in kmock_server.requests() if r.method.value in ("PATCH", "POST")]
+    assert all(r.url.query.get("fieldManager") == "scanflow-executor" for r in applies)
+    assert all(r.url.query.get("force") == "true" for r in applies if r.method.value == "PATCH")
     dep = stored(kmock_server, "apps/v1/deployments", "digits")
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert dep["spec"]["replicas"] == 2
+    assert dep["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "scanflow-executor"
     assert container["resizePolicy"][0] == {"resourceName": "cpu", "restartPolicy": "NotRequired"}
-    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert container["startupProbe"]["httpGet"]["path"] == "/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health"
     assert dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     assert st.routed_to == "digits" and st.desired_replicas == 2
 
     kmock_server.mark()
-    plat.deploy(PRIMARY)  # second time: create conflicts (409) -> patch
+    plat.deploy(PRIMARY)  # second time: one apply each, no create
     calls = kmock_server.calls()
-    assert ("PATCH", f"{DEP}/digits", SMP) in calls
-    assert ("PATCH", f"{SVC}/digits", MERGE) in calls
+    assert ("PATCH", f"{DEP}/digits", APPLY) in calls and ("PATCH", f"{SVC}/digits", APPLY) in calls
+    assert not [c for c in calls if c[0] == "POST"]
     dep_patch = next(r.data for r in kmock_server.requests() if r.url.path == f"{DEP}/digits"
                      and r.method.value == "PATCH")
-    assert dep_patch["spec"]["template"]["spec"]["containers"][0]["name"] == "replica"  # merge key
+    assert dep_patch["apiVersion"] == "apps/v1" and dep_patch["kind"] == "Deployment"  # a full apply config
     svc_patch = next(r.data for r in kmock_server.requests() if r.url.path == f"{SVC}/digits"
                      and r.method.value == "PATCH")
     assert "selector" not in svc_patch["spec"]  # a failover route survives a re-deploy
@@ -110,8 +121,8 @@ def test_scale_moves_hpa_bounds_instead_of_fighting_it(kmock_server, make_platfo
     hpa_patch = [r for r in kmock_server.requests() if r.method.value == "PATCH"]
     assert [(r.url.path, r.headers["Content-Type"], r.data) for r in hpa_patch] == [(
         "/apis/autoscaling/v2/namespaces/scanflow/horizontalpodautoscalers/digits-hpa", MERGE,
-        {"spec": {"minReplicas": 4, "maxReplicas": 4}})]
-    assert any("HPA 'digits-hpa'" in n and "[1, 10] to [4, 4]" in n for n in st.notes)
+        {"spec": {"minReplicas": 4, "maxReplicas": 10}})]  # the Planner's floor; the HPA keeps its ceiling
+    assert any("HPA 'digits-hpa'" in n and "[1, 10] to [4, 10]" in n for n in st.notes)
     with pytest.raises(PlatformError, match="cannot scale to 0"):
         plat.scale("digits", 0)
 
@@ -129,7 +140,7 @@ def test_resize_in_place_then_template(kmock_server, make_platform):
         "/api/v1/namespaces/scanflow/pods/digits-a/resize", "/api/v1/namespaces/scanflow/pods/digits-b/resize"]
     assert {r.headers["Content-Type"] for r in resizes} == {SMP}
     assert resizes[0].data == {"spec": {"containers": [{"name": "replica", "resources": {
-        "requests": {"cpu": "1", "memory": "768Mi"}, "limits": {"memory": "768Mi"}}}]}}
+        "requests": {"cpu": "1", "memory": "768Mi"}, "limits": {"cpu": "1", "memory": "768Mi"}}}]}}
     pod = stored(kmock_server, "v1/pods", "digits-a")
     assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
     template_patch = [r for r in kmock_server.requests() if r.url.path == f"{DEP}/digits"
@@ -163,7 +174,7 @@ def test_pinned_means_guaranteed_integer_cpus_by_rolling_update(kmock_server, ma
     kmock_server.mark()
     aff = Affinity(policy="pinned", node_selector={"pool": "inference"}, spread_across_nodes=True)
     change = plat.set_resources("digits", Resources(cpu=1.5, memory="1Gi"), aff, threads=2)
-    assert change.method == "rolling-update" and "QoS class would change Burstable -> Guaranteed" in change.notes[0]
+    assert change.method == "rolling-update" and "static CPU manager" in change.notes[0]
     patch = next(r.data for r in kmock_server.requests() if r.method.value == "PATCH")
     spec = patch["spec"]["template"]["spec"]
     assert spec["containers"][0]["resources"] == {"requests": {"cpu": "2", "memory": "1Gi"},
@@ -187,7 +198,7 @@ def test_pinned_means_guaranteed_integer_cpus_by_rolling_update(kmock_server, ma
     assert back.method == "rolling-update"
     assert last["spec"]["template"]["spec"]["affinity"] is None
     assert last["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"memory": "1Gi",
-                                                                                         "cpu": None}
+                                                                                         "cpu": "1"}
 
 
 def test_infeasible_in_place_resize_falls_back(kmock_server, make_platform):
