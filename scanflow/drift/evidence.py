@@ -119,7 +119,24 @@ class CombinedNull:
         minp = p_fam.min(axis=-1)
         # share of null draws with a min-p at least as small (the +1 keeps p > 0: a finite null)
         count = np.searchsorted(self.minp_null, minp, side="right")
-        return p_fam, (count + 1.0) / (len(self.minp_null) + 1.0)
+        p = (count + 1.0) / (len(self.minp_null) + 1.0)
+        # beyond every draw the resampled p is stuck at 1 / (draws + 1); there the Bonferroni bound (each
+        # component's normal p times the components, valid whatever their correlation) says how far beyond
+        bonf = self._bonferroni(z)
+        p_fam = np.where(p_fam <= 1.0 / (self.family_null.shape[1] + 1.0), np.minimum(p_fam, bonf[1]), p_fam)
+        return p_fam, np.where(count == 0, np.minimum(p, bonf[0]), p)
+
+    def _bonferroni(self, z: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """(the window's Bonferroni p over every component, per family (..., F)) from normal tails."""
+        from scipy.special import ndtr
+
+        tail = np.where(self.layout.one_sided, ndtr(-z), 2.0 * ndtr(-np.abs(z)))
+        fam = np.empty((*z.shape[:-1], len(self.layout.families)))
+        for f in range(len(self.layout.families)):
+            members = self.layout.family_of == f
+            fam[..., f] = np.minimum(1.0, tail[..., members].min(axis=-1) * members.sum())
+        window = np.minimum(1.0, fam.min(axis=-1) * len(self.layout.families))
+        return window, fam
 
     def test(self, values: NDArray[np.float64], margin: float) -> WindowEvidence:
         """One window's per-row values (n, K) against the null."""
