@@ -71,6 +71,26 @@ def row_values(blocks: Sequence[NDArray[np.float64]], medians: Sequence[NDArray[
     return np.concatenate(parts, axis=1)
 
 
+ECDF_QUANTILES = (0.25, 0.5, 0.75)
+
+
+def ecdf_cuts(x: NDArray[np.float64], quantiles: Sequence[float] = ECDF_QUANTILES
+              ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """(columns, thresholds): each column's calibration quantiles, distinct, where the share of calibration
+    values at or below lies strictly inside (0, 1). The window's share at or below each is its empirical
+    CDF there: a few points of a per-feature KS test, which sees a change of shape or of a point mass (a
+    pixel that is 0 less often under noise, grey levels moved by a tone curve) that means and spreads miss."""
+    cols: list[int] = []
+    thr: list[float] = []
+    for j in range(x.shape[1]):
+        for q in sorted(set(np.quantile(x[:, j], quantiles).tolist())):
+            share = float(np.mean(x[:, j] <= q))
+            if 0.0 < share < 1.0:
+                cols.append(j)
+                thr.append(q)
+    return np.asarray(cols, dtype=np.int64), np.asarray(thr, dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class CombinedNull:
     """The calibration's per-component mean and standard deviation, and the joint null of the family

@@ -52,8 +52,8 @@ from scanflow.drift.base import Array, DriftDetector, NotFittedError, Preprocess
 from scanflow.drift.report import DriftReport
 
 Backend = Literal["ae", "mmd", "ks", "lsdd"]
-Evidence = Literal["combined", "errors"]
-EVIDENCE: tuple[str, ...] = ("combined", "errors")
+Evidence = Literal["combined", "full", "errors"]
+EVIDENCE: tuple[str, ...] = ("combined", "full", "errors")
 BACKENDS: tuple[str, ...] = ("ae", "mmd", "ks", "lsdd")
 # 4: calibration.npz holds the reference's ranges, detector.json min_window. 3: detector.json names the
 # schema, inputs.npz holds the input scaling. 2 (8x8 images in [0, 1], no inputs.npz) and 3 still load
@@ -87,7 +87,10 @@ class ReconstructionDriftDetector(DriftDetector):
         a value is a schema violation (`ranges.py`).
     evidence: "combined" (default): reconstruction errors, every input column and every encoder output,
         one min-p test calibrated jointly on the null (`evidence.py`); "errors": the errors' location
-        and spread only (`stats.window_test`, the rule before), for comparison.
+        and spread only (`stats.window_test`, the rule before), for comparison; "full": "combined" plus
+        each input column's empirical CDF at its calibration quartiles (`evidence.ecdf_cuts`): level with
+        per-feature KS on tone curves and mild noise, at the price of a larger min_window and a slower fit
+        (docs/drift.md).
     """
 
     name = "reconstruction"
@@ -161,6 +164,7 @@ class ReconstructionDriftDetector(DriftDetector):
         self.calibration_errors: NDArray[np.float64] | None = None
         self.combined: evidence.CombinedNull | None = None  # evidence "combined": the joint null
         self._medians: list[NDArray[np.float64]] = []  # calibration medians of each evidence block
+        self._cuts: tuple[NDArray[np.int64], NDArray[np.float64]] = (np.zeros(0, np.int64), np.zeros(0))
         self._alibi: Any = None
 
     # -- what a subclass implements ---------------------------------------------------------------
@@ -251,7 +255,15 @@ class ReconstructionDriftDetector(DriftDetector):
 
     def _layout(self, blocks: list[NDArray[np.float64]]) -> evidence.Layout:
         sizes = [(name, 2 * b.shape[1]) for name, b in zip(("errors", "inputs", "latent"), blocks, strict=True)]
+        sizes.append(("input_ecdf", len(self._cuts[0])))
         return evidence.Layout.of(sizes, one_sided=[0] if self.alternative == "greater" else [])
+
+    def _values(self, blocks: list[NDArray[np.float64]]) -> NDArray[np.float64]:
+        """Per-row values of every evidence family: `evidence.row_values` of the blocks, then the input
+        columns' empirical CDF at the calibration's quartiles (`evidence.ecdf_cuts`)."""
+        cols, thr = self._cuts
+        return np.concatenate([evidence.row_values(blocks, self._medians),
+                               (blocks[1][:, cols] <= thr).astype(np.float64)], axis=1)
 
     def _calibrate(self, x_cal: Array) -> None:
         if self.ranges is None and self.x_ref is not None:  # a model set by hand (benchmark twins), or a
@@ -261,9 +273,10 @@ class ReconstructionDriftDetector(DriftDetector):
         log_errs = stats.log_errors(errors)
         self.window_null = stats.WindowNull.of(log_errs)
         self.null = self.window_null.location
-        if self.evidence == "combined":
+        if self.evidence in ("combined", "full"):
             self._medians = [np.median(b, axis=0) for b in blocks]
-            values = evidence.row_values(blocks, self._medians)
+            self._cuts = evidence.ecdf_cuts(blocks[1]) if self.evidence == "full" else (np.zeros(0, np.int64), np.zeros(0))
+            values = self._values(blocks)
             self.combined = evidence.CombinedNull.fit(values, self._layout(blocks), seed=self.seed)
             self.min_window = evidence.min_window(self.combined, values, self.fpr, sizes=stats.WINDOW_GRID,
                                                   seed=self.seed)
@@ -302,14 +315,14 @@ class ReconstructionDriftDetector(DriftDetector):
             errors[finite], blocks = self._scores(self._preprocess(window[finite]))
             if self.combined is not None:
                 values = np.full((len(window), len(self.combined.mean)), np.nan)
-                values[finite] = evidence.row_values(blocks, self._medians)
+                values[finite] = self._values(blocks)
         return self._verdict(window, errors, checked, values)
 
     def _predict(self, x: Array) -> DriftReport:
         """Test rows already validated and screened (all finite, in range): `predict` without the screening."""
         ok = np.ones(len(x), dtype=bool)
         errors, blocks = self._scores(self._preprocess(x))
-        values = evidence.row_values(blocks, self._medians) if self.combined is not None else None
+        values = self._values(blocks) if self.combined is not None else None
         return self._verdict(x, errors, ranges.Screen(ok, None), values)
 
     def _verdict(self, window: Array, errors: NDArray[np.float64], checked: ranges.Screen,
