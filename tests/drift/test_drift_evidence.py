@@ -4,6 +4,7 @@ one column shows, and the detector's use of it (a change along the data the reco
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from scanflow.drift import AutoencoderDriftDetector, evidence
 from workflows.digits.data import Splits
@@ -80,3 +81,13 @@ def test_errors_only_evidence_is_the_rule_before(splits: Splits) -> None:
     rep = det.predict(splits.x_test[:200])
     assert "evidence_p" not in rep.metadata
     assert rep.p_value == min(1.0, 2 * min(rep.metadata["p_location"], rep.metadata["p_scale"]))
+
+
+def test_ecdf_cuts_skip_quantiles_every_calibration_value_is_under() -> None:
+    x = np.zeros((100, 3))
+    x[:10, 1] = 1.0  # a sparse column: every quartile is 0, 0.9 of the values at or below it
+    x[:, 2] = np.arange(100)
+    cols, thr = evidence.ecdf_cuts(x)
+    assert 0 not in cols  # a constant column has no cut strictly inside (0, 1)
+    assert list(thr[cols == 1]) == [0.0]
+    assert list(thr[cols == 2]) == pytest.approx([24.75, 49.5, 74.25])
