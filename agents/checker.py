@@ -5,6 +5,9 @@
   fitted from that version's reference data at bootstrap, or right after a promotion, and logged in
   MLflow; the Checker reloads it whenever the champion changes) and emits `drift.checked` (score,
   p-value, drift flag, drift rate, the request ids of the critical points). Idempotent: the watermark moves only with the action's success.
+  For classifiers it also reports a label-free accuracy estimate of the window (scanflow.drift.performance:
+  the champion's confidences, calibrated on its reference holdout) and, as feedback labels arrive for
+  earlier windows, their measured accuracy beside the estimate.
 - sensor `watch`: polls the primary service's gateway (/admin/state, /metrics); emits
   `service.checked` while something is wrong or being repaired (for the Planner's failover
   hysteresis) and `latency.checked` (the SLO percentile latency of the last interval, `breached`
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from typing import Any
 
@@ -35,6 +39,7 @@ from scanflow.embedded.latency import Percentile, histogram, percentile_ms
 from scanflow.tracking import monitoring
 
 SPEC = agent_spec("checker")
+log = logging.getLogger(__name__)
 MAX_CRITICAL_IDS = 2000
 WATCH_TIMEOUT_S = 8.0
 agent = Agent(SPEC.name, role="checker", description="drift, SLO and availability analysis",
@@ -44,6 +49,8 @@ for _s in SPEC.strategies:
 
 _detector: Any = None
 _detector_version: str | None = None  # the champion version the loaded detector was fitted for
+_estimator: Any = None  # scanflow.drift.performance.PerformanceEstimator of `_estimator_version`, or None
+_estimator_version: str | None = None
 
 
 def _current_detector() -> tuple[Any, str]:
@@ -84,6 +91,54 @@ def end_monitoring(ctx: Context) -> None:
     monitoring.stop_monitoring(ctx.state, [_monitor(ctx)])
 
 
+def _current_estimator(version: str) -> Any:
+    """The champion's accuracy estimator (None for regression models, models without class scores, or when
+    it cannot be built: the drift check goes on without it). Fitted once per version. Blocking."""
+    from scanflow.drift.performance import estimator_for_version
+    from scanflow.embedded.bootstrap import model_name_of
+
+    global _estimator, _estimator_version
+    if _estimator_version != version:
+        try:
+            _estimator = estimator_for_version(model_name_of(current_workflow()), version)
+        except Exception as exc:  # noqa: BLE001 - an estimate is extra information, never a reason to fail a check
+            log.warning("no accuracy estimate for version %s: %s", version, exc)
+            _estimator = None
+        _estimator_version = version
+    return _estimator
+
+
+def _performance(ctx: Context, version: str, x: Any, row_owner: list[str], to_seq: int) -> dict[str, Any] | None:
+    """The window's accuracy estimate and the comparisons with feedback that arrived for earlier windows
+    (ctx.state["performance_pending"]). Blocking (model, Tracker lookup)."""
+    from scanflow.agent import TemporaryError as Temporary
+    from scanflow.drift.performance import compare_with_feedback, pending_window
+    from scanflow.tracking.feedback_client import lookup_labels
+
+    est = _current_estimator(version)
+    if est is None:
+        return None
+    try:
+        estimate, predicted = est.window(x)
+    except ValueError as exc:
+        log.warning("accuracy estimate skipped: %s", exc)
+        return None
+    pending = [w for w in ctx.state.get("performance_pending", []) if w.get("version") == version]
+    window = pending_window(to_seq, estimate, row_owner, predicted) | {"version": version}
+    pending.append(window)
+    compared: list[dict[str, Any]] = []
+    if "tracker" in ctx.peers:
+        ids = sorted({rid for w in pending for rid in w["predicted"]})
+        try:
+            labels = lookup_labels(ctx, ids)
+        except (PermanentError, Temporary) as exc:  # no feedback now: compare on a later check
+            log.info("feedback lookup skipped: %s", exc)
+        else:
+            compared, pending = compare_with_feedback(pending, labels)
+    ctx.state["performance_pending"] = pending
+    return {**estimate.to_dict(), "holdout_accuracy": est.calibration.holdout_accuracy, "feedback": compared}
+
+
 @agent.actuator("check_drift", max_attempts=5, emits=("drift.checked",))
 async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Run the detector on the records logged since the last check; emit `drift.checked`."""
@@ -111,12 +166,30 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         "from_seq": wm, "to_seq": batch.watermark, "run_id": run_id, "detector_version": version,
         # inputs off the reference's scale or range: an integration problem to name, apart from drift
         "schema_violation": report.schema_violation,
+        # which evidence moved (reconstruction errors, input columns, encoder outputs) and the columns most
+        "evidence_p": report.metadata.get("evidence_p"), "shifted_inputs": report.metadata.get("shifted_inputs"),
     }
+    # label-free accuracy estimate (classifiers) and, for earlier windows now labelled, the measured one
+    payload["performance"] = await asyncio.to_thread(_performance, ctx, version, x, row_owner, batch.watermark)
     await ctx.emit("drift.checked", payload)
-    monitoring.WRITER.submit(ctx.state, _monitor(ctx), *monitoring.drift_metrics(payload))
+    metrics, step = monitoring.drift_metrics(payload)
+    monitoring.WRITER.submit(ctx.state, _monitor(ctx), metrics | _performance_metrics(payload["performance"]), step)
     ctx.state["watermark"] = batch.watermark
     ctx.state["last_report"] = {k: v for k, v in payload.items() if k != "critical_ids"}
     return {k: v for k, v in payload.items() if k != "critical_ids"} | {"critical": len(critical)}
+
+
+def _performance_metrics(perf: dict[str, Any] | None) -> dict[str, float]:
+    """Pure: monitoring metrics of a check's `performance` payload: the estimate and, when labels for an
+    earlier window arrived, the newest measured accuracy and the estimate's error on it."""
+    if not perf:
+        return {}
+    out = {"performance/estimated_accuracy": float(perf["estimated_accuracy"])}
+    if perf.get("feedback"):
+        last = perf["feedback"][-1]
+        out["performance/measured_accuracy"] = float(last["measured_accuracy"])
+        out["performance/estimate_error"] = float(last["error"])
+    return out
 
 
 @agent.actuator("forward")

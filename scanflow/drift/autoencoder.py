@@ -175,6 +175,15 @@ def reconstruction_errors(model: Autoencoder, x: NDArray[np.float32]) -> NDArray
 
 
 @torch.inference_mode()
+def errors_and_codes(model: Autoencoder, x: NDArray[np.float32]) -> tuple[NDArray[np.float64], NDArray[np.float32]]:
+    """Per-sample reconstruction errors and encoder outputs (n, latent) from one forward pass."""
+    data = to_tensor(model, x)
+    codes = model.encoder(data)
+    err = (model.decoder(codes) - data).pow(2).flatten(1).mean(dim=1)
+    return err.double().numpy(), codes.flatten(1).numpy()
+
+
+@torch.inference_mode()
 def encode(model: Autoencoder, x: NDArray[np.float32]) -> NDArray[np.float32]:
     """Encoder outputs (n, latent_dim)."""
     return model.encoder(to_tensor(model, x)).numpy()

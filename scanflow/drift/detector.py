@@ -20,7 +20,13 @@ from scanflow.drift import ranges, stats
 from scanflow.drift.alibi_backend import alibi_available
 from scanflow.drift.autoencoder import ConvAutoencoder
 from scanflow.drift.base import Array, PreprocessFn
-from scanflow.drift.reconstruction import BACKENDS, FORMAT_VERSION, Backend, ReconstructionDriftDetector
+from scanflow.drift.reconstruction import (
+    BACKENDS,
+    FORMAT_VERSION,
+    Backend,
+    Evidence,
+    ReconstructionDriftDetector,
+)
 
 __all__ = ["BACKENDS", "FORMAT_VERSION", "AutoencoderDriftDetector", "Backend", "alibi_available"]
 
@@ -57,6 +63,7 @@ class AutoencoderDriftDetector(ReconstructionDriftDetector):
         calibration_fraction: float = 0.35,
         calibration_confidence: float = 0.9,
         range_margin: float = ranges.DEFAULT_MARGIN,
+        evidence: Evidence = "combined",
         preprocess_fn: PreprocessFn | None = None,
         seed: int = 0,
     ) -> None:
@@ -78,6 +85,7 @@ class AutoencoderDriftDetector(ReconstructionDriftDetector):
             calibration_fraction=calibration_fraction,
             calibration_confidence=calibration_confidence,
             range_margin=range_margin,
+            evidence=evidence,
             preprocess_fn=preprocess_fn,
             seed=seed,
         )

@@ -38,11 +38,12 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 
-from scanflow.drift import alibi_backend, ranges, stats
+from scanflow.drift import alibi_backend, evidence, ranges, stats
 from scanflow.drift.autoencoder import (
     Autoencoder,
     default_threads,
     encode,
+    errors_and_codes,
     reconstruction_errors,
     torch_threads,
     train_autoencoder,
@@ -51,6 +52,8 @@ from scanflow.drift.base import Array, DriftDetector, NotFittedError, Preprocess
 from scanflow.drift.report import DriftReport
 
 Backend = Literal["ae", "mmd", "ks", "lsdd"]
+Evidence = Literal["combined", "full", "errors"]
+EVIDENCE: tuple[str, ...] = ("combined", "full", "errors")
 BACKENDS: tuple[str, ...] = ("ae", "mmd", "ks", "lsdd")
 # 4: calibration.npz holds the reference's ranges, detector.json min_window. 3: detector.json names the
 # schema, inputs.npz holds the input scaling. 2 (8x8 images in [0, 1], no inputs.npz) and 3 still load
@@ -82,6 +85,12 @@ class ReconstructionDriftDetector(DriftDetector):
         set's own sampling error (`stats.margin_for`: 0.9 -> 1.645 standard errors; 0 -> none).
     range_margin: share of a column's reference width allowed beyond its minimum and maximum before
         a value is a schema violation (`ranges.py`).
+    evidence: "combined" (default): reconstruction errors, every input column and every encoder output,
+        one min-p test calibrated jointly on the null (`evidence.py`); "errors": the errors' location
+        and spread only (`stats.window_test`, the rule before), for comparison; "full": "combined" plus
+        each input column's empirical CDF at its calibration quartiles (`evidence.ecdf_cuts`): level with
+        per-feature KS on tone curves and mild noise, at the price of a larger min_window and a slower fit
+        (docs/drift.md).
     """
 
     name = "reconstruction"
@@ -108,6 +117,7 @@ class ReconstructionDriftDetector(DriftDetector):
         calibration_fraction: float = 0.35,
         calibration_confidence: float = 0.9,
         range_margin: float = ranges.DEFAULT_MARGIN,
+        evidence: Evidence = "combined",
         preprocess_fn: PreprocessFn | None = None,
         seed: int = 0,
     ) -> None:
@@ -130,6 +140,9 @@ class ReconstructionDriftDetector(DriftDetector):
             raise ValueError(f"lr must be > 0, got {lr}")
         if not range_margin >= 0:
             raise ValueError(f"range_margin must be >= 0, got {range_margin}")
+        if evidence not in EVIDENCE:
+            raise ValueError(f"evidence must be one of {list(EVIDENCE)}, got {evidence!r}")
+        self.evidence: Evidence = evidence
         self.margin = stats.margin_for(calibration_confidence)  # ValueError outside [0, 1)
         if backend != "ae":
             alibi_backend.require_alibi(backend)  # fail at construction, not after minutes of training
@@ -149,6 +162,9 @@ class ReconstructionDriftDetector(DriftDetector):
         self.ranges: ranges.FeatureRanges | None = None
         self.error_threshold: float | None = None
         self.calibration_errors: NDArray[np.float64] | None = None
+        self.combined: evidence.CombinedNull | None = None  # evidence "combined": the joint null
+        self._medians: list[NDArray[np.float64]] = []  # calibration medians of each evidence block
+        self._cuts: tuple[NDArray[np.int64], NDArray[np.float64]] = (np.zeros(0, np.int64), np.zeros(0))
         self._alibi: Any = None
 
     # -- what a subclass implements ---------------------------------------------------------------
@@ -193,6 +209,7 @@ class ReconstructionDriftDetector(DriftDetector):
             "calibration_fraction": self.calibration_fraction,
             "calibration_confidence": self.calibration_confidence,
             "range_margin": self.range_margin,
+            "evidence": self.evidence,
             "seed": self.seed,
         }
 
@@ -224,15 +241,49 @@ class ReconstructionDriftDetector(DriftDetector):
         with torch_threads(threads):
             return reconstruction_errors(model, self._model_inputs(x))
 
+    def _scores(self, x: Array) -> tuple[NDArray[np.float64], list[NDArray[np.float64]]]:
+        """Per-sample errors and the evidence blocks (log error, model inputs, encoder outputs), one pass."""
+        model = self._model()
+        threads = self.num_threads
+        if threads is None and len(x) <= SINGLE_THREAD_ROWS:
+            threads = 1
+        inputs = self._model_inputs(x)
+        with torch_threads(threads):
+            errors, codes = errors_and_codes(model, inputs)
+        return errors, [stats.log_errors(errors)[:, None], inputs.astype(np.float64, copy=False),
+                        codes.astype(np.float64)]
+
+    def _layout(self, blocks: list[NDArray[np.float64]]) -> evidence.Layout:
+        sizes = [(name, 2 * b.shape[1]) for name, b in zip(("errors", "inputs", "latent"), blocks, strict=True)]
+        sizes.append(("input_ecdf", len(self._cuts[0])))
+        return evidence.Layout.of(sizes, one_sided=[0] if self.alternative == "greater" else [])
+
+    def _values(self, blocks: list[NDArray[np.float64]]) -> NDArray[np.float64]:
+        """Per-row values of every evidence family: `evidence.row_values` of the blocks, then the input
+        columns' empirical CDF at the calibration's quartiles (`evidence.ecdf_cuts`)."""
+        cols, thr = self._cuts
+        return np.concatenate([evidence.row_values(blocks, self._medians),
+                               (blocks[1][:, cols] <= thr).astype(np.float64)], axis=1)
+
     def _calibrate(self, x_cal: Array) -> None:
         if self.ranges is None and self.x_ref is not None:  # a model set by hand (benchmark twins), or a
             self.ranges = self._ranges_of(self.x_ref)  # format-3 load: the rows it has stand in
-        errors = self._errors(x_cal)
+        errors, blocks = self._scores(x_cal)
         self.error_threshold = stats.error_threshold(errors, self.error_quantile)
         log_errs = stats.log_errors(errors)
         self.window_null = stats.WindowNull.of(log_errs)
         self.null = self.window_null.location
-        self.min_window = stats.min_window(log_errs, self.window_null, self.fpr, self.alternative, seed=self.seed)
+        if self.evidence in ("combined", "full"):
+            self._medians = [np.median(b, axis=0) for b in blocks]
+            self._cuts = evidence.ecdf_cuts(blocks[1]) if self.evidence == "full" else (np.zeros(0, np.int64), np.zeros(0))
+            values = self._values(blocks)
+            self.combined = evidence.CombinedNull.fit(values, self._layout(blocks), seed=self.seed)
+            self.min_window = evidence.min_window(self.combined, values, self.fpr, sizes=stats.WINDOW_GRID,
+                                                  seed=self.seed)
+        else:
+            self.combined = None
+            self.min_window = stats.min_window(log_errs, self.window_null, self.fpr, self.alternative,
+                                               seed=self.seed)
         self.calibration_errors = errors
         self._alibi = (
             alibi_backend.build_alibi(self.backend, x_cal, self.encoder_fn(), self.fpr)
@@ -259,16 +310,23 @@ class ReconstructionDriftDetector(DriftDetector):
         checked = ranges.screen(window, self.ranges)
         finite = np.isfinite(window).all(axis=1)
         errors = np.full(len(window), np.nan)
+        values: NDArray[np.float64] | None = None
         if finite.any():
-            errors[finite] = self._errors(self._preprocess(window[finite]))
-        return self._verdict(window, errors, checked)
+            errors[finite], blocks = self._scores(self._preprocess(window[finite]))
+            if self.combined is not None:
+                values = np.full((len(window), len(self.combined.mean)), np.nan)
+                values[finite] = self._values(blocks)
+        return self._verdict(window, errors, checked, values)
 
     def _predict(self, x: Array) -> DriftReport:
         """Test rows already validated and screened (all finite, in range): `predict` without the screening."""
         ok = np.ones(len(x), dtype=bool)
-        return self._verdict(x, self._errors(self._preprocess(x)), ranges.Screen(ok, None))
+        errors, blocks = self._scores(self._preprocess(x))
+        values = self._values(blocks) if self.combined is not None else None
+        return self._verdict(x, errors, ranges.Screen(ok, None), values)
 
-    def _verdict(self, window: Array, errors: NDArray[np.float64], checked: ranges.Screen) -> DriftReport:
+    def _verdict(self, window: Array, errors: NDArray[np.float64], checked: ranges.Screen,
+                 values: NDArray[np.float64] | None = None) -> DriftReport:
         assert self.window_null is not None and self.error_threshold is not None  # set by _calibrate
         with np.errstate(invalid="ignore"):
             critical = stats.critical_points(errors, self.error_threshold)  # NaN (not scored) is never above
@@ -286,8 +344,12 @@ class ReconstructionDriftDetector(DriftDetector):
                 stats.log_errors(errors[tested]), self.window_null, self.margin, self.alternative
             )
             score, p_value = z_loc, stats.bonferroni(p_loc, p_scale)
-            is_drift = p_value < self.fpr
             meta.update(t_scale=z_scale, p_location=p_loc, p_scale=p_scale)
+            if self.combined is not None and values is not None:
+                ev = self.combined.test(values[tested], self.margin)
+                p_value = ev.p_value
+                meta.update(evidence_p=ev.family_p, shifted_inputs=self._shifted_inputs(ev.z))
+            is_drift = p_value < self.fpr
         else:
             x_in = self._preprocess(window[tested])
             score, p_value, is_drift = alibi_backend.alibi_verdict(self._alibi.predict(x_in), self.backend)
@@ -303,6 +365,28 @@ class ReconstructionDriftDetector(DriftDetector):
             errors=errors,
             schema_violation=checked.violation,
         )
+
+    def _shifted_inputs(self, z: NDArray[np.float64]) -> list[dict[str, float]]:
+        """The input columns (model input space) whose location or spread moved most: [{column, z}]."""
+        assert self.combined is not None
+        layout = self.combined.layout
+        if "inputs" not in layout.families:
+            return []
+        idx = np.flatnonzero(layout.family_of == layout.families.index("inputs"))
+        width = len(idx) // 2
+        both = np.maximum(np.abs(z[idx[:width]]), np.abs(z[idx[width:]]))
+        out: dict[int, float] = {}  # a row column (a code column has one encoded column per code) -> largest z
+        for c in np.argsort(-both):
+            if both[c] <= 0 or len(out) >= evidence.TOP_COMPONENTS:
+                break
+            col = self._input_column(int(c))
+            out.setdefault(col, round(float(both[c]), 2))
+        return [{"column": c, "z": v} for c, v in out.items()]
+
+    def _input_column(self, encoded: int) -> int:
+        """The row column a column of the model's input space comes from (the same one, unless a subclass
+        encodes rows, as the tabular one-hot does)."""
+        return encoded
 
     # -- public helpers ---------------------------------------------------------------------------
     def errors(self, x: ArrayLike) -> NDArray[np.float64]:
@@ -325,6 +409,7 @@ class ReconstructionDriftDetector(DriftDetector):
             "calibration_confidence": self.calibration_confidence,
             "calibration_margin": self.margin,
             "range_margin": self.range_margin,
+            "evidence": self.evidence,
             "schema": self.schema(),
         }
 

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from scanflow.drift import ranges, stats
 from scanflow.drift.autoencoder import DenseAutoencoder
 from scanflow.drift.base import Array, PreprocessFn
-from scanflow.drift.reconstruction import Backend, ReconstructionDriftDetector
+from scanflow.drift.reconstruction import Backend, Evidence, ReconstructionDriftDetector
 
 STD_FLOOR = 1e-6  # relative: a column's std is at least STD_FLOOR * max(1, |mean|)
 MAX_CATEGORIES = 1000  # distinct codes one categorical column may have in the reference
@@ -85,6 +85,7 @@ class TabularAutoencoderDriftDetector(ReconstructionDriftDetector):
         calibration_fraction: float = 0.35,
         calibration_confidence: float = 0.9,
         range_margin: float = ranges.DEFAULT_MARGIN,
+        evidence: Evidence = "combined",
         preprocess_fn: PreprocessFn | None = None,
         seed: int = 0,
     ) -> None:
@@ -109,6 +110,7 @@ class TabularAutoencoderDriftDetector(ReconstructionDriftDetector):
             calibration_fraction=calibration_fraction,
             calibration_confidence=calibration_confidence,
             range_margin=range_margin,
+            evidence=evidence,
             preprocess_fn=preprocess_fn,
             seed=seed,
         )
@@ -159,6 +161,17 @@ class TabularAutoencoderDriftDetector(ReconstructionDriftDetector):
         for c, codes in zip(self.categorical, self.categories, strict=True):
             parts.append(x[:, c : c + 1] == codes[None, :])  # unseen code: all zeros
         return np.concatenate(parts, axis=1, dtype=np.float32)
+
+    def _input_column(self, encoded: int) -> int:
+        """The row column an encoded column comes from (numeric columns first, then each code's one-hot)."""
+        if encoded < len(self.numeric):
+            return self.numeric[encoded]
+        encoded -= len(self.numeric)
+        for c, codes in zip(self.categorical, self.categories, strict=True):
+            if encoded < len(codes):
+                return c
+            encoded -= len(codes)
+        raise IndexError(encoded)
 
     def _build_model(self) -> DenseAutoencoder:
         width = self.encoded_width()

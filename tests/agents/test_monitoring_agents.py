@@ -32,6 +32,7 @@ class FakeContext:
         self.state: dict[str, Any] = {}
         self.settings = Settings(home=home)
         self.log = logging.getLogger(f"test.{name}")
+        self.peers: dict[str, str] = {}
         self.emitted: list[tuple[str, dict[str, Any]]] = []
 
     def now(self) -> float:
@@ -57,7 +58,8 @@ class Detector:
     def predict(self, x: np.ndarray) -> Any:
         drift, score, rate = next(self.verdicts)
         return SimpleNamespace(is_drift=drift, score=score, p_value=0.5 if not drift else 0.001, drift_rate=rate,
-                               n=len(x), critical_indices=list(range(5)) if drift else [], schema_violation=None)
+                               n=len(x), critical_indices=list(range(5)) if drift else [], schema_violation=None,
+                               metadata={})
 
 
 def _window(after: int, size: int = 200) -> Any:

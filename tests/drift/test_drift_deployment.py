@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from scanflow.drift import AutoencoderDriftDetector, TabularAutoencoderDriftDetector, stats
+from scanflow.drift import AutoencoderDriftDetector, TabularAutoencoderDriftDetector, evidence, stats
 from scanflow.drift import reconstruction as recon
 from scanflow.drift.autoencoder import reconstruction_errors
 from workflows.digits.data import Splits, corrupt, load_digits_scaled
@@ -32,14 +32,24 @@ def test_min_window_comes_from_the_calibration_errors_shape() -> None:
 
 def test_a_detector_refuses_windows_below_its_derived_minimum(detector: AutoencoderDriftDetector,
                                                                splits: Splits, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # the combined test's minimum is resampled from the calibration's own rows (every evidence family)
+    assert detector.combined is not None
+    _, blocks = detector._scores(np.asarray(detector.x_cal))
+    values = evidence.row_values(blocks, detector._medians)
+    assert detector.min_window == evidence.min_window(detector.combined, values, detector.fpr,
+                                                      sizes=stats.WINDOW_GRID, seed=detector.seed)
+    # the errors-only rule's minimum rises with a far tail of the calibration errors
     det = AutoencoderDriftDetector.load(detector.save(tmp_path / "d"))  # a copy to recalibrate
+    det.evidence = "errors"
+    det.infer_threshold(splits.x_calibration)
+    before = det.min_window
     # a calibration set with a few inverted digits (1 - x): a far right tail in its log errors
     cal = np.concatenate([splits.x_calibration[:441], 1.0 - splits.x_calibration[441:]])
     det.infer_threshold(cal)
-    assert det.min_window is not None and det.calibration_errors is not None
+    assert det.min_window is not None and det.calibration_errors is not None and before is not None
     log_errs = stats.log_errors(det.calibration_errors)
     assert det.min_window == stats.min_window(log_errs, stats.WindowNull.of(log_errs), det.fpr, seed=det.seed)
-    assert det.min_window > detector.min_window  # derived from the errors, not a constant
+    assert det.min_window > before  # derived from the errors, not a constant
     m = det.min_window
     with pytest.raises(ValueError, match=rf"window of {m - 1} rows: this detector needs at least {m} \(its calibration\)"):
         det.predict(splits.x_test[: m - 1])
@@ -138,13 +148,13 @@ def test_a_mis_scaled_image_holdout_is_refused(splits: Splits) -> None:
 def test_windows_up_to_1000_rows_score_on_one_thread(detector: AutoencoderDriftDetector,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[int] = []
-    original = recon.reconstruction_errors
+    original = recon.errors_and_codes
 
     def spy(model, x):  # type: ignore[no-untyped-def]
         seen.append(torch.get_num_threads())
         return original(model, x)
 
-    monkeypatch.setattr(recon, "reconstruction_errors", spy)
+    monkeypatch.setattr(recon, "errors_and_codes", spy)
     det = AutoencoderDriftDetector.__new__(AutoencoderDriftDetector)
     det.__dict__.update(detector.__dict__, num_threads=None)
     before = torch.get_num_threads()

@@ -1,0 +1,221 @@
+"""One window test over several kinds of evidence, at one controlled false-positive rate. Pure numpy.
+
+Who calls it: `ReconstructionDriftDetector` (scanflow/drift/reconstruction.py) at calibration
+(`CombinedNull.fit`, `min_window`) and per window (`CombinedNull.test`); benchmarks/drift.py.
+
+Why: the autoencoder's reconstruction errors see changes that move rows off what it learnt (noise,
+inverted or unfamiliar inputs) but not changes *along* the data (a mild contrast change, a dead input
+column the model reconstructs as well as a live one), which a plain per-feature test sees. So the test
+looks at three *families* of evidence, each a set of per-row values whose window mean is compared with
+the calibration set's:
+
+- `errors`: the log reconstruction error and its absolute deviation from the calibration median
+  (location and spread, as `stats.window_test`);
+- `inputs`: every column of the model's input space (pixels scaled to [0, 1]; standardised numeric
+  columns and one-hot codes) and its absolute deviation from the calibration median (per-feature
+  location and spread: what per-feature KS tests see);
+- `latent`: every encoder output and its absolute deviation (what an MMD on the encoder outputs sees).
+
+Each component k is a z-test of the window mean against the calibration mean with the calibration's
+standard deviation (floored, so a column constant in the calibration set stays testable), less a margin
+for the calibration set's own sampling error (per deployment, as `stats.margin_z`). A family's statistic
+is its largest |z|; the window's is the smallest family p-value (min-p). Both are calibrated on the null
+*jointly*: the component z's of a clean window are, by the central limit theorem, normal with the
+correlation of the per-row values, so `draws` normal vectors with the calibration's correlation give the
+null distribution of every family maximum and of the min-p, correlations between pixels, spreads and
+families included (Bonferroni would throw that away and lose power). The window's p-value is the share
+of null draws whose min-p is at least as small.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+DRAWS = 4000  # null draws: p-values resolve to 1/4001, the family rates to ~0.3 % at 0.05
+# A component's variance is at least VAR_FLOOR_ROWS / n_calibration (squared units of the model's input
+# space, which is scaled: pixels in [0, 1], standardised columns, one-hot codes): one pseudo-row one unit
+# out. A pixel that is 0 in every calibration image then moves z by ~1 per clean row that inks it,
+# instead of making any such row infinitely significant.
+VAR_FLOOR_ROWS = 1.0
+TOP_COMPONENTS = 5  # the report names this many most-shifted input columns
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which columns of the per-row value matrix belong to which family, and which are one-sided."""
+
+    families: tuple[str, ...]
+    family_of: NDArray[np.int64]  # (K,) family index per component
+    one_sided: NDArray[np.bool_]  # (K,) True: only an increase counts (errors with alternative "greater")
+
+    @classmethod
+    def of(cls, sizes: Sequence[tuple[str, int]], one_sided: Sequence[int] = ()) -> Layout:
+        names = tuple(n for n, k in sizes if k > 0)
+        fam = np.concatenate([np.full(k, i, dtype=np.int64) for i, (_, k) in enumerate(s for s in sizes if s[1] > 0)])
+        mask = np.zeros(len(fam), dtype=bool)
+        mask[list(one_sided)] = True
+        return cls(names, fam, mask)
+
+
+def row_values(blocks: Sequence[NDArray[np.float64]], medians: Sequence[NDArray[np.float64]]) -> NDArray[np.float64]:
+    """Per-row values: for each block (n, k) its columns then their |x - calibration median|, side by side."""
+    parts: list[NDArray[np.float64]] = []
+    for b, m in zip(blocks, medians, strict=True):
+        arr = np.asarray(b, dtype=np.float64).reshape(len(b), -1)
+        parts += [arr, np.abs(arr - m)]
+    return np.concatenate(parts, axis=1)
+
+
+ECDF_QUANTILES = (0.25, 0.5, 0.75)
+
+
+def ecdf_cuts(x: NDArray[np.float64], quantiles: Sequence[float] = ECDF_QUANTILES
+              ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """(columns, thresholds): each column's calibration quantiles, distinct, where the share of calibration
+    values at or below lies strictly inside (0, 1). The window's share at or below each is its empirical
+    CDF there: a few points of a per-feature KS test, which sees a change of shape or of a point mass (a
+    pixel that is 0 less often under noise, grey levels moved by a tone curve) that means and spreads miss."""
+    cols: list[int] = []
+    thr: list[float] = []
+    for j in range(x.shape[1]):
+        for q in sorted(set(np.quantile(x[:, j], quantiles).tolist())):
+            share = float(np.mean(x[:, j] <= q))
+            if 0.0 < share < 1.0:
+                cols.append(j)
+                thr.append(q)
+    return np.asarray(cols, dtype=np.int64), np.asarray(thr, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class CombinedNull:
+    """The calibration's per-component mean and standard deviation, and the joint null of the family
+    maxima and of the min-p (sorted draws)."""
+
+    layout: Layout
+    mean: NDArray[np.float64]  # (K,)
+    sd: NDArray[np.float64]  # (K,) floored
+    n: int  # calibration rows
+    family_null: NDArray[np.float64]  # (F, draws) sorted family maxima |z|
+    minp_null: NDArray[np.float64]  # (draws,) sorted min-p
+
+    @classmethod
+    def fit(cls, values: NDArray[np.float64], layout: Layout, *, draws: int = DRAWS, seed: int = 0) -> CombinedNull:
+        """From the calibration rows' per-row values (n, K)."""
+        v = np.asarray(values, dtype=np.float64)
+        n, k = v.shape
+        if n < 2:
+            raise ValueError("need at least 2 calibration rows")
+        if k != len(layout.family_of):
+            raise ValueError(f"{k} components, layout has {len(layout.family_of)}")
+        mean = v.mean(axis=0)
+        var = np.maximum(v.var(axis=0, ddof=1), VAR_FLOOR_ROWS / n)
+        sd = np.sqrt(var)
+        std = (v - mean) / sd
+        corr = (std.T @ std) / (n - 1)  # correlation with the floored variances (<= 1 on the diagonal)
+        w, vec = np.linalg.eigh(corr)
+        root = vec * np.sqrt(np.clip(w, 0.0, None))  # corr = root @ root.T
+        z = np.random.default_rng(seed).standard_normal((draws, k)) @ root.T
+        fam = _family_max(np.where(layout.one_sided, np.maximum(z, 0.0), np.abs(z)), layout)
+        family_null = np.sort(fam, axis=0).T.copy()
+        minp = _upper_p(fam, family_null).min(axis=1)
+        return cls(layout, mean, sd, n, family_null, np.sort(minp))
+
+    def z(self, window_means: NDArray[np.float64], n: int, margin: float) -> NDArray[np.float64]:
+        """Component z's of window means (shape (..., K)) of n rows, less `margin` calibration standard errors."""
+        d = np.asarray(window_means, dtype=np.float64) - self.mean
+        excess = np.maximum(0.0, np.abs(d) - margin * self.sd / math.sqrt(self.n)) / (self.sd / math.sqrt(n))
+        signed = np.sign(d) * excess
+        return np.where(self.layout.one_sided, np.maximum(signed, 0.0), signed)
+
+    def p_values(self, z: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """(p per family (..., F), the window's p (...,)) of component z's (..., K)."""
+        stat = _family_max(np.where(self.layout.one_sided, z, np.abs(z)), self.layout)
+        p_fam = _upper_p(stat, self.family_null)
+        minp = p_fam.min(axis=-1)
+        # share of null draws with a min-p at least as small (the +1 keeps p > 0: a finite null)
+        count = np.searchsorted(self.minp_null, minp, side="right")
+        p = (count + 1.0) / (len(self.minp_null) + 1.0)
+        # beyond every draw the resampled p is stuck at 1 / (draws + 1); there the Bonferroni bound (each
+        # component's normal p times the components, valid whatever their correlation) says how far beyond
+        bonf = self._bonferroni(z)
+        p_fam = np.where(p_fam <= 1.0 / (self.family_null.shape[1] + 1.0), np.minimum(p_fam, bonf[1]), p_fam)
+        return p_fam, np.where(count == 0, np.minimum(p, bonf[0]), p)
+
+    def _bonferroni(self, z: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """(the window's Bonferroni p over every component, per family (..., F)) from normal tails."""
+        from scipy.special import ndtr
+
+        tail = np.where(self.layout.one_sided, ndtr(-z), 2.0 * ndtr(-np.abs(z)))
+        fam = np.empty((*z.shape[:-1], len(self.layout.families)))
+        for f in range(len(self.layout.families)):
+            members = self.layout.family_of == f
+            fam[..., f] = np.minimum(1.0, tail[..., members].min(axis=-1) * members.sum())
+        window = np.minimum(1.0, fam.min(axis=-1) * len(self.layout.families))
+        return window, fam
+
+    def test(self, values: NDArray[np.float64], margin: float) -> WindowEvidence:
+        """One window's per-row values (n, K) against the null."""
+        v = np.asarray(values, dtype=np.float64)
+        z = self.z(v.mean(axis=0), len(v), margin)
+        p_fam, p = self.p_values(z)
+        return WindowEvidence(z, dict(zip(self.layout.families, (float(x) for x in p_fam), strict=True)), float(p))
+
+    def resampled_fpr(self, values: NDArray[np.float64], n: int, fpr: float, *, draws: int, rng: np.random.Generator,
+                      chunk: int = 250) -> float:
+        """Rate at which windows of n rows resampled from the calibration's own values are flagged (no
+        margin): the test's rate when its null is exactly true, normal approximation or not."""
+        v = np.asarray(values, dtype=np.float64)
+        flagged = 0
+        for start in range(0, draws, chunk):
+            m = min(chunk, draws - start)
+            means = v[rng.integers(0, len(v), size=(m, n))].mean(axis=1)
+            _, p = self.p_values(self.z(means, n, 0.0))
+            flagged += int((p < fpr).sum())
+        return flagged / draws
+
+
+@dataclass(frozen=True)
+class WindowEvidence:
+    """One window's component z's, the p-value of each family and the window's p-value."""
+
+    z: NDArray[np.float64]
+    family_p: dict[str, float]
+    p_value: float
+
+
+def _family_max(stat: NDArray[np.float64], layout: Layout) -> NDArray[np.float64]:
+    """(..., K) -> (..., F): the largest statistic within each family."""
+    out = np.empty((*stat.shape[:-1], len(layout.families)))
+    for f in range(len(layout.families)):
+        out[..., f] = stat[..., layout.family_of == f].max(axis=-1)
+    return out
+
+
+def _upper_p(stat: NDArray[np.float64], sorted_null: NDArray[np.float64]) -> NDArray[np.float64]:
+    """(..., F) family maxima -> the share of null draws at least as large, per family (with +1)."""
+    draws = sorted_null.shape[1]
+    out = np.empty(stat.shape)
+    for f in range(sorted_null.shape[0]):
+        above = draws - np.searchsorted(sorted_null[f], stat[..., f], side="left")
+        out[..., f] = (above + 1.0) / (draws + 1.0)
+    return out
+
+
+def min_window(null: CombinedNull, values: NDArray[np.float64], fpr: float, *, sizes: Sequence[int],
+               draws: int = 2000, seed: int = 0) -> int:
+    """The smallest window size from which the combined test holds its rate on windows resampled from the
+    calibration (fpr + 3 binomial standard errors), and every larger size in `sizes` too."""
+    tolerance = fpr + 3.0 * math.sqrt(fpr * (1.0 - fpr) / draws)
+    gen = np.random.default_rng(seed)
+    ordered = sorted({int(s) for s in sizes})
+    smallest = ordered[-1]
+    for n in reversed(ordered):
+        if null.resampled_fpr(values, n, fpr, draws=draws, rng=gen) > tolerance:
+            break
+        smallest = n
+    return smallest
