@@ -117,7 +117,11 @@ def peers(model_dir: Path, work: Path, free_port, project_python: str, model_uri
     else:
         assert py is not None
         port = free_port()
-        renv = {"PYTHONPATH": "", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
+        # Ray starts its workers (the replicas, and the HAProxy its manager actor spawns) at nice 15
+        # (its `worker_niceness`): on cores shared with other processes that starves them, while every
+        # other server here runs at nice 0. Same priority for all.
+        renv = {"PYTHONPATH": "", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1",
+                "RAY_worker_niceness": "0"}
         haproxy = haproxy_binary(py)
         mode = "default proxy (no haproxy binary)"
         if haproxy:
