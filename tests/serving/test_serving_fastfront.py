@@ -162,3 +162,13 @@ def test_a_slow_body_gets_408_and_the_connection_closes(gateway) -> None:  # typ
         assert time.monotonic() - t0 >= 0.4
         assert c.recv(10) == b""
     assert gw.counts["coalesced_requests"] == 0  # nothing was forwarded
+
+
+def test_front_flag_and_its_env_default() -> None:
+    from scanflow.serving.gateway import parse_args
+
+    assert parse_args(["--port", "1"], {}).front == "fast"
+    assert parse_args(["--port", "1"], {"SCANFLOW_GATEWAY_FRONT": "asgi"}).front == "asgi"
+    assert parse_args(["--port", "1", "--front", "fast"], {"SCANFLOW_GATEWAY_FRONT": "asgi"}).front == "fast"
+    with pytest.raises(SystemExit):
+        parse_args(["--port", "1"], {"SCANFLOW_GATEWAY_FRONT": "turbo"})
