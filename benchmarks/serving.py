@@ -296,7 +296,9 @@ def main() -> None:
                          "--threads", threads, "--service", "bench", "--replica-id", f"r{i}"],
                         f"http://127.0.0.1:{rp}/ready", work / f"replica-{i}.log", {**env, **quiet})))
                 replica_args = [a for rp in ports for a in ("--replica", f"http://127.0.0.1:{rp}")]
-                for gp, extra in ((gport, []), (gport1, ["--coalesce-max", "0"]), (gport2, ["--front", "asgi"])):
+                fronts = ((gport, ["--front", "fast"]), (gport1, ["--coalesce-max", "0", "--front", "asgi"]),
+                          (gport2, ["--front", "asgi"]))
+                for gp, extra in fronts:
                     ready.append(stack.enter_context(spawned(
                         [py, "-m", "scanflow.serving.gateway", "--port", str(gp), "--service", "bench",
                          *replica_args, *extra],

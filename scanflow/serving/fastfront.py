@@ -19,8 +19,8 @@ answer is written (`on_response_complete`), as it would be behind an ASGI cycle.
 Slow bodies: a fast request whose body is not complete at the end of a read arms a timer of the
 gateway's body timeout; when it fires, 408 and close (as `read_body`'s deadline does).
 
-Who uses it: scanflow.serving.gateway.main (`--front fast`, the default; `--front asgi` is the plain
-uvicorn path). It extends scanflow.serving.corked's protocol, so it relies on the same uvicorn
+Who uses it: scanflow.serving.gateway.main with `--front fast` (opt-in; the default `--front asgi` is
+the plain uvicorn path). It extends scanflow.serving.corked's protocol, so it relies on the same uvicorn
 internals (httptools_impl: `cycle`, `pipeline`, `on_response_complete`, `server_state`), pinned by the
 project's uvicorn version and exercised by tests/serving/test_fastfront.py.
 """

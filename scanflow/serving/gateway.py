@@ -613,9 +613,9 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
                    help="client requests per upstream call (POST /predict_batch); 0 or 1 forwards each alone")
     p.add_argument("--batches-per-replica", type=int, default=1, help="coalesced calls in flight per replica")
     p.add_argument("--front", choices=("fast", "asgi"), default=None,
-                   help="fast (default): common POST /predict answered from the HTTP protocol, no ASGI cycle "
-                        "(scanflow.serving.fastfront); asgi: every request through uvicorn's ASGI cycle "
-                        "(env SCANFLOW_GATEWAY_FRONT)")
+                   help="asgi (default): every request through uvicorn's ASGI cycle; fast: the common POST "
+                        "/predict answered from the HTTP protocol, no ASGI cycle (scanflow.serving.fastfront; "
+                        "opt-in until S2 is understood with it, docs/serving.md) (env SCANFLOW_GATEWAY_FRONT)")
     p.add_argument("--allow-anonymous", action="store_true")
     p.add_argument("--log-level", default=None, help="env SCANFLOW_LOG_LEVEL, else INFO")
     args = p.parse_args(argv)
@@ -629,7 +629,7 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
         args.replica = url_list(env.get("SCANFLOW_UPSTREAM", ""))
     args.backup = args.backup or env.get("SCANFLOW_BACKUP", "").strip() or None
     args.log_level = args.log_level or env.get("SCANFLOW_LOG_LEVEL", "").strip() or "INFO"
-    args.front = args.front or env.get("SCANFLOW_GATEWAY_FRONT", "").strip() or "fast"
+    args.front = args.front or env.get("SCANFLOW_GATEWAY_FRONT", "").strip() or "asgi"
     if args.front not in ("fast", "asgi"):
         p.error(f"SCANFLOW_GATEWAY_FRONT={args.front!r}: use fast or asgi")
     return args
