@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-test sysdeps dev-secrets demo test test-e2e test-all test-fast bench lint clean
+.PHONY: setup setup-test sysdeps dev-secrets bench-sysdeps bench-peers demo test test-e2e test-all test-fast bench lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,27 @@ sysdeps:
 dev-secrets:
 	sh deploy/overlays/dev/gen-secrets.sh
 
+# Debian tools the serving benchmark uses: wrk (the load generator; without it an asyncio generator
+# stands in) and haproxy (Ray Serve's high-throughput ingress; without it Ray runs its default proxy).
+bench-sysdeps:
+	@for t in wrk haproxy; do command -v $$t >/dev/null 2>&1 || \
+	  (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	   (apt-get install -y -qq $$t >/dev/null 2>&1 || \
+	    (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $$t >/dev/null 2>&1)) || \
+	   echo "note: $$t not installed (see benchmarks/serving.py)"); done
+
+# The servers benchmarks/serving.py measures ours against, each in its own environment under
+# .bench-peers/ (never the project's venv: their pins conflict with ours), at the versions measured
+# (benchmarks/peers/*.txt). Rebuilt only when its requirements change.
+PEERS := .bench-peers
+$(PEERS)/%/.installed: benchmarks/peers/%.txt
+	rm -rf $(PEERS)/$*
+	$(PYTHON) -m venv $(PEERS)/$*
+	$(PEERS)/$*/bin/python -m pip install -q -r $<
+	touch $@
+
+bench-peers: bench-sysdeps $(PEERS)/mlserver/.installed $(PEERS)/ray/.installed
+
 demo: setup
 	$(BIN)/scanflow demo
 
@@ -60,7 +81,7 @@ test-all: test test-e2e
 test-fast: setup-test
 	@$(call PYTEST_RUN,-m "not slow and not e2e")
 
-bench: setup-test
+bench: setup-test bench-peers
 	for b in benchmarks/*.py; do $(BIN)/python $$b --quick || exit 1; done
 
 lint: setup-test

@@ -43,6 +43,8 @@ from scanflow.platform.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import serving_peers
 
 WRK_LUA = """
 wrk.method = "POST"
@@ -74,23 +76,24 @@ def wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None =
 class Started:
     """A spawned server: call it to wait until it answers; `pid` for /proc (benchmarks/serving_cpu.py)."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], ready_url: str) -> None:
-        self.proc, self.pid, self.ready_url = proc, proc.pid, ready_url
+    def __init__(self, proc: subprocess.Popen[bytes], ready_url: str, timeout_s: float = 120) -> None:
+        self.proc, self.pid, self.ready_url, self.timeout_s = proc, proc.pid, ready_url, timeout_s
 
     def __call__(self) -> None:
-        wait_http(self.ready_url, 120, self.proc)
+        wait_http(self.ready_url, self.timeout_s, self.proc)
 
 
 @contextmanager
 def spawned(
-    cmd: list[str], ready_url: str, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+    cmd: list[str], ready_url: str, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None,
+    timeout_s: float = 120,
 ) -> Iterator[Started]:
     """Start a server now; the yielded object waits until it answers when called. Stopped (group) on exit."""
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
                                 start_new_session=True, cwd=cwd)
     try:
-        yield Started(proc, ready_url)
+        yield Started(proc, ready_url, timeout_s)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -256,11 +259,16 @@ def main() -> None:
     from sklearn.datasets import load_digits
 
     row = (load_digits().data[:1] / 16.0).astype(np.float32).tolist()
-    body = json.dumps({"inputs": row})
+    bodies = {
+        "native": json.dumps({"inputs": row}),
+        # the same row as one Open Inference Protocol v2 tensor (our /v2 path and MLServer's)
+        "oip": json.dumps({"inputs": [{"name": "input", "shape": [1, len(row[0])], "datatype": "FP32",
+                                       "data": row[0]}]}),
+    }
     figures: dict[str, object] = {"loadgen": "wrk" if shutil.which("wrk") else "asyncio",
                                   "cpus": len(os.sched_getaffinity(0)), "replicas": args.replicas,
-                                  "seconds_per_point": seconds, "repeats": repeats}
-    table: dict[str, dict[int, dict[str, float]]] = {}
+                                  "seconds_per_point": seconds, "repeats": repeats,
+                                  "load_average_start": round(os.getloadavg()[0], 2)}
     from scanflow.tracking.server import MlflowServer
 
     with tempfile.TemporaryDirectory(prefix="scanflow-bench-") as tmp:
@@ -271,56 +279,83 @@ def main() -> None:
             mlflow.set_tracking_uri(mlflow_srv.url)
             env = {**env_path, "MLFLOW_TRACKING_URI": mlflow_srv.url}
             uri = register_model("bench-digits")
+            model_dir = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(work / "model")))
             print(f"model {uri}; load generator {figures['loadgen']}; {figures['cpus']} cpus", flush=True)
+            peer_list, skipped = serving_peers.peers(model_dir, work, free_port, py, uri, env)
 
             # Start every server at once (they idle while another is measured), then measure one at a time.
-            port, eport, gport, gport1 = free_port(), free_port(), free_port(), free_port()
+            eport, gport, gport1, gport2 = free_port(), free_port(), free_port(), free_port()
             ports = [free_port() for _ in range(args.replicas)]
             threads = str(max(1, len(os.sched_getaffinity(0)) // args.replicas))
             quiet = {"SCANFLOW_LOG_LEVEL": "WARNING"}
             with ExitStack() as stack:
-                ready = [stack.enter_context(spawned(
-                    [py, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local",
-                     "-h", "127.0.0.1", "-p", str(port), "--workers", "1"],
-                    f"http://127.0.0.1:{port}/ping", work / "mlflow-serve.log", env))]
+                ready = []
                 for i, rp in enumerate(ports):
                     ready.append(stack.enter_context(spawned(
                         [py, "-m", "scanflow.serving.replica", "--model-uri", uri, "--port", str(rp),
                          "--threads", threads, "--service", "bench", "--replica-id", f"r{i}"],
                         f"http://127.0.0.1:{rp}/ready", work / f"replica-{i}.log", {**env, **quiet})))
                 replica_args = [a for rp in ports for a in ("--replica", f"http://127.0.0.1:{rp}")]
-                for gp, extra in ((gport, []), (gport1, ["--coalesce-max", "0"])):
+                fronts = ((gport, ["--front", "fast"]), (gport1, ["--coalesce-max", "0", "--front", "asgi"]),
+                          (gport2, ["--front", "asgi"]))
+                for gp, extra in fronts:
                     ready.append(stack.enter_context(spawned(
                         [py, "-m", "scanflow.serving.gateway", "--port", str(gp), "--service", "bench",
                          *replica_args, *extra],
                         f"http://127.0.0.1:{gp}/ready", work / f"gateway-{gp}.log", quiet)))
                 ready.append(stack.enter_context(spawned(
                     [py, __file__, "--empty-server", str(eport)], f"http://127.0.0.1:{eport}/", work / "empty.log")))
+                # Peers: one process per group (Ray's two applications share one), each waited for alone;
+                # one that does not come up is reported with the reason and left out.
+                peer_ready: dict[str, list[Started]] = {}
+                procs: dict[str, Started] = {}
+                for peer in peer_list:
+                    key = peer.group or peer.name
+                    if key not in procs:
+                        procs[key] = stack.enter_context(spawned(
+                            peer.cmd, peer.ready_urls[0], work / f"peer-{key}.log", peer.env, peer.cwd, 300))
+                    peer_ready[peer.name] = [Started(procs[key].proc, u, 300) for u in peer.ready_urls]
                 for wait in ready:
                     wait()
                 urls = {
-                    "mlflow": f"http://127.0.0.1:{port}/invocations",
-                    "scanflow": f"http://127.0.0.1:{gport}/predict",
-                    "scanflow_one_by_one": f"http://127.0.0.1:{gport1}/predict",
-                    "scanflow_direct": f"http://127.0.0.1:{ports[0]}/predict",
-                    "empty": f"http://127.0.0.1:{eport}/",
+                    "scanflow": (f"http://127.0.0.1:{gport}/predict", "native"),
+                    "scanflow_oip": (f"http://127.0.0.1:{gport}/v2/models/bench-digits/infer", "oip"),
+                    "scanflow_asgi_front": (f"http://127.0.0.1:{gport2}/predict", "native"),
+                    "scanflow_one_by_one": (f"http://127.0.0.1:{gport1}/predict", "native"),
+                    "scanflow_direct": (f"http://127.0.0.1:{ports[0]}/predict", "native"),
+                    "empty": (f"http://127.0.0.1:{eport}/", "native"),
                 }
+                configs: dict[str, str] = {}
+                for peer in peer_list:
+                    try:
+                        for wait in peer_ready[peer.name]:
+                            wait()
+                        check = run_load(peer.url, bodies[peer.body], 1, 1, work)
+                        if check["errors"] or not check["rps"]:
+                            raise RuntimeError(f"{check['errors']:.0f} failed requests in a 1 s check")
+                    except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as exc:
+                        log_tail = (work / f"peer-{peer.group or peer.name}.log").read_text(errors="replace")[-600:]
+                        skipped[peer.name] = f"{exc}; log: {log_tail}"
+                        print(f"peer {peer.name} left out: {exc}", flush=True)
+                        continue
+                    urls[peer.name] = (peer.url, peer.body)
+                    configs[peer.name] = peer.config
                 # Interleaved rounds: every system (and the empty endpoint that sets the limit) is measured
                 # once per round, so load from other processes hits all of them alike; medians over rounds.
                 runs: dict[str, dict[int, list[dict[str, float]]]] = {k: {c: [] for c in concurrencies} for k in urls}
                 for _ in range(repeats):
                     for c in concurrencies:
-                        for name, url in urls.items():
-                            runs[name][c].append(run_load(url, body, c, seconds, work))
+                        for name, (url, kind) in urls.items():
+                            runs[name][c].append(run_load(url, bodies[kind], c, seconds, work))
             model_rows = model_limit(uri, 1.0)
 
     table = {k: {c: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for c, rs in v.items()}
              for k, v in runs.items()}
-    print(f"\n{'concurrency':>11} | " + " | ".join(f"{k:^28}" for k in table))
-    print(f"{'':>11} | " + " | ".join(f"{'rps':>9} {'p50 ms':>8} {'p99 ms':>8} " for _ in table))
-    for c in concurrencies:
-        cells = [f"{table[k][c]['rps']:9.0f} {table[k][c]['p50_ms']:8.2f} {table[k][c]['p99_ms']:8.2f} " for k in table]
-        print(f"{c:>11} | " + " | ".join(cells))
+    print(f"\n{'system':>20} | " + " | ".join(f"{c:>6} clients: rps / p50 / p99 ms" for c in concurrencies))
+    for k in table:
+        cells = [f"{table[k][c]['rps']:12.0f} / {table[k][c]['p50_ms']:6.2f} / {table[k][c]['p99_ms']:7.2f}"
+                 for c in concurrencies]
+        print(f"{k:>20} | " + " | ".join(cells))
 
     def fraction(name: str) -> float:
         """Median over rounds of (best rps of `name` / the limit measured in the same round)."""
@@ -335,22 +370,51 @@ def main() -> None:
     limit = min(empty_rps, model_rows)
     print(f"\nlimit: empty endpoint {empty_rps:.0f} rps (median over rounds of the best concurrency), "
           f"model batched {model_rows:.0f} rows/s -> {limit:.0f} rps")
+    for name, reason in skipped.items():
+        print(f"peer {name} did not run: {reason}")
     top = max(concurrencies)
     errors = {k: sum(v[c]["errors"] for c in concurrencies) for k, v in table.items()}
+    ran = list(configs)
+    # Against the best peer at each concurrency (the highest throughput among the peers that ran there):
+    # the lower throughput ratio of 8 and 64 clients, and the higher p99 ratio.
+    vs_best: dict[str, dict[str, object]] = {}
+    for c in (8, 64):
+        if c in concurrencies and ran:
+            best = max(ran, key=lambda k: table[k][c]["rps"])
+            vs_best[str(c)] = {
+                "best_peer": best,
+                "throughput_ratio": round(table["scanflow"][c]["rps"] / table[best][c]["rps"], 2),
+                "p99_ratio": round(table["scanflow"][c]["p99_ms"] / table[best][c]["p99_ms"], 3),
+            }
+    mlflows = [k for k in ran if k.startswith("mlflow")]
+    best_mlflow = max(mlflows, key=lambda k: table[k][top]["rps"]) if mlflows else None
     figures.update({
-        "throughput_ratio_vs_mlflow": round(table["scanflow"][top]["rps"] / table["mlflow"][top]["rps"], 2),
-        "p99_ratio_vs_mlflow": round(table["scanflow"][top]["p99_ms"] / table["mlflow"][top]["p99_ms"], 2),
+        "min_throughput_ratio_vs_best_peer": min((v["throughput_ratio"] for v in vs_best.values()), default=None),
+        "max_p99_ratio_vs_best_peer": max((v["p99_ratio"] for v in vs_best.values()), default=None),
+        "vs_best_peer": vs_best,
+        "throughput_ratio_vs_mlflow": round(table["scanflow"][top]["rps"] / table[best_mlflow][top]["rps"], 2)
+        if best_mlflow else None,
+        "p99_ratio_vs_mlflow": round(table["scanflow"][top]["p99_ms"] / table[best_mlflow][top]["p99_ms"], 3)
+        if best_mlflow else None,
+        "best_mlflow": best_mlflow,
         "fraction_of_limit": fraction("scanflow"),
+        "oip_fraction_of_limit": fraction("scanflow_oip"),
+        "asgi_front_fraction_of_limit": fraction("scanflow_asgi_front"),
+        "fast_front_gain": round(table["scanflow"][top]["rps"] / table["scanflow_asgi_front"][top]["rps"], 2),
         "one_by_one_fraction_of_limit": fraction("scanflow_one_by_one"),
         "coalescing_gain": round(table["scanflow"][top]["rps"] / table["scanflow_one_by_one"][top]["rps"], 2),
-        "direct_throughput_ratio_vs_mlflow": round(table["scanflow_direct"][top]["rps"] / table["mlflow"][top]["rps"], 2),
         "direct_fraction_of_limit": fraction("scanflow_direct"),
         "at_concurrency": top,
         "limit_rps": round(limit),
         "empty_endpoint_rps": round(empty_rps),
         "model_batched_rows_per_s": round(model_rows),
+        "load_average_end": round(os.getloadavg()[0], 2),
+        "peers": {k: {"config": configs[k], **{str(c): {m: round(x, 2) for m, x in table[k][c].items()}
+                                                for c in concurrencies}} for k in ran},
+        "peers_not_run": {k: v[:300] for k, v in skipped.items()},
         "errors": errors,
-        "results": {k: {str(c): {m: round(x, 2) for m, x in r.items()} for c, r in v.items()} for k, v in table.items()},
+        "results": {k: {str(c): {m: round(x, 2) for m, x in r.items()} for c, r in v.items()}
+                    for k, v in table.items() if k not in configs},
     })
     print(json.dumps(figures))
 

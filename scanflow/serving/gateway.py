@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
+import orjson
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -35,6 +36,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from scanflow.serving import batchwire
 from scanflow.serving.asgi import (
+    JSON_HEADERS,
     BodyDeadlines,
     BodyTimeout,
     BodyTooLarge,
@@ -73,6 +75,13 @@ _RETRY_STATUSES = frozenset({502, 503})  # the replica is draining / not ready: 
 # when the upstream could not answer at all; None when it was never sent (forward it on its own).
 Outcome = tuple[int, bytes, bytes, Upstream] | None
 _NO_ANSWER = 0
+# What a client gets: (status, body, headers, route label for the metrics).
+Answer = tuple[int, bytes, list[tuple[bytes, bytes]], str]
+
+
+def final(outcome: Outcome) -> bool:
+    """True when a coalesced call's outcome is the client's answer (no retry needed)."""
+    return outcome is not None and outcome[0] != _NO_ANSWER and outcome[0] not in _RETRY_STATUSES
 
 
 @dataclass
@@ -255,26 +264,39 @@ class Gateway:
             return
         except ClientGone:
             return
+        if self._coalescable(body):
+            outcome = await self._coalesced(body)
+            if final(outcome):
+                assert outcome is not None
+                status, payload, ctype, up = outcome
+                await send_raw(send, status, payload, [(b"content-type", ctype), (b"x-scanflow-upstream", up.url.encode())])
+                self._count(status, "primary")
+                self.metrics.latency.observe(time.perf_counter() - t0)
+                return
+        else:
+            outcome = None
+        status, payload, headers, route = await self.forward_with_retries(body, outcome)
+        await send_raw(send, status, payload, headers)
+        self._count(status, route)
+        if route != "none" or status != 503:
+            self.metrics.latency.observe(time.perf_counter() - t0)
+
+    async def forward_with_retries(self, body: bytes, outcome: Outcome = None) -> Answer:
+        """Forward one client body until some upstream answers it, after `outcome`, the answer of a
+        coalesced call that was not final (dead replica, 502/503) or None when none was tried.
+        Returns (status, body, headers, route). Shared by `predict` and scanflow.serving.fastfront."""
         exclude: frozenset[str] = frozenset()
         status, payload, ctype, route, up = 503, b"", b"application/json", None, None
         first_attempt = 0
-        if self._coalescable(body):
-            outcome = await self._coalesced(body)
-            if outcome is not None:
-                status, payload, ctype, up = outcome
-                route = "primary"
-                if status != _NO_ANSWER and status not in _RETRY_STATUSES:
-                    headers = [(b"content-type", ctype), (b"x-scanflow-upstream", up.url.encode())]
-                    await send_raw(send, status, payload, headers)
-                    self._count(status, route)
-                    self.metrics.latency.observe(time.perf_counter() - t0)
-                    return
-                if status == _NO_ANSWER:
-                    status, payload = 503, b""
-                self.metrics.retries.inc()
-                self.counts["retries"] += 1
-                exclude = frozenset({up.url})
-                first_attempt = 1
+        if outcome is not None:
+            status, payload, ctype, up = outcome
+            route = "primary"
+            if status == _NO_ANSWER:
+                status, payload = 503, b""
+            self.metrics.retries.inc()
+            self.counts["retries"] += 1
+            exclude = frozenset({up.url})
+            first_attempt = 1
         for attempt in range(first_attempt, MAX_ATTEMPTS):
             self._tick += 1
             route, up = choose_attempt(
@@ -294,21 +316,26 @@ class Gateway:
                 self.counts["retries"] += 1
             exclude = exclude | {up.url}
         if up is None and not payload:
-            await send_error(send, 503, f"service {self.config.service!r} has no healthy replica and no backup")
-            self.metrics.requests.inc("503", "none")
-            return
+            detail = f"service {self.config.service!r} has no healthy replica and no backup"
+            return 503, orjson.dumps({"detail": detail}), JSON_HEADERS, "none"
         if not payload and status == 503:
-            await send_error(send, 503, "upstream replicas failed; try again")
-        else:
-            headers = [(b"content-type", ctype), (b"x-scanflow-upstream", up.url.encode() if up else b"")]
-            await send_raw(send, status, payload, headers)
-        self._count(status, route or "none")
-        self.metrics.latency.observe(time.perf_counter() - t0)
+            return 503, orjson.dumps({"detail": "upstream replicas failed; try again"}), JSON_HEADERS, route or "none"
+        headers = [(b"content-type", ctype), (b"x-scanflow-upstream", up.url.encode() if up else b"")]
+        return status, payload, headers, route or "none"
 
     def _count(self, status: int, route: str) -> None:
         self.metrics.requests.inc(str(status), route)
 
     # ---- coalescing -------------------------------------------------------------------------
+    @property
+    def fast_body_limit(self) -> int:
+        """The largest body scanflow.serving.fastfront answers in place (bigger ones take the ASGI path)."""
+        return min(self.config.coalesce_item_bytes, self.config.max_body_bytes)
+
+    def fast_path_open(self) -> bool:
+        """Requests may be coalesced now (scanflow.serving.fastfront asks before taking one)."""
+        return self.config.coalesce_max > 1 and self.mode != "backup" and can_batch(self.replicas, self._no_batch)
+
     def _coalescable(self, body: bytes) -> bool:
         return (
             self.config.coalesce_max > 1
@@ -325,10 +352,14 @@ class Gateway:
         timer: a request is sent at once when a replica has a free batch slot (a lone client waits for
         nothing), and requests arriving while every slot is busy leave together when one frees up.
         """
+        return await self.enqueue(body)
+
+    def enqueue(self, body: bytes) -> asyncio.Future[Outcome]:
+        """Queue `body` for the next coalesced call; the future gets its outcome (see `_coalesced`)."""
         fut: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._waiting.append((body, fut))
         self._schedule_dispatch()
-        return await fut
+        return fut
 
     def _schedule_dispatch(self) -> None:
         # One loop turn later, so requests already read off the sockets in this turn join the batch.
@@ -581,6 +612,10 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
     p.add_argument("--coalesce-max", type=int, default=64,
                    help="client requests per upstream call (POST /predict_batch); 0 or 1 forwards each alone")
     p.add_argument("--batches-per-replica", type=int, default=1, help="coalesced calls in flight per replica")
+    p.add_argument("--front", choices=("fast", "asgi"), default=None,
+                   help="asgi (default): every request through uvicorn's ASGI cycle; fast: the common POST "
+                        "/predict answered from the HTTP protocol, no ASGI cycle (scanflow.serving.fastfront; "
+                        "opt-in until S2 is understood with it, docs/serving.md) (env SCANFLOW_GATEWAY_FRONT)")
     p.add_argument("--allow-anonymous", action="store_true")
     p.add_argument("--log-level", default=None, help="env SCANFLOW_LOG_LEVEL, else INFO")
     args = p.parse_args(argv)
@@ -594,6 +629,9 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
         args.replica = url_list(env.get("SCANFLOW_UPSTREAM", ""))
     args.backup = args.backup or env.get("SCANFLOW_BACKUP", "").strip() or None
     args.log_level = args.log_level or env.get("SCANFLOW_LOG_LEVEL", "").strip() or "INFO"
+    args.front = args.front or env.get("SCANFLOW_GATEWAY_FRONT", "").strip() or "asgi"
+    if args.front not in ("fast", "asgi"):
+        p.error(f"SCANFLOW_GATEWAY_FRONT={args.front!r}: use fast or asgi")
     return args
 
 
@@ -619,7 +657,13 @@ def main(argv: list[str] | None = None) -> None:
         )
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
-    run_server(create_app(config), args.host, args.port, args.log_level)
+    app = create_app(config)
+    if args.front == "fast":
+        from scanflow.serving.fastfront import protocol_for
+
+        run_server(app, args.host, args.port, args.log_level, http=protocol_for(app.gateway))
+    else:
+        run_server(app, args.host, args.port, args.log_level)
 
 
 if __name__ == "__main__":

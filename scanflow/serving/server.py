@@ -82,11 +82,12 @@ def alive(**extra: object) -> Callable[[], dict[str, object]]:
     return lambda: {"status": "alive", "pid": os.getpid(), **extra}
 
 
-def run_server(app: ASGIApp | object, host: str, port: int, log_level: str) -> None:
+def run_server(app: ASGIApp | object, host: str, port: int, log_level: str, http: type | None = None) -> None:
     """One uvicorn process: uvloop + httptools, no access log (it would cost more than the model),
     no proxy-header rewriting (nothing here reads the client address), gc.freeze() once the
     imports are done so the collector stops re-scanning the long-lived objects of torch/FastAPI,
-    and one socket write per answer (scanflow.serving.corked: uvicorn writes headers and body apart)."""
+    and one socket write per answer (scanflow.serving.corked: uvicorn writes headers and body apart).
+    `http`: a subclass of that protocol (the gateway's scanflow.serving.fastfront)."""
     import uvicorn
 
     from scanflow.serving.corked import CorkedHttpToolsProtocol
@@ -96,7 +97,7 @@ def run_server(app: ASGIApp | object, host: str, port: int, log_level: str) -> N
     gc.freeze()
     uvicorn.run(
         app,  # type: ignore[arg-type]
-        host=host, port=port, loop="uvloop", http=CorkedHttpToolsProtocol, lifespan="on",
+        host=host, port=port, loop="uvloop", http=http or CorkedHttpToolsProtocol, lifespan="on",
         access_log=False, log_level="warning", backlog=2048, timeout_keep_alive=60,
         proxy_headers=False,
     )
