@@ -63,7 +63,8 @@ def base_api(
     token: SecretStr | None,
     allow_anonymous: bool,
 ) -> tuple[FastAPI, Sequence[DependsParam]]:
-    """A FastAPI app with GET /health and GET /metrics, and the dependency list that guards /admin."""
+    """A FastAPI app with GET /health and GET /metrics, and the dependency list that guards /admin
+    (the `serving:admin` scope: the Executor's token, or the operator's; never a replica's)."""
     api = FastAPI(title=title, lifespan=lifespan)
 
     @api.get("/health")
@@ -74,7 +75,7 @@ def base_api(
     async def _metrics() -> Response:
         return Response(render_metrics(), media_type=CONTENT_TYPE_LATEST)
 
-    return api, [Depends(require_token(token, allow_anonymous=allow_anonymous))]
+    return api, [Depends(require_token(token, allow_anonymous=allow_anonymous, scope="serving:admin"))]
 
 
 def alive(**extra: object) -> Callable[[], dict[str, object]]:
