@@ -32,6 +32,7 @@ from scanflow.tracking.feedback import (
 from scanflow.tracking.predictions import AppendResult
 
 MAX_FEEDBACK_RECORDS = 5_000  # records per POST /feedback
+MAX_SEQ = 2**63 - 1  # a seq is a SQL BIGINT: a larger `after` would overflow the query (a 500, not a 422)
 MAX_FEEDBACK_BODY_BYTES = 4 * 1024 * 1024
 MAX_LOOKUP_BODY_BYTES = 4 * 1024 * 1024  # 10,000 ids of 200 characters fit
 
@@ -85,7 +86,7 @@ def feedback_router(
 
     @router.get("/feedback", dependencies=reads, summary="Stored feedback after a seq, in seq order")
     async def page(
-        after: int = Query(0, ge=0, description="the `next` of the previous page (0: from the start)"),
+        after: int = Query(0, ge=0, le=MAX_SEQ, description="the `next` of the previous page (0: from the start)"),
         limit: int = Query(1000, ge=1, le=MAX_PAGE),
     ) -> dict[str, Any]:
         got = await asyncio.to_thread(log.since, after, limit)
