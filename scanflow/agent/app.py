@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -406,7 +406,7 @@ def create_app(
     ) -> list[dict[str, Any]]:
         return await _thread(_clipped, rt.store.list_decisions, limit, strategy)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)  # documented as text/plain (Prometheus)
     async def metrics(rt: RuntimeDep) -> Response:
         rt.metrics.queue_depth.set(await rt.queue_depth())
         return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -18,7 +18,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.params import Depends as DependsParam
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import SecretStr
 
@@ -71,7 +71,7 @@ def base_api(
     async def _health() -> dict[str, object]:
         return health()
 
-    @api.get("/metrics")
+    @api.get("/metrics", response_class=PlainTextResponse)  # documented as text/plain (Prometheus)
     async def _metrics() -> Response:
         return Response(render_metrics(), media_type=CONTENT_TYPE_LATEST)
 
