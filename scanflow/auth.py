@@ -34,7 +34,7 @@ ADMIN = "admin"  # every scope: the operator, and the legacy single SCANFLOW_TOK
 SCOPES: dict[str, str] = {
     ADMIN: "everything below, and the strategies of every agent",
     "events:write": "POST /events to an agent (peers hand events on)",
-    "actuate": "POST /actuators/* and /sensors/* of an agent (the Planner calls the Executor's)",
+    "actuate": "POST /actuators/* and /sensors/* of an agent (a strategy's action on a peer)",
     "strategies": "POST/DELETE /strategies of an agent",
     "predictions:write": "POST /predictions to the Tracker (replicas' records)",
     "feedback:write": "POST /feedback to the Tracker (true labels: they feed retraining)",
@@ -45,8 +45,10 @@ SCOPES: dict[str, str] = {
 # What each component of the reference loop holds (the embedded stack mints one token per entry).
 COMPONENT_SCOPES: dict[str, frozenset[str]] = {
     "operator": frozenset({ADMIN}),
-    "tracker": frozenset({"events:write", "feedback:read"}),
-    "checker": frozenset({"events:write", "feedback:read"}),
+    # agents call each other's actuators when a strategy names a peer (the Tracker's check-drift runs
+    # the Checker's check_drift), so each holds `actuate`; none may add strategies or administer serving
+    "tracker": frozenset({"events:write", "actuate", "feedback:read"}),
+    "checker": frozenset({"events:write", "actuate", "feedback:read"}),
     "planner": frozenset({"events:write", "actuate", "feedback:read"}),
     "executor": frozenset({"events:write", "actuate", "feedback:read", "serving:admin"}),
     "replica": frozenset({"predictions:write"}),
