@@ -242,9 +242,11 @@ class MlflowServer:
         if proxy is not None:
             _stop_group(proxy, timeout_s)
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        _stop_group(proc, timeout_s)
+        if proc is not None:
+            _stop_group(proc, timeout_s)
+        if self._sock_dir is not None:  # the next start makes a fresh private directory
+            shutil.rmtree(self._sock_dir, ignore_errors=True)
+            self._sock_dir = None
 
     def __enter__(self) -> Self:
         self.start()
