@@ -53,6 +53,12 @@ from scanflow.settings import Settings
 from scanflow.spec import StrategySpec
 
 EVENT_NAME_RE = r"^[A-Za-z0-9_.:/-]{1,200}$"
+# statuses every mutating route can answer besides its own (documented in the OpenAPI: schemathesis)
+_MUTATING: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing or unknown bearer token"},
+    403: {"description": "the token lacks this route's scope, or the agent has no token configured"},
+    413: {"description": "body over the size limit"},
+}
 DEFAULT_MAX_BODY = 1 << 20  # 1 MiB
 log = logging.getLogger(__name__)
 
@@ -296,7 +302,8 @@ def create_app(
             "uptime_s": max(0.0, rt.clock() - rt.started_at),
         }
 
-    @app.post("/events", status_code=status.HTTP_202_ACCEPTED, dependencies=needs("events:write"))
+    @app.post("/events", status_code=status.HTTP_202_ACCEPTED, dependencies=needs("events:write"),
+              responses=_MUTATING)
     async def post_event(body: EventIn, rt: RuntimeDep) -> EventAccepted:
         event_id, dup = await rt.submit_event(body.name, body.payload, body.idempotency_key, body.source)
         return EventAccepted(id=event_id, duplicate=dup)
@@ -309,7 +316,10 @@ def create_app(
     ) -> list[dict[str, Any]]:
         return await _thread(_clipped, rt.store.list_events, status_, limit)
 
-    @app.post("/actuators/{name}", dependencies=needs("actuate"))
+    @app.post("/actuators/{name}", dependencies=needs("actuate"), responses={
+        **_MUTATING, 404: {"description": "no such actuator"},
+        422: {"description": "invalid body, or the action failed permanently"},
+        503: {"description": "the action failed for now: retry after Retry-After"}})
     async def call_actuator(name: str, body: ActuatorCall, rt: RuntimeDep) -> Response:
         if name not in agent.actuators:
             raise HTTPException(
@@ -335,7 +345,8 @@ def create_app(
             {"detail": outcome.error, "status": "failed", "key": key, "duplicate": dup}, status_code=422
         )
 
-    @app.post("/sensors/{name}", dependencies=needs("actuate"))
+    @app.post("/sensors/{name}", dependencies=needs("actuate"), responses={
+        **_MUTATING, 404: {"description": "no such sensor"}, 502: {"description": "the sensor raised (see the log)"}})
     async def run_sensor(name: str, rt: RuntimeDep) -> dict[str, Any]:
         if name not in agent.sensors:
             raise HTTPException(
@@ -352,7 +363,8 @@ def create_app(
     async def list_strategies(rt: RuntimeDep) -> list[dict[str, Any]]:
         return [s.to_json() for s in rt.strategies.values()]
 
-    @app.post("/strategies", status_code=status.HTTP_201_CREATED, dependencies=needs("strategies"))
+    @app.post("/strategies", status_code=status.HTTP_201_CREATED, dependencies=needs("strategies"),
+              responses={**_MUTATING, 409: {"description": "a strategy of that name exists"}})
     async def add_strategy(spec: StrategySpec, rt: RuntimeDep) -> dict[str, Any]:
         if spec.name in rt.strategies:
             raise HTTPException(409, f"strategy {spec.name!r} exists; DELETE it first to replace it")
@@ -382,7 +394,9 @@ def create_app(
         await rt.add_strategy(s)
         return s.to_json()
 
-    @app.delete("/strategies/{name}", status_code=status.HTTP_204_NO_CONTENT, dependencies=needs("strategies"))
+    @app.delete("/strategies/{name}", status_code=status.HTTP_204_NO_CONTENT, dependencies=needs("strategies"),
+                responses={**_MUTATING, 404: {"description": "no such strategy"},
+                           409: {"description": "declared in code: cannot be deleted over REST"}})
     async def delete_strategy(name: str, rt: RuntimeDep) -> Response:
         s = rt.strategies.get(name)
         if s is None:
