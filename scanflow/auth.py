@@ -101,7 +101,7 @@ class TokenTable:
         except ValueError:
             raise ValueError(f"{AUTH_TOKENS_ENV} is not JSON") from None
         if not isinstance(doc, list):
-            raise ValueError(f'{AUTH_TOKENS_ENV} must be a JSON list of {{"name", "sha256", "scopes"}}')
+            raise ValueError(f'{AUTH_TOKENS_ENV} must be a JSON list of {{"name", "sha256", "scopes"}}')  # noqa: TRY004
         out = []
         for i, e in enumerate(doc):
             if not isinstance(e, dict) or set(e) != {"name", "sha256", "scopes"}:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from fastapi import HTTPException
 
-from scanflow.auth import ADMIN, AUTH_TOKENS_ENV, COMPONENT_SCOPES, SCOPES, TokenTable, require_token, token_digest
+from scanflow.auth import (
+    ADMIN,
+    AUTH_TOKENS_ENV,
+    COMPONENT_SCOPES,
+    SCOPES,
+    TokenTable,
+    require_token,
+    token_digest,
+)
 from scanflow.credentials import child_env
 
 

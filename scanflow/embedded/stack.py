@@ -237,7 +237,7 @@ class EmbeddedStack:
             log.warning("mlflow (or its proxy) died; restarting it on %s", srv.url)
             try:
                 srv.start()
-            except Exception as exc:  # keep watching: the next round tries again
+            except Exception as exc:  # noqa: BLE001  # keep watching: the next round tries again
                 log.error("mlflow restart failed: %s", exc)
                 continue
             self.mlflow_restarts += 1

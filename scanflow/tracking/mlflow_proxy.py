@@ -79,7 +79,7 @@ def parse_users(text: str) -> list[tuple[str, bytes, Role]]:
     except ValueError:
         raise ValueError(f"{USERS_ENV} is not JSON") from None
     if not isinstance(doc, list):
-        raise ValueError(f'{USERS_ENV} must be a JSON list of {{"name", "sha256", "role"}}')
+        raise ValueError(f'{USERS_ENV} must be a JSON list of {{"name", "sha256", "role"}}')  # noqa: TRY004
     out: list[tuple[str, bytes, Role]] = []
     for i, e in enumerate(doc):
         if not isinstance(e, dict) or set(e) != {"name", "sha256", "role"}:
@@ -140,9 +140,8 @@ def allowed(role: Role, method: str, path: str, alias: str | None = None) -> boo
         return False
     if _DELETES.search(path):
         return False
-    if role == "job" and (_PROMOTION.search(path) or (_ALIAS.search(path) and (alias is None or alias in PROTECTED_ALIASES))):
-        return False
-    return True
+    moves_protected = _ALIAS.search(path) is not None and (alias is None or alias in PROTECTED_ALIASES)
+    return not (role == "job" and (_PROMOTION.search(path) is not None or moves_protected))
 
 
 def alias_of(body: bytes, query: Mapping[str, str]) -> str | None:

@@ -12,7 +12,7 @@ import pytest
 from conftest import running
 
 from scanflow.agent import Agent, Context, Store
-from scanflow.auth import COMPONENT_SCOPES, AUTH_TOKENS_ENV, TokenTable
+from scanflow.auth import AUTH_TOKENS_ENV, COMPONENT_SCOPES, TokenTable
 from scanflow.settings import Settings
 
 TOKENS = {name: f"tok-{name}-0123456789" for name in COMPONENT_SCOPES}

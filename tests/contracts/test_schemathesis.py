@@ -15,14 +15,13 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (dev extra: schemathesis==4.32.5)")
-from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import HealthCheck, settings
 
 pytestmark = pytest.mark.integration
 TOKEN = "schemathesis-admin-token"
@@ -66,9 +65,9 @@ def _predict(x: np.ndarray) -> tuple[list, np.ndarray | None]:
 def agent_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from scanflow.agent import Agent, Context, Store, create_app
     from scanflow.settings import Settings
+    from scanflow.tracking.api import predictions_router
     from scanflow.tracking.feedback import FeedbackLog
     from scanflow.tracking.feedback_api import feedback_router
-    from scanflow.tracking.api import predictions_router
     from scanflow.tracking.predictions import PredictionLog
 
     home = tmp_path_factory.mktemp("agent")

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scanflow.tracking.mlflow_proxy import allowed, alias_of, identify, parse_users, users_json
+from scanflow.tracking.mlflow_proxy import alias_of, allowed, identify, parse_users, users_json
 from scanflow.tracking.server import MlflowServer
 
 USERS = {"admin": ("adm-pw-0123456789", "admin"), "tracker": ("trk-pw-0123456789", "writer"),
