@@ -1,17 +1,19 @@
 """`create_app(agent, ...)`: the FastAPI app of one agent (REST API, lifespan running its loop).
 
-Endpoints (mutating ones need `Authorization: Bearer <token>` unless allow_anonymous):
+Endpoints (mutating ones need `Authorization: Bearer <token>` with the scope named, see scanflow.auth,
+unless allow_anonymous):
   GET  /health, /status, /events?status&limit, /decisions?limit&strategy, /strategies, /metrics, /docs
-  POST /events                 {name, payload: {}, idempotency_key?, source?} -> 202 {id, duplicate}
-  POST /actuators/{name}       {args: {}, idempotency_key?} -> 200 {status, result, key, duplicate}
+  POST /events [events:write]  {name, payload: {}, idempotency_key?, source?} -> 202 {id, duplicate}
+  POST /actuators/{name} [actuate] {args: {}, idempotency_key?} -> 200 {status, result, key, duplicate}
                                (503 + Retry-After for a temporary failure, 422 for a permanent one)
-  POST /sensors/{name}         run a sensor now -> {events: [ids]}
-  POST /strategies             a StrategySpec -> 201 (422 for an invalid constraint, 409 if it exists)
+  POST /sensors/{name} [actuate] run a sensor now -> {events: [ids]}
+  POST /strategies [strategies] a StrategySpec -> 201 (422 for an invalid constraint, 409 if it exists)
   DELETE /strategies/{name}    -> 204 (a strategy added over REST; 409 for one declared in code)
 Bad input is a 4xx with a message (strict pydantic models; a body over the size limit is 413, a JSON
 body nested deeper than 64 levels 422, before it is parsed); an
 unexpected error is a JSON 500 that says where to look, never the exception text (it may hold secrets).
-The agent author's `agent.router` is mounted too, its non-GET routes behind the same token check.
+The agent author's `agent.router` is mounted too, its non-GET routes behind any accepted token (a route
+that needs a scope names it with its own `require_token(..., scope=...)`, as the Tracker's do).
 Who calls: `serve()` / `scanflow agent run`, tests (httpx ASGITransport or a real uvicorn).
 """
 
@@ -28,7 +30,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -46,11 +48,17 @@ from scanflow.agent.jsonsafe import (
 from scanflow.agent.runtime import Runtime
 from scanflow.agent.store import Store
 from scanflow.agent.types import Event
-from scanflow.auth import require_token
+from scanflow.auth import TokenTable, require_token
 from scanflow.settings import Settings
 from scanflow.spec import StrategySpec
 
 EVENT_NAME_RE = r"^[A-Za-z0-9_.:/-]{1,200}$"
+# statuses every mutating route can answer besides its own (documented in the OpenAPI: schemathesis)
+_MUTATING: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing or unknown bearer token"},
+    403: {"description": "the token lacks this route's scope, or the agent has no token configured"},
+    413: {"description": "body over the size limit"},
+}
 DEFAULT_MAX_BODY = 1 << 20  # 1 MiB
 log = logging.getLogger(__name__)
 
@@ -249,8 +257,10 @@ def create_app(
     )
     app.state.runtime = runtime
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
-    auth = require_token(settings.token, allow_anonymous=allow_anonymous)
-    mutating = [Depends(_on_loop(auth))]
+    tokens = TokenTable.from_env(settings.token)
+
+    def needs(scope: str | None) -> list[Any]:
+        return [Depends(_on_loop(require_token(tokens, allow_anonymous=allow_anonymous, scope=scope)))]
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
@@ -292,7 +302,8 @@ def create_app(
             "uptime_s": max(0.0, rt.clock() - rt.started_at),
         }
 
-    @app.post("/events", status_code=status.HTTP_202_ACCEPTED, dependencies=mutating)
+    @app.post("/events", status_code=status.HTTP_202_ACCEPTED, dependencies=needs("events:write"),
+              responses=_MUTATING)
     async def post_event(body: EventIn, rt: RuntimeDep) -> EventAccepted:
         event_id, dup = await rt.submit_event(body.name, body.payload, body.idempotency_key, body.source)
         return EventAccepted(id=event_id, duplicate=dup)
@@ -305,7 +316,10 @@ def create_app(
     ) -> list[dict[str, Any]]:
         return await _thread(_clipped, rt.store.list_events, status_, limit)
 
-    @app.post("/actuators/{name}", dependencies=mutating)
+    @app.post("/actuators/{name}", dependencies=needs("actuate"), responses={
+        **_MUTATING, 404: {"description": "no such actuator"},
+        422: {"description": "invalid body, or the action failed permanently"},
+        503: {"description": "the action failed for now: retry after Retry-After"}})
     async def call_actuator(name: str, body: ActuatorCall, rt: RuntimeDep) -> Response:
         if name not in agent.actuators:
             raise HTTPException(
@@ -331,7 +345,8 @@ def create_app(
             {"detail": outcome.error, "status": "failed", "key": key, "duplicate": dup}, status_code=422
         )
 
-    @app.post("/sensors/{name}", dependencies=mutating)
+    @app.post("/sensors/{name}", dependencies=needs("actuate"), responses={
+        **_MUTATING, 404: {"description": "no such sensor"}, 502: {"description": "the sensor raised (see the log)"}})
     async def run_sensor(name: str, rt: RuntimeDep) -> dict[str, Any]:
         if name not in agent.sensors:
             raise HTTPException(
@@ -348,7 +363,8 @@ def create_app(
     async def list_strategies(rt: RuntimeDep) -> list[dict[str, Any]]:
         return [s.to_json() for s in rt.strategies.values()]
 
-    @app.post("/strategies", status_code=status.HTTP_201_CREATED, dependencies=mutating)
+    @app.post("/strategies", status_code=status.HTTP_201_CREATED, dependencies=needs("strategies"),
+              responses={**_MUTATING, 409: {"description": "a strategy of that name exists"}})
     async def add_strategy(spec: StrategySpec, rt: RuntimeDep) -> dict[str, Any]:
         if spec.name in rt.strategies:
             raise HTTPException(409, f"strategy {spec.name!r} exists; DELETE it first to replace it")
@@ -378,7 +394,9 @@ def create_app(
         await rt.add_strategy(s)
         return s.to_json()
 
-    @app.delete("/strategies/{name}", status_code=status.HTTP_204_NO_CONTENT, dependencies=mutating)
+    @app.delete("/strategies/{name}", status_code=status.HTTP_204_NO_CONTENT, dependencies=needs("strategies"),
+                responses={**_MUTATING, 404: {"description": "no such strategy"},
+                           409: {"description": "declared in code: cannot be deleted over REST"}})
     async def delete_strategy(name: str, rt: RuntimeDep) -> Response:
         s = rt.strategies.get(name)
         if s is None:
@@ -402,12 +420,14 @@ def create_app(
     ) -> list[dict[str, Any]]:
         return await _thread(_clipped, rt.store.list_decisions, limit, strategy)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)  # documented as text/plain (Prometheus)
     async def metrics(rt: RuntimeDep) -> Response:
         rt.metrics.queue_depth.set(await rt.queue_depth())
         return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(agent.router, dependencies=[Depends(_unsafe_methods_only(auth))])
+    # any accepted token; a route that needs more names its scope itself (the Tracker's do)
+    app.include_router(agent.router, dependencies=[Depends(_unsafe_methods_only(
+        require_token(tokens, allow_anonymous=allow_anonymous)))])
     return app
 
 

@@ -13,7 +13,12 @@ On enter: a local MLflow server (knowledge base) in `home/mlflow`; the bootstrap
 drift detector) as its own process; then the four agents as OS processes
 (`python -m scanflow.cli agent run FILE --name NAME --port P`, peers in SCANFLOW_PEERS, FILE being the source of the
 AgentSpec's `module`, else `agents/<role>.py`; P its `port`, else a free one), each with its own
-SCANFLOW_HOME (its durable store), the shared token and MLFLOW_TRACKING_URI. The Executor deploys the
+SCANFLOW_HOME (its durable store), its own token (scopes: scanflow.auth.COMPONENT_SCOPES; `token`
+is the operator's, an all-scopes admin), the accepted tokens' digests (SCANFLOW_AUTH_TOKENS), its own
+MLflow login and MLFLOW_TRACKING_URI; the Executor also gets the replicas' and Jobs' credentials
+(scanflow.credentials). MLflow runs behind an authenticating proxy (scanflow.tracking.mlflow_proxy) and
+is restarted on its port when it dies; this process works as the operator (MLFLOW_TRACKING_USERNAME /
+_PASSWORD set until stop). The Executor deploys the
 services at startup; the stack returns once every agent answers /health (the Executor's only after its
 services are ready). Service gateway ports are fixed here, so a restarted Executor serves on the same
 endpoint. On exit (or error): agents get SIGTERM (the Executor stops its services), then SIGKILL, a
@@ -32,6 +37,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +46,8 @@ from typing import Any, Literal, Self
 import httpx
 
 from scanflow.agent.client import AgentClient
+from scanflow.auth import AUTH_TOKENS_ENV, COMPONENT_SCOPES, TokenTable, new_token
+from scanflow.credentials import kind_vars
 from scanflow.embedded.agentfiles import AgentModuleError, agent_target
 from scanflow.embedded.env import QUICK_ENV, WORKFLOW_ENV, loopback_url, primary_service
 from scanflow.embedded.leftovers import kill_leftovers
@@ -49,6 +57,12 @@ from scanflow.spec import AgentSpec, Workflow
 log = logging.getLogger(__name__)
 
 ROLES = ("tracker", "checker", "planner", "executor")
+# MLflow role of each login (scanflow.tracking.mlflow_proxy): the bootstrap and the operator administer,
+# agents write (the Executor moves aliases), a Job may not move the champion, replicas only read.
+MLFLOW_ROLES = {"bootstrap": "admin", "operator": "admin", "tracker": "writer", "checker": "writer",
+                "planner": "writer", "executor": "writer", "job": "job", "replica": "reader"}
+_OPERATOR_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+MLFLOW_WATCH_S = 1.0  # how often the stack checks that MLflow (and its proxy) still run
 BIND_RETRIES = 3  # restarts of an agent whose port was briefly taken (see _wait_healthy)
 BIND_RETRY_DELAY_S = 1.0  # before such a restart: the port's other holder is not ours to await
 ADDR_IN_USE = "address already in use"  # uvicorn's bind failure: "[Errno 98] error while attempting to bind ..."
@@ -125,6 +139,16 @@ class EmbeddedStack:
         self.mlflow: Any = None
         self.tracking_uri = ""
         self.bootstrap_result: dict[str, Any] = {}
+        # one token per component (scopes: scanflow.auth.COMPONENT_SCOPES); `token` is the operator's
+        self.tokens = {name: (self.token if name == "operator" else new_token()) for name in COMPONENT_SCOPES}
+        self.token_table = TokenTable.of({n: (t, COMPONENT_SCOPES[n]) for n, t in self.tokens.items()})
+        # one MLflow login per component; the operator's password is its token (the token file)
+        self.mlflow_logins = {name: (self.token if name == "operator" else new_token(), role)
+                              for name, role in MLFLOW_ROLES.items()}
+        self.mlflow_restarts = 0
+        self._saved_env: dict[str, str | None] = {}
+        self._watch_stop = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     # -- addresses -------------------------------------------------------------------------------
     @property
@@ -174,10 +198,17 @@ class EmbeddedStack:
 
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
         (self.home / "workflow.yaml").write_text(self.workflow.to_yaml())
-        self._say("mlflow: starting")
-        self.mlflow = MlflowServer(self.home / "mlflow")
+        self._say("mlflow: starting (behind its authenticating proxy)")
+        self.mlflow = MlflowServer(self.home / "mlflow", users=self.mlflow_logins,
+                                   startup_timeout_s=self.ready_timeout_s)
         self.tracking_uri = self.mlflow.start()
-        self._say(f"mlflow: up at {self.tracking_uri}")
+        self._watch_stop.clear()
+        self._watcher = threading.Thread(target=self._watch_mlflow, name="mlflow-watch", daemon=True)
+        self._watcher.start()
+        # this process (tests, the demo, notebooks reading MLflow) works as the operator until stop()
+        self._saved_env = {k: os.environ.get(k) for k in _OPERATOR_ENV}
+        os.environ.update({"MLFLOW_TRACKING_USERNAME": "operator", "MLFLOW_TRACKING_PASSWORD": self.token})
+        self._say(f"mlflow: up at {self.tracking_uri} (login: user 'operator', password: the stack's token)")
         self._say("bootstrap: training the first champion and fitting the drift detector (this takes a while)")
         self._bootstrap()
         self._say(f"bootstrap: done (champion version {self.bootstrap_result.get('champion', '?')})")
@@ -196,8 +227,34 @@ class EmbeddedStack:
         if self.on_progress is not None:
             self.on_progress(line)
 
+    def _watch_mlflow(self) -> None:
+        """Restart MLflow (and its proxy) on the same port when either dies, like a supervisor would:
+        agents and replicas retry their MLflow calls meanwhile. Stops with the stack."""
+        while not self._watch_stop.wait(MLFLOW_WATCH_S):
+            srv = self.mlflow
+            if srv is None or srv.alive():
+                continue
+            log.warning("mlflow (or its proxy) died; restarting it on %s", srv.url)
+            try:
+                srv.start()
+            except Exception as exc:  # noqa: BLE001  # keep watching: the next round tries again
+                log.error("mlflow restart failed: %s", exc)
+                continue
+            self.mlflow_restarts += 1
+            self._say(f"mlflow: restarted ({self.mlflow_restarts})")
+
+    def kill_mlflow(self) -> None:
+        """SIGKILL MLflow's process group, as a crash would (the watch restarts it)."""
+        srv = self.mlflow
+        if srv is not None and srv._proc is not None:
+            _signal_group(srv._proc, signal.SIGKILL)
+
     def stop(self) -> None:
         """Stop agents (SIGTERM, then SIGKILL), sweep leftovers, stop MLflow. Idempotent."""
+        self._watch_stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=self.ready_timeout_s)
+            self._watcher = None
         for role in reversed(ROLES):
             p = self.procs.get(role)
             if p is not None and p.poll() is None:
@@ -215,11 +272,23 @@ class EmbeddedStack:
         if self.mlflow is not None:
             self.mlflow.stop()
             self.mlflow = None
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self._saved_env = {}
 
     def _env(self, role: str) -> dict[str, str]:
-        env = dict(os.environ)
+        """An agent's (or the bootstrap's) environment: its own token and MLflow login, the table of
+        accepted tokens (digests), and for the Executor the credentials of what it starts."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("MLFLOW_TRACKING_") and not (k.startswith("SCANFLOW_") and k.endswith("_TOKEN"))}
+        user, password = (role, self.mlflow_logins[role][0])
         env.update({
-            "SCANFLOW_TOKEN": self.token,
+            AUTH_TOKENS_ENV: self.token_table.to_json(),
+            "MLFLOW_TRACKING_USERNAME": user,
+            "MLFLOW_TRACKING_PASSWORD": password,
             "SCANFLOW_HOME": str(self.agent_home(role)),
             "SCANFLOW_STACK_HOME": str(self.home),  # the agents' shared monitoring runs in MLflow are the stack's
             "SCANFLOW_HTTP_TIMEOUT_S": "30",
@@ -235,6 +304,14 @@ class EmbeddedStack:
             "PYTHONUNBUFFERED": "1",
         })
         env.pop("SCANFLOW_STORE_URL", None)  # each agent keeps its own store in its home
+        if role in self.tokens:
+            env["SCANFLOW_TOKEN"] = self.tokens[role]
+        if role == "executor":  # what its platform hands to replicas and Jobs (scanflow.credentials)
+            for kind in ("replica", "job"):
+                token_var, user_var, password_var = kind_vars(kind)
+                if kind in self.tokens:
+                    env[token_var] = self.tokens[kind]
+                env[user_var], env[password_var] = kind, self.mlflow_logins[kind][0]
         env.update(self.extra_env)
         return env
 

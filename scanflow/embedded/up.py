@@ -58,7 +58,7 @@ def urls_of(stack: EmbeddedStack) -> dict[str, object]:
 def addresses(state: StackState) -> str:
     """Pure: the block `up` prints once the stack is ready (never the token, only where it is)."""
     u = state.urls
-    rows = [("MLflow UI", str(u.get("mlflow")), "")]
+    rows = [("MLflow UI", str(u.get("mlflow")), "login: user 'operator', password: the token")]
     rows += [(f"service {n}", url, "POST, gateway") for n, url in dict(u.get("predict") or {}).items()]
     rows.append(("feedback", str(u.get("feedback")), "POST, Tracker"))
     rows += [(f"agent {r}", url, "") for r, url in dict(u.get("agents") or {}).items()]

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 from scanflow.auth import bearer_header
+from scanflow.credentials import ChildKind, child_env
 from scanflow.platform import processes as procs
 from scanflow.platform.base import (
     JobResult,
@@ -178,13 +179,16 @@ class LocalPlatform:
     def _headers(self) -> dict[str, str]:
         return bearer_header(self._token)
 
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+    def _env(self, kind: ChildKind) -> dict[str, str]:
+        """A child's environment: this process's, minus its credentials, plus the child's own
+        (scanflow.credentials: a replica never holds the Executor's token or MLflow login)."""
+        parent = dict(os.environ)
+        if self._token:
+            parent["SCANFLOW_TOKEN"] = self._token
+        env = child_env(parent, kind)
         env["MLFLOW_TRACKING_URI"] = self.tracking_uri
         env.setdefault("PYTHONUNBUFFERED", "1")
         env[HOME_ENV] = str(self.home.resolve())
-        if self._token:
-            env["SCANFLOW_TOKEN"] = self._token
         return env
 
     def _get(self, name: str) -> _Service:
@@ -212,7 +216,7 @@ class LocalPlatform:
         if self.allow_anonymous:
             argv.append("--allow-anonymous")
         log_path = self.home / "logs" / f"{spec.name}-{rid}.log"
-        proc = procs.spawn(argv, log_path, self._env())
+        proc = procs.spawn(argv, log_path, self._env("replica"))
         log.info("service %s: replica %d starting (pid %d, port %d)", spec.name, rid, proc.pid, port)
         return _Replica(rid=rid, port=port, proc=proc, restarts=restarts)
 
@@ -225,7 +229,7 @@ class LocalPlatform:
             argv += ["--backup", backup_url]
         if self.allow_anonymous:
             argv.append("--allow-anonymous")
-        return procs.spawn(argv, self.home / "logs" / f"{spec.name}-gateway.log", self._env())
+        return procs.spawn(argv, self.home / "logs" / f"{spec.name}-gateway.log", self._env("gateway"))
 
     def _apply_to_replica(self, svc: _Service, rep: _Replica) -> list[str]:
         """cgroup limits, then affinity (moving into a cpuset resets affinity), for one replica."""
@@ -845,7 +849,7 @@ class LocalPlatform:
         jobs_dir = self.home / "jobs"
         log_path = jobs_dir / f"{job.name}-{run_id}.log"
         out_path = jobs_dir / f"{job.name}-{run_id}.outputs.json"
-        env = self._env() | {
+        env = self._env("job") | {
             "MLFLOW_RUN_ID": run_id, "MLFLOW_EXPERIMENT_ID": exp_id,
             "SCANFLOW_JOB_OUTPUT": str(out_path), "SCANFLOW_JOB_PARAMS": args_json,
         }

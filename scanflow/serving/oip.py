@@ -336,8 +336,10 @@ def infer_answer(native: dict[str, Any], meta: ModelMeta, call: InferCall) -> di
         tensors.append({"name": "prediction", "datatype": datatype, "shape": [n], "data": outputs})
     if call.outputs is not None:
         tensors = [t for t in tensors if t["name"] in call.outputs]
+    # the protocol echoes the caller's `id`; the record's id (what feedback is sent by) is a parameter
     return {"model_name": meta.name, "model_version": native.get("model_version"),
-            "id": native.get("request_id"), "outputs": tensors}
+            "id": native.get("client_request_id") or native.get("request_id"),
+            "parameters": {"request_id": native.get("request_id")}, "outputs": tensors}
 
 
 def native_error(status: int, body: bytes) -> tuple[int, bytes]:

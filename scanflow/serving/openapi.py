@@ -23,14 +23,17 @@ class PredictBody(BaseModel):
     """POST /predict."""
 
     inputs: list[list[float]] = Field(description="rows of features (the model's signature says how many)")
-    request_id: str | None = Field(None, max_length=200, description="echoed; the Tracker record's id")
+    request_id: str | None = Field(None, max_length=200, description="the client's own id: echoed as "
+                                   "`client_request_id`, kept in the record, never the record's identity")
     probabilities: bool = Field(False, description="also answer class probabilities (softmax of logits)")
 
 
 class PredictAnswer(BaseModel):
     outputs: list[float | int] = Field(description="class (classifiers) or value per row")
     model_version: str
-    request_id: str
+    request_id: str = Field(description="made by the replica (unguessable): the Tracker record's id; "
+                                        "send feedback by it")
+    client_request_id: str | None = Field(None, description="the request_id the client sent, if any")
     probabilities: list[list[float]] | None = Field(None, description="per row, summing to 1 (when asked)")
 
 

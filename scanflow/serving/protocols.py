@@ -23,7 +23,7 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from starlette.requests import ClientDisconnect
 
 from scanflow import __version__
@@ -269,10 +269,11 @@ def _mount(
     async def invocations_route(request: Request) -> Response:
         return await score(request)
 
-    @api.get("/ping", tags=["mlflow scoring"], responses={200: {"description": "ready"},
-                                                          503: {"description": "not ready"}})
+    @api.get("/ping", tags=["mlflow scoring"], response_class=PlainTextResponse,
+             responses={200: {"description": "ready"}, 503: {"description": "not ready"}})
     async def ping() -> Response:
-        return Response(b"\n", 200 if ready() else 503)
+        # a plain-text newline: MLflow's own labels it JSON, which it is not (schemathesis: MalformedJson)
+        return PlainTextResponse("\n", 200 if ready() else 503)
 
 
 # ---- gateway ---------------------------------------------------------------------------------------

@@ -21,11 +21,10 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import itertools
 import logging
 import os
+import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
@@ -180,8 +179,6 @@ class Replica:
         self._idle = asyncio.Event()
         self._swap_lock: asyncio.Lock | None = None
         self._loader: asyncio.Task[None] | None = None
-        self._id_prefix = uuid.uuid4().hex[:20]
-        self._ids = itertools.count()
 
     # ---- life cycle -------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -323,9 +320,13 @@ class Replica:
     def _answer(
         self, req: PredictRequest, outputs: list, probabilities: np.ndarray | None, version: str
     ) -> tuple[str, dict[str, object]]:
-        """(request_id, the /predict answer document) for one request."""
-        request_id = req.request_id or self._new_id()
+        """(request_id, the /predict answer document) for one request. The request_id is always made
+        here (see `_new_id`): a client's own id is echoed as `client_request_id` and kept in the record,
+        never used as the record's identity, so no client can claim or overwrite another's record."""
+        request_id = self._new_id()
         doc: dict[str, object] = {"outputs": outputs, "model_version": version, "request_id": request_id}
+        if req.request_id is not None:
+            doc["client_request_id"] = req.request_id
         if req.want_probabilities and probabilities is not None:
             doc["probabilities"] = as_probabilities(probabilities)
         return request_id, doc
@@ -336,8 +337,9 @@ class Replica:
         """One Tracker record per client request (after its answer is built; never awaits).
         `inputs`: the request's rows as lists (a coalesced call converts all its rows at once)."""
         return {
-            "record_id": self._new_id(),
+            "record_id": request_id,
             "request_id": request_id,
+            "client_request_id": req.request_id,
             "service": self.config.service,
             "replica_id": self.config.replica_id,
             "inputs": inputs,
@@ -497,8 +499,10 @@ class Replica:
         for i, req in valid:
             end = start + len(req.inputs)
             out = outputs[start:end]
-            request_id = req.request_id or self._new_id()
+            request_id = self._new_id()
             doc: dict[str, object] = {"outputs": out, "model_version": version, "request_id": request_id}
+            if req.request_id is not None:
+                doc["client_request_id"] = req.request_id
             if req.want_probabilities and probs is not None:
                 doc["probabilities"] = as_probabilities(probs[start:end])
             try:
@@ -517,8 +521,10 @@ class Replica:
         self.metrics.requests.inc(str(status))
 
     def _new_id(self) -> str:
-        """A process-unique id (random per process + counter): ~10x cheaper than uuid4 per request."""
-        return f"{self._id_prefix}{next(self._ids):x}"
+        """A fresh unguessable id (128 random bits): the record's identity at the Tracker, and what
+        clients send feedback by. Not a disclosed prefix plus a counter: the next ids of such a scheme
+        can be predicted from one answer."""
+        return secrets.token_hex(16)
 
     # ---- admin ------------------------------------------------------------------------------
     async def swap_model(self, uri: str) -> dict[str, object]:

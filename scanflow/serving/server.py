@@ -18,7 +18,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.params import Depends as DependsParam
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import SecretStr
 
@@ -63,18 +63,19 @@ def base_api(
     token: SecretStr | None,
     allow_anonymous: bool,
 ) -> tuple[FastAPI, Sequence[DependsParam]]:
-    """A FastAPI app with GET /health and GET /metrics, and the dependency list that guards /admin."""
+    """A FastAPI app with GET /health and GET /metrics, and the dependency list that guards /admin
+    (the `serving:admin` scope: the Executor's token, or the operator's; never a replica's)."""
     api = FastAPI(title=title, lifespan=lifespan)
 
     @api.get("/health")
     async def _health() -> dict[str, object]:
         return health()
 
-    @api.get("/metrics")
+    @api.get("/metrics", response_class=PlainTextResponse)  # documented as text/plain (Prometheus)
     async def _metrics() -> Response:
         return Response(render_metrics(), media_type=CONTENT_TYPE_LATEST)
 
-    return api, [Depends(require_token(token, allow_anonymous=allow_anonymous))]
+    return api, [Depends(require_token(token, allow_anonymous=allow_anonymous, scope="serving:admin"))]
 
 
 def alive(**extra: object) -> Callable[[], dict[str, object]]:

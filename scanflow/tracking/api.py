@@ -44,12 +44,13 @@ def predictions_router(
     max_body_bytes: int = MAX_BODY_BYTES,
     allow_anonymous: bool = False,
 ) -> APIRouter:
-    """Build the router. `token` guards POST (see scanflow.auth); stats are readable without it."""
+    """Build the router. POST needs the `predictions:write` scope (see scanflow.auth: `token` is the
+    Tracker's SCANFLOW_TOKEN or a TokenTable); stats are readable without a token."""
     router = APIRouter(tags=["predictions"])
 
     @router.post(
         "/predictions",
-        dependencies=[Depends(require_token(token, allow_anonymous=allow_anonymous))],
+        dependencies=[Depends(require_token(token, allow_anonymous=allow_anonymous, scope="predictions:write"))],
         summary="Append prediction records (idempotent by request_id)",
     )
     async def post_predictions(request: Request) -> dict[str, int]:

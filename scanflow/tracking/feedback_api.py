@@ -32,6 +32,7 @@ from scanflow.tracking.feedback import (
 from scanflow.tracking.predictions import AppendResult
 
 MAX_FEEDBACK_RECORDS = 5_000  # records per POST /feedback
+MAX_SEQ = 2**63 - 1  # a seq is a SQL BIGINT: a larger `after` would overflow the query (a 500, not a 422)
 MAX_FEEDBACK_BODY_BYTES = 4 * 1024 * 1024
 MAX_LOOKUP_BODY_BYTES = 4 * 1024 * 1024  # 10,000 ids of 200 characters fit
 
@@ -59,12 +60,15 @@ def feedback_router(
     max_lookup_ids: int = MAX_LOOKUP_IDS,
     allow_anonymous: bool = False,
 ) -> APIRouter:
-    """Build the router. `token` guards both POSTs and the paged read (a read reveals labels);
-    the paged read and the stats are readable without it, like /predictions/stats."""
+    """Build the router. POST /feedback needs the `feedback:write` scope (labels feed retraining: only
+    an authenticated caller may send them), the lookup and the paged read `feedback:read` (they reveal
+    labels); the stats are readable without a token, like /predictions/stats. `token`: the Tracker's
+    SCANFLOW_TOKEN or a TokenTable (scanflow.auth)."""
     router = APIRouter(tags=["feedback"])
-    guarded = [Depends(require_token(token, allow_anonymous=allow_anonymous))]
+    writes = [Depends(require_token(token, allow_anonymous=allow_anonymous, scope="feedback:write"))]
+    reads = [Depends(require_token(token, allow_anonymous=allow_anonymous, scope="feedback:read"))]
 
-    @router.post("/feedback", dependencies=guarded, summary="Append true labels (exactly once per request_id)")
+    @router.post("/feedback", dependencies=writes, summary="Append true labels (exactly once per request_id)")
     async def post_feedback(request: Request) -> dict[str, int]:
         raw = await read_json_list(request, max_body_bytes, max_records, "feedback records")
         try:
@@ -74,15 +78,15 @@ def feedback_router(
         result = await asyncio.to_thread(log.append, records)
         return {"accepted": result.accepted, "stored": result.stored, "duplicates": result.duplicates}
 
-    @router.post("/feedback/lookup", dependencies=guarded, summary="Labels of the given request ids")
+    @router.post("/feedback/lookup", dependencies=reads, summary="Labels of the given request ids")
     async def lookup(request: Request) -> dict[str, Any]:
         ids = await _read_ids(request, max_lookup_ids)
         found = await asyncio.to_thread(log.lookup, ids)
         return {"labels": found, "missing": len(set(ids)) - len(found)}
 
-    @router.get("/feedback", dependencies=guarded, summary="Stored feedback after a seq, in seq order")
+    @router.get("/feedback", dependencies=reads, summary="Stored feedback after a seq, in seq order")
     async def page(
-        after: int = Query(0, ge=0, description="the `next` of the previous page (0: from the start)"),
+        after: int = Query(0, ge=0, le=MAX_SEQ, description="the `next` of the previous page (0: from the start)"),
         limit: int = Query(1000, ge=1, le=MAX_PAGE),
     ) -> dict[str, Any]:
         got = await asyncio.to_thread(log.since, after, limit)

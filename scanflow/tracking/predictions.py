@@ -111,6 +111,8 @@ class PredictionRecord(BaseModel):
     labels: list[Any] | None = None
     # sent by the replicas' TrackerSink (scanflow/serving/sink.py); accepted, not stored in Parquet
     record_id: str | None = Field(None, max_length=200)
+    # the id the client sent, echoed only: `request_id` (the identity) is always made by the replica
+    client_request_id: str | None = Field(None, max_length=200)
     replica_id: str | None = Field(None, max_length=200)
 
     @field_validator("inputs")

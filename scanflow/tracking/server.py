@@ -14,6 +14,10 @@ orphans. Why these flags:
 - `--allowed-hosts`: the security middleware answers 403 to a Host header it does not know; we list
   loopback, private ranges, the bind host and any extra names (compose service names, Kubernetes DNS).
 - `--workers 1`: one machine, two cores; SQLite prefers one writer.
+- With `users` (the embedded stack): MLflow listens only on a Unix socket in a private 0700 directory
+  and an authenticating proxy (scanflow.tracking.mlflow_proxy) serves the TCP port: no call without a
+  login, each login held to its role. The logins reach the proxy as digests in its environment, never
+  in argv or logs.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -101,13 +106,28 @@ class MlflowServer:
         *,
         extra_allowed_hosts: Sequence[str] = (),
         startup_timeout_s: float = 60.0,
+        users: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
+        """`users`: {name: (password, role)} (roles: scanflow.tracking.mlflow_proxy); with them MLflow
+        sits behind the authenticating proxy on `port`."""
         self.home = Path(home).resolve()
         self.host = host
         self.port = port if port is not None else _free_port(host)
         self.extra_allowed_hosts = tuple(extra_allowed_hosts)
         self.startup_timeout_s = startup_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
+        self._proxy: subprocess.Popen[bytes] | None = None
+        self.users = dict(users) if users else None
+        self._sock_dir: str | None = None
+
+    @property
+    def socket_path(self) -> str | None:
+        """MLflow's Unix socket when it runs behind the proxy (a short path: sockets allow ~100 bytes)."""
+        if self.users is None:
+            return None
+        if self._sock_dir is None:
+            self._sock_dir = tempfile.mkdtemp(prefix="sf-mlflow-")  # mode 0700: only this user connects
+        return os.path.join(self._sock_dir, "mlflow.sock")
 
     @property
     def url(self) -> str:
@@ -136,12 +156,24 @@ class MlflowServer:
             "--serve-artifacts",
             "--artifacts-destination", str(self.home / "artifacts"),
             "--allowed-hosts", ",".join(allowed_hosts(self.host, self.extra_allowed_hosts)),
+            *(["--uvicorn-opts", f"--uds {self.socket_path}"] if self.users is not None else []),
         ]  # fmt: skip
+
+    def proxy_command(self) -> list[str]:
+        """The proxy's command line (no secrets: the logins are in its environment)."""
+        return [sys.executable, "-m", "scanflow.tracking.mlflow_proxy", "--host", self.host,
+                "--port", str(self.port), "--upstream-uds", str(self.socket_path)]
+
+    def alive(self) -> bool:
+        """Whether every process of this server still runs (a stack restarts it when not)."""
+        procs = [self._proc] + ([self._proxy] if self.users is not None else [])
+        return all(p is not None and p.poll() is None for p in procs)
 
     def start(self) -> str:
         """Start the server and wait until /health answers; return the URL. Idempotent."""
-        if self._proc is not None and self._proc.poll() is None:
+        if self._proc is not None and self.alive():
             return self.url
+        self.stop()  # a half-dead pair (MLflow or its proxy gone): start both again
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "artifacts").mkdir(exist_ok=True)
         env = dict(os.environ)
@@ -157,6 +189,17 @@ class MlflowServer:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: stop() kills the uvicorn worker too
             )
+            if self.users is not None:
+                from scanflow.tracking.mlflow_proxy import USERS_ENV, users_json
+
+                penv = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
+                penv[USERS_ENV] = users_json(self.users)  # type: ignore[arg-type]
+                penv["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
+                                                                  os.environ.get("PYTHONPATH")]))
+                self._proxy = subprocess.Popen(
+                    self.proxy_command(), cwd=self.home, env=penv, stdout=logf, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                )
         log.info("mlflow server pid %s starting at %s (log %s)", self._proc.pid, self.url, self.log_path)
         try:
             self._wait_healthy()
@@ -171,9 +214,9 @@ class MlflowServer:
         with httpx.Client(timeout=2.0) as client:
             while True:
                 assert self._proc is not None
-                if self._proc.poll() is not None:
+                if not self.alive():
                     raise MlflowServerError(
-                        f"mlflow server exited with code {self._proc.returncode}:\n{self._log_tail()}"
+                        f"mlflow server (or its proxy) exited:\n{self._log_tail()}"
                     )
                 try:
                     if client.get(f"{self.url}/health").status_code == 200:
@@ -194,28 +237,16 @@ class MlflowServer:
             return "(no log)"
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the whole process group: SIGTERM, then SIGKILL after `timeout_s`."""
+        """Stop the whole process group (and the proxy's): SIGTERM, then SIGKILL after `timeout_s`."""
+        proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            _stop_group(proxy, timeout_s)
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                pass
-        # the group may still hold a worker even when the parent is gone
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            log.warning("mlflow server pid %s did not exit", proc.pid)
+        if proc is not None:
+            _stop_group(proc, timeout_s)
+        if self._sock_dir is not None:  # the next start makes a fresh private directory
+            shutil.rmtree(self._sock_dir, ignore_errors=True)
+            self._sock_dir = None
 
     def __enter__(self) -> Self:
         self.start()
@@ -228,6 +259,27 @@ class MlflowServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _stop_group(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM the process group, wait, then SIGKILL it (a worker may outlive its parent)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        log.warning("mlflow server pid %s did not exit", proc.pid)
 
 
 def is_healthy(url: str, timeout_s: float = 2.0) -> bool:

@@ -95,3 +95,98 @@ def test_s1_survives_random_agent_kills(tmp_path, pools) -> None:  # type: ignor
     # a restarted Executor adopts the running services (LocalPlatform.adopt): the kills cost no request
     # (measured 0 of 4,553 with 3 Executor kills; 1,263-1,762 when every restart redeployed them)
     assert failed == [], failures_by_last_kill(chaos.kills, [a.t for a in failed])
+
+
+# ---- issue #15: nothing served is lost when two things fail ------------------------------------------
+
+
+def _served_ok(req, out):  # type: ignore[no-untyped-def]
+    """(wall time, status, the record id the answer returned; None when there was no 200)."""
+    if out.response is None:
+        return (out.t_wall, 0, f"{type(out.error).__name__}: {out.error}")
+    if out.response.status_code != 200:
+        return (out.t_wall, out.response.status_code, out.response.text[:200])
+    return (out.t_wall, 200, out.response.json()["request_id"])
+
+
+def _stored_ids(stack: EmbeddedStack) -> dict[str, int]:
+    """request_id -> how many rows the Tracker's durable prediction store holds for it."""
+    import sqlite3
+
+    name = (stack.agent_spec("tracker").name if stack.agent_spec("tracker") else "tracker")
+    db = stack.agent_home("tracker") / f"{name}-predictions.db"
+    with sqlite3.connect(db) as conn:
+        return dict(conn.execute("SELECT request_id, COUNT(*) FROM prediction_records GROUP BY request_id"))
+
+
+def _kill_a_replica(stack: EmbeddedStack) -> int:
+    import os
+    import signal
+
+    for rep in stack.get("executor", "/services")["digits"]["replicas"]:
+        if rep.get("pid"):
+            os.killpg(rep["pid"], signal.SIGKILL)
+            return int(rep["pid"])
+    raise AssertionError("no live replica of the primary to kill")
+
+
+@pytest.mark.timeout(900)
+def test_nothing_served_is_lost_through_tracker_replica_mlflow_and_agent_kills(tmp_path, pools) -> None:  # type: ignore[no-untyped-def]
+    """20 clients for the whole run while: (a) the Tracker is killed, then a serving replica (records
+    only in its spool meanwhile), then the Tracker comes back; (b) MLflow is SIGKILLed and the stack
+    restarts it; (c) 20 SIGKILLs of random agents, each restarted. Then every prediction a client got a
+    200 for is in the Tracker's store exactly once, by the id the answer returned, and no client saw an
+    error."""
+    import orjson
+
+    from scanflow.loadgen import LoadGenerator, Request
+
+    x = pools["clean"][0]
+    rng = random.Random(15)
+
+    def make(worker: int, n: int) -> Request:
+        return Request(orjson.dumps({"inputs": [x[(worker * 7919 + n) % len(x)].tolist()]}))
+
+    with EmbeddedStack(tmp_path / "stack", digits_workflow(), quick=True) as stack:
+        kills: list[tuple[float, str]] = []
+        with LoadGenerator(stack.service_url + "/predict", make, _served_ok, clients=20, rate=100.0,
+                           timeout_s=30.0, name="reliability") as gen:
+            began = time.time()
+            time.sleep(5)
+            stack.kill_agent("tracker")  # (a) records now wait in the replicas' spools ...
+            kills.append((time.time(), "tracker"))
+            time.sleep(5)
+            kills.append((time.time(), f"replica pid {_kill_a_replica(stack)}"))  # ... and one of them dies
+            time.sleep(10)
+            stack.restart_agent("tracker")
+            stack.kill_mlflow()  # (b) the stack's watch restarts it
+            kills.append((time.time(), "mlflow"))
+            for _ in range(20):  # (c)
+                time.sleep(rng.uniform(0.5, 2.0))
+                role = rng.choice(ROLES)
+                if stack.alive(role):
+                    stack.kill_agent(role)
+                    kills.append((time.time(), role))
+                stack.restart_agent(role, wait=False)
+            time.sleep(max(5.0, 60.0 - (time.time() - began)))  # the load runs 60 s at least
+        for role in ROLES:  # every agent back (a restart still starting is waited for)
+            if not stack.alive(role):
+                stack.restart_agent(role)
+            stack._wait_healthy(role)
+        answers = gen.results()
+        served = [rid for _, status, rid in answers if status == 200]
+        deadline = time.time() + 180  # the restarted replica's spool and the Tracker's backlog drain
+        while time.time() < deadline and not set(served) <= set(_stored_ids(stack)):
+            time.sleep(1)
+        stored = _stored_ids(stack)
+        restarts = stack.mlflow_restarts
+
+    missing = [rid for rid in served if rid not in stored]
+    errors = [(t, s, why) for t, s, why in answers if s != 200]
+    print(f"reliability #15: {len(answers)} requests, {len(served)} served, {len(missing)} not stored, "
+          f"{len(errors)} client errors, {len(kills)} kills, MLflow restarts {restarts}")
+    assert len(served) == len(set(served)) > 1000
+    assert not missing, f"{len(missing)} of {len(served)} served predictions were never logged"
+    assert all(stored[rid] == 1 for rid in served)
+    assert restarts >= 1
+    assert errors == [], errors[:5]

@@ -46,6 +46,9 @@ class UpStack:
         self.tracking_uri: str = urls["mlflow"]
         self.workflow_name: str = self.state["workflow"]
         self.service_url: str = urls["primary"]  # the primary service's gateway
+        # MLflow needs a login (docs/security.md): this test process reads it as the operator, as a user would
+        self._saved_env = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+        os.environ.update({"MLFLOW_TRACKING_USERNAME": "operator", "MLFLOW_TRACKING_PASSWORD": self.token})
 
     def _wait_running(self) -> dict[str, Any]:
         def running() -> dict[str, Any] | None:
@@ -71,6 +74,11 @@ class UpStack:
         return list(self.get(role, "/events", limit=limit))
 
     def down(self) -> None:
+        for k, v in getattr(self, "_saved_env", {}).items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         if self.proc.poll() is None:
             subprocess.run([sys.executable, "-m", "scanflow.cli", "down", "--home", str(self.home)], cwd=REPO,
                            env=cli_env(), capture_output=True, timeout=240, check=False)

@@ -54,7 +54,7 @@ async def test_admin_api_then_sigkill_a_replica_under_load_fails_no_request(digi
         assert [a.status_code for a in answers] == [422 if i in LABELS_AT else 200 for i in range(len(digits_rows))]
         assert "labels are feedback" in answers[3].json()["detail"]
         ok = [i for i in range(len(digits_rows)) if i not in LABELS_AT]
-        assert [answers[i].json()["request_id"] for i in ok] == [f"c{i}" for i in ok]
+        assert [answers[i].json()["client_request_id"] for i in ok] == [f"c{i}" for i in ok]
         assert [answers[i].json()["outputs"][0] for i in ok] == [expected[i] for i in ok]
         after = _state(gw.url)["counts"]
         assert after["coalesced_requests"] - before["coalesced_requests"] == len(digits_rows)

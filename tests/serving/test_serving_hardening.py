@@ -42,7 +42,7 @@ def test_poison_items_in_a_coalesced_call_fail_alone(digits_models, launch, digi
     assert [s for s, _ in items] == [200, 422, 200, 422, 200]
     assert "lone surrogates" in orjson.loads(items[1][1])["detail"]
     assert "nested 15001 levels deep" in orjson.loads(items[3][1])["detail"]
-    assert [orjson.loads(items[i][1])["request_id"] for i in (0, 2, 4)] == ["good-0", "good-1", "good-2"]
+    assert [orjson.loads(items[i][1])["client_request_id"] for i in (0, 2, 4)] == ["good-0", "good-1", "good-2"]
     for body in (SURROGATE, DEEP):  # the direct path: the same 422, never a 500
         direct = httpx.post(r.url + "/predict", content=body, headers={"Content-Type": "application/json"})
         assert direct.status_code == 422, direct.text
@@ -64,7 +64,7 @@ async def test_poison_through_the_coalescing_gateway_fails_only_itself(digits_mo
         for i, (kind, (status, doc)) in enumerate(zip(kinds, answers, strict=True)):
             if kind == "good":
                 assert status == 200, doc
-                assert doc["request_id"] == f"good-{i}"
+                assert doc["client_request_id"] == f"good-{i}"
             else:
                 assert status == 422, doc
                 assert ("surrogates" if kind == "surrogate" else "levels deep") in doc["detail"]

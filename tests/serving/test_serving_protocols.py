@@ -101,6 +101,7 @@ def _conformance(c: OipClient, rows: list[list[float]], expected: list[int], tag
     assert ok.status_code == 200, ok.text
     doc = ok.json()
     assert doc["model_name"] == DIGITS and doc["model_version"] == "1" and doc["id"] == f"{tag}-1"
+    assert len(doc["parameters"]["request_id"]) == 32 != len(doc["id"])  # the record's own id, for feedback
     label, probs = doc["outputs"]
     assert label == {"name": "label", "datatype": "INT64", "shape": [3], "data": expected[:3]}
     assert probs["name"] == "probabilities" and probs["datatype"] == "FP64" and probs["shape"] == [3, 10]
@@ -171,7 +172,7 @@ async def test_oip_v2_conformance_on_replica_and_gateway_records_and_failover(  
     after = {r["url"]: r["requests"] for r in (await asyncio.to_thread(httpx.get, gw.url + "/admin/state")).json()["replicas"]}
     assert all(after[u] > before[u] for u in (r1.url, r2.url)), (before, after)
     # r1's records must be out before it dies (a replica keeps unsent records in memory).
-    await wait_for(lambda: set(ids) <= {r["request_id"] for r in stub.records}, 20, "records before the kill")
+    await wait_for(lambda: set(ids) <= {r["client_request_id"] for r in stub.records}, 20, "records before the kill")
     r1.popen.send_signal(signal.SIGKILL)
     r1.popen.wait(5)
     for i in range(6):
@@ -184,14 +185,14 @@ async def test_oip_v2_conformance_on_replica_and_gateway_records_and_failover(  
     assert counted and float(counted[0].split()[-1]) == 16  # 4 + 6 + 6 infers, each counted once
 
     # Exactly one Tracker record per served infer request, under the infer id.
-    await wait_for(lambda: set(ids) <= {r["request_id"] for r in stub.records}, 20, "records")
+    await wait_for(lambda: set(ids) <= {r["client_request_id"] for r in stub.records}, 20, "records")
     # stop the serving replica (SIGTERM: it drains and hands its sink's last records over), so no record
     # can still be on its way when they are counted
     r2.popen.send_signal(signal.SIGTERM)
     r2.popen.wait(30)
-    mine = [r for r in stub.records if r["request_id"] in set(ids)]
-    assert sorted(r["request_id"] for r in mine) == sorted(ids)
-    rec = next(r for r in mine if r["request_id"] == "gw-1")
+    mine = [r for r in stub.records if r["client_request_id"] in set(ids)]
+    assert sorted(r["client_request_id"] for r in mine) == sorted(ids)
+    rec = next(r for r in mine if r["client_request_id"] == "gw-1")
     assert rec["outputs"] == expected[:3] and len(rec["inputs"]) == 3 and rec["service"] == "digits"
 
 

@@ -28,7 +28,7 @@ def test_bad_input_auth_info_threads_and_drain(digits_models, launch, digits_row
     url = r.url + "/predict"
     ok = httpx.post(url, json={"inputs": digits_rows[:3], "request_id": "q1"})
     assert ok.status_code == 200, ok.text
-    assert ok.json()["request_id"] == "q1" and len(ok.json()["outputs"]) == 3
+    assert ok.json()["client_request_id"] == "q1" and len(ok.json()["outputs"]) == 3
     assert "probabilities" not in ok.json()
 
     cases = [
@@ -74,7 +74,7 @@ def test_bad_input_auth_info_threads_and_drain(digits_models, launch, digits_row
     for (_, _, fragment), (_, body) in zip(cases, answers[1:-3], strict=True):
         assert fragment in orjson.loads(body)["detail"]
     good = [orjson.loads(body) for s, body in answers if s == 200]
-    assert [d["request_id"] for d in good] == ["b0", "b1", "b2", "b3"]
+    assert [d["client_request_id"] for d in good] == ["b0", "b1", "b2", "b3"]
     assert {d["model_version"] for d in good} == {"1"}
     single = httpx.post(url, json={"inputs": digits_rows[2:3]}).json()
     assert good[2]["outputs"] == single["outputs"]
@@ -206,12 +206,12 @@ async def test_records_reach_a_tracker_that_was_down_exactly_once(  # type: igno
         await until("scanflow_replica_tracker_sent_records", lambda v: v == 30, "30 records delivered")
         assert await gauge("scanflow_replica_tracker_pending_records") == 0
         assert await gauge("scanflow_replica_tracker_dropped_records") == 0
-    assert sorted(rec["request_id"] for rec in stub.records) == sorted(f"req-{i}" for i in range(30))
+    assert sorted(rec["client_request_id"] for rec in stub.records) == sorted(f"req-{i}" for i in range(30))
     assert len({rec["record_id"] for rec in stub.records}) == 30
-    rec = next(x for x in stub.records if x["request_id"] == "req-3")
+    rec = next(x for x in stub.records if x["client_request_id"] == "req-3")
     assert rec["service"] == "digits" and "labels" not in rec and rec["model_version"] == "1"
     assert rec["outputs"] == sent[3]["outputs"] and len(rec["inputs"]) == 2 and len(rec["inputs"][0]) == 64
     assert rec["latency_ms"] > 0 and rec["ts"] > 0
     for i in (20, 24, 29):  # a coalesced call's records take their rows from one matrix: each gets its own
-        rec = next(x for x in stub.records if x["request_id"] == f"req-{i}")
+        rec = next(x for x in stub.records if x["client_request_id"] == f"req-{i}")
         assert np.allclose(rec["inputs"], np.asarray(digits_rows[i : i + 2], dtype=np.float32))

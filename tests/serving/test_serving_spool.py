@@ -156,4 +156,4 @@ async def test_a_model_failure_on_a_batch_is_retried_item_by_item() -> None:
     items = batchwire.decode_response(sent[1]["body"], 3)
     assert [s for s, _ in items] == [200, 500, 200]
     assert "cannot score this row" in orjson.loads(items[1][1])["detail"]
-    assert orjson.loads(items[2][1])["request_id"] == "q2"
+    assert orjson.loads(items[2][1])["client_request_id"] == "q2"

@@ -1,0 +1,92 @@
+"""Security: no client controls a prediction record's identity (issue #15, item 2).
+
+The attack this guards against: the Tracker de-duplicates on `request_id`, so when a client's id (or
+a predictable replica-made id) became the record's id, an attacker could pre-claim the ids other
+clients would use and the victims' records held the attacker's inputs. Now the replica makes every
+record's id itself (128 random bits) and only echoes the client's id as `client_request_id`.
+The replica's real ASGI app and a real PredictionLog; no network, no MLflow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+
+from scanflow.serving import batchwire
+from scanflow.serving.model import LoadedModel
+from scanflow.serving.replica import ReplicaConfig, create_app
+from scanflow.tracking.predictions import PredictionLog, PredictionRecord
+
+
+class _CapturingSink:
+    """Stands in for the TrackerSink: keeps what the replica would send to the Tracker."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def record(self, rec: dict[str, Any]) -> bool:
+        self.records.append(rec)
+        return True
+
+    def record_many(self, recs: list[dict[str, Any]]) -> None:
+        self.records.extend(recs)
+
+    def start(self) -> None:
+        pass
+
+    async def stop(self, **_: Any) -> None:
+        pass
+
+
+def _predict(x: np.ndarray) -> tuple[list, np.ndarray | None]:
+    return [int(v) for v in x[:, 0]], None
+
+
+async def test_a_pre_claimed_or_guessed_request_id_cannot_change_another_clients_record(tmp_path: Path) -> None:
+    app = create_app(ReplicaConfig(model_uri="models:/m/1", allow_anonymous=True))
+    sink = _CapturingSink()
+    app.replica.sink = sink  # type: ignore[assignment]
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+    async with app.replica.lifespan(app.api), httpx.AsyncClient(transport=transport, base_url="http://r") as http:
+        await app.replica._install(LoadedModel("m", "models:/m/1", "1", 2, _predict))
+        # The attacker learns the id format from one answer, then pre-claims the ids the victims will
+        # send and ids "next to" the one it saw, all with junk inputs.
+        seen = (await http.post("/predict", json={"inputs": [[666.0, 0.0]]})).json()["request_id"]
+        guesses = [seen[:-1] + c for c in "0123456789abcdef"] + [f"victim-{i}" for i in range(30)]
+        for rid in guesses:
+            r = await http.post("/predict", json={"inputs": [[666.0, 0.0]], "request_id": rid})
+            assert r.status_code == 200, r.text
+        # The victims: 20 alone, 10 in one coalesced call, each with the id the attacker pre-claimed.
+        victims: dict[str, float] = {}
+        for i in range(20):
+            r = await http.post("/predict", json={"inputs": [[float(i), 1.0]], "request_id": f"victim-{i}"})
+            assert r.status_code == 200 and r.json()["client_request_id"] == f"victim-{i}"
+            victims[r.json()["request_id"]] = float(i)
+        bodies = [orjson.dumps({"inputs": [[float(i), 1.0]], "request_id": f"victim-{i}"}) for i in range(20, 30)]
+        resp = await http.post("/predict_batch", content=batchwire.encode_request(bodies),
+                               headers={"Content-Type": batchwire.CONTENT_TYPE.decode()})
+        for i, (status, body) in zip(range(20, 30), batchwire.decode_response(resp.content, 10), strict=True):
+            assert status == 200
+            victims[orjson.loads(body)["request_id"]] = float(i)
+    assert len(victims) == 30 and not set(victims) & set(guesses)
+
+    log = PredictionLog(f"sqlite:///{tmp_path / 't.db'}")
+    try:
+        result = log.append([PredictionRecord.model_validate(r) for r in sink.records])
+        assert result.stored == len(sink.records) == 1 + len(guesses) + 30  # nothing de-duplicated away
+        stored = {rec["request_id"]: rec for rec in (orjson.loads(body) for _, body in log.pending(10_000))}
+        for rid, value in victims.items():  # each victim's record holds the victim's own row
+            assert stored[rid]["inputs"] == [[value, 1.0]] and stored[rid]["outputs"] == [int(value)]
+    finally:
+        log.close()
+
+
+def test_replica_made_ids_share_no_predictable_part() -> None:
+    app = create_app(ReplicaConfig(model_uri="models:/m/1", allow_anonymous=True))
+    ids = [app.replica._new_id() for _ in range(1000)]
+    assert len(set(ids)) == 1000 and all(len(i) == 32 for i in ids)
+    assert len({i[:8] for i in ids}) > 990  # no common prefix, no counter: the next id cannot be derived
