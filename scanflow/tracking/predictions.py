@@ -638,6 +638,7 @@ class PredictionLog:
         batches = 0
         total = 0
         names: list[str] = []
+        latest: list[tuple[int, str]] = []
         with self._flush_lock:
             # flush what is stored now, not what keeps arriving: the call returns even under load
             upto = self.stats_last_seq()
@@ -666,11 +667,51 @@ class PredictionLog:
                 batches += 1
                 total += len(rows)
                 names.append(artifact)
+                latest = rows
+            if batches:
+                # Parquet three shard levels deep is not something the MLflow UI can show: a small CSV of
+                # the newest batch, overwritten at each flush, is (best effort: the batches are written)
+                with tempfile.TemporaryDirectory(prefix="scanflow-preview-") as tmp:
+                    path = Path(tmp) / PREVIEW_NAME
+                    path.write_text(preview_csv(latest))
+                    try:
+                        client.log_artifact(run_id, str(path), ARTIFACT_DIR)
+                    except Exception as exc:  # noqa: BLE001 - the preview is a convenience, never a failure
+                        log.warning("prediction preview not written: %s", exc)
             self._mark_flushed(time.time())
             self.compact()
         return FlushResult(
             run_id=run_id, batches=batches, records=total, watermark=self.watermark, artifacts=tuple(names)
         )
+
+
+# --- a preview the MLflow UI can show -------------------------------------------------------------
+PREVIEW_NAME = "latest-batch-preview.csv"
+PREVIEW_ROWS = 50
+PREVIEW_VALUES = 8  # input values shown per row; the row's width is given beside them
+
+
+def preview_csv(rows: Sequence[tuple[int, str]], limit: int = PREVIEW_ROWS) -> str:
+    """Pure: the first `limit` records of a batch as CSV (seq, time, request id, service, model version,
+    latency, output, label, the first input values and the input width), for people looking at the
+    run in the MLflow UI. The Parquet batches stay the data; this is only a look at them."""
+    import csv
+    import datetime as dt
+
+    buf = io.StringIO()
+    out = csv.writer(buf)
+    out.writerow(["seq", "time_utc", "request_id", "service", "model_version", "latency_ms", "outputs",
+                  "labels", "inputs_head", "input_width"])
+    for seq, body in rows[:limit]:
+        rec = json.loads(body)
+        inputs = rec.get("inputs") or []
+        flat = [v for row in inputs for v in (row if isinstance(row, list) else [row])]
+        when = dt.datetime.fromtimestamp(float(rec.get("ts", 0.0)), dt.UTC).isoformat(timespec="milliseconds")
+        out.writerow([seq, when, rec.get("request_id"), rec.get("service"), rec.get("model_version"),
+                      round(float(rec.get("latency_ms", 0.0)), 3), json.dumps(rec.get("outputs"))[:120],
+                      "" if rec.get("labels") is None else json.dumps(rec["labels"])[:120],
+                      " ".join(f"{float(v):.4g}" for v in flat[:PREVIEW_VALUES]), len(flat)])
+    return buf.getvalue()
 
 
 # --- Parquet encoding (one row per record; inputs as list<list<float32>>) ------------------------
