@@ -246,11 +246,14 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
     url = stack.service_url
     declared = svc.resources.model_dump(mode="json")
     ctx.say(f"S2: CPU limit {REPLICA_CPU} core per replica through the Executor")
-    change = _executor(stack, "set_resources", {"service": svc.name, "threads": 1,
-                                                "resources": {**declared, "cpu": REPLICA_CPU}})
+    try:  # the Executor reads the limit back from the replica's cgroup: it fails where none applies
+        change = _executor(stack, "set_resources", {"service": svc.name, "threads": 1,
+                                                    "resources": {**declared, "cpu": REPLICA_CPU}})
+    except RuntimeError as exc:
+        change = {"verified": False, "notes": [str(exc)]}
     reps_now = limited_replicas(stack.get("executor", "/services"), svc.name)
-    if change.get("method") != "affinity+cgroup" or not reps_now or reps_now[0].get("cpu_quota") is None:
-        _executor(stack, "set_resources", {"service": svc.name, "resources": declared, "threads": svc.threads})
+    if not change.get("verified") or not reps_now or reps_now[0].get("cpu_quota") is None:
+        _restore(stack, svc, declared)
         why = "; ".join(change.get("notes") or []) or f"cgroup CPU limits not applied ({change.get('method')})"
         return s2_inprocess.run(ctx, why)
     low_s, high_s, wait_down = phases(ctx.quick)
