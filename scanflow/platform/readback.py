@@ -60,6 +60,12 @@ def _fmt(cores: float | None) -> str:
     return "unlimited" if cores is None else f"{cores:g} cores"
 
 
+def _same_quota(wanted: float | None, seen: float | None) -> bool:
+    if wanted is None or seen is None:
+        return wanted is None and seen is None
+    return abs(wanted - seen) <= max(QUOTA_TOLERANCE, 0.01 * wanted)
+
+
 def compare(wanted: Wanted, status: ServiceStatus) -> Readback:
     """Pure: each ready replica's read-back values against `wanted`; mismatches say replica, field,
     wanted and seen. No ready replica is a mismatch too (nothing shows the change took effect)."""
@@ -68,11 +74,8 @@ def compare(wanted: Wanted, status: ServiceStatus) -> Readback:
     if not ready:
         out.append(f"service {status.name!r}: no ready replica to read the change back from")
     for r in ready:
-        if wanted.check_quota:
-            if (wanted.cpu_quota is None) != (r.cpu_quota is None) or (
-                    wanted.cpu_quota is not None and r.cpu_quota is not None
-                    and abs(wanted.cpu_quota - r.cpu_quota) > max(QUOTA_TOLERANCE, 0.01 * wanted.cpu_quota)):
-                out.append(f"{r.name}: CPU quota {_fmt(r.cpu_quota)}, wanted {_fmt(wanted.cpu_quota)}")
+        if wanted.check_quota and not _same_quota(wanted.cpu_quota, r.cpu_quota):
+            out.append(f"{r.name}: CPU quota {_fmt(r.cpu_quota)}, wanted {_fmt(wanted.cpu_quota)}")
         if wanted.memory_limit is not None and r.memory_limit != wanted.memory_limit:
             out.append(f"{r.name}: memory limit {r.memory_limit}, wanted {wanted.memory_limit}")
         threads = wanted.replica_threads.get(r.name, wanted.threads)

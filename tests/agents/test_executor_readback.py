@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-import agents.executor as executor
+from agents import executor
 from scanflow.agent import PermanentError
 from scanflow.platform.base import ReplicaStatus, ResourceChange, ServiceStatus
 from scanflow.platform.readback import Wanted
