@@ -12,7 +12,7 @@ from scanflow.demo.load import Sample, quantile, window
 from scanflow.demo.report import ScenarioResult, json_line, metric_items, summary
 from scanflow.demo.s1_drift import drift_series
 from scanflow.demo.s2_autoscale import calibrated_slo, reversals
-from scanflow.demo.s4_failover import per_second, served_by_backup
+from scanflow.demo.s4_failover import executed_routes, per_second, route_decisions, served_by_backup, verdict
 from scanflow.demo.sim import SimConfig, Trace, compare, simulate
 
 
@@ -168,3 +168,28 @@ def test_demo_autoscale_keeps_the_replica_through_a_calm_step_and_removes_it_aft
             replicas = d.replicas
     assert [a for _, a in moves] == ["up", "down"], moves
     assert moves[1][0] >= 20, moves  # not before the down window has passed since the last needed tick
+
+
+def test_s4_passes_only_with_the_planners_route_and_the_route_back() -> None:
+    plans = [
+        {"policy": "failover", "changed": False, "route_to": "primary", "at": 101.0},
+        {"policy": "failover", "changed": True, "route_to": "primary", "at": 140.0},
+        {"policy": "failover", "changed": True, "route_to": "backup", "at": 110.0},
+        {"policy": "failover", "changed": True, "route_to": "backup", "at": 50.0},  # before the kill
+        {"policy": "autoscale", "changed": True, "route_to": "x", "at": 120.0},
+    ]
+    assert route_decisions(plans, 100.0) == ["backup", "primary"]
+    ok = {"a": {"status": "ok"}}
+    decisions = [{"strategy": "execute-route", "result": "fired", "at": 111.0, "outcomes": ok},
+                 {"strategy": "execute-route", "result": "fired", "at": 141.0, "outcomes": ok},
+                 {"strategy": "execute-route", "result": "fired", "at": 142.0, "outcomes": {"a": {"status": "failed"}}},
+                 {"strategy": "execute-route", "result": "fired", "at": 10.0, "outcomes": ok}]
+    assert executed_routes(decisions, 100.0) == 2
+    assert verdict(0, 1000, True, True, ["backup", "primary"], 2)
+    # the gateway's own failover and failback, without the Planner, must not pass
+    assert not verdict(0, 1000, True, True, [], 0)
+    assert not verdict(0, 1000, True, True, ["backup"], 1)  # no route back decided
+    assert not verdict(0, 1000, True, True, ["backup", "primary"], 1)  # one route not applied
+    assert not verdict(0, 1000, True, True, ["backup", "primary", "backup", "primary"], 4)  # a flap
+    assert not verdict(11, 1000, True, True, ["backup", "primary"], 2)  # > 1% failed
+    assert not verdict(0, 1000, False, True, ["backup", "primary"], 2)  # the backup never served
