@@ -218,6 +218,30 @@ def limited_replicas(services: dict[str, Any], name: str) -> list[dict[str, Any]
     return list((services.get(name) or {}).get("replicas") or [])
 
 
+def calibrate(load: OpenLoad, url: str, pid: int, cpu_limit: float) -> list[tuple[float, float, float | None]]:
+    """A rate ramp on one replica held to `cpu_limit` cores: (rate, CPU cores it used, gateway p99 ms) per
+    step, up to the step where it used SATURATED of its limit or the gateway p99 broke the SLO (the
+    input of `capacity`). The load is left at the last rate."""
+    from scanflow.embedded.latency import percentile_ms
+
+    points: list[tuple[float, float, float | None]] = []
+    for r in probe_rates(10.0):
+        load.rate(r)
+        time.sleep(0.5)  # the rate settles: not measured
+        h0, c0, t0 = gateway_histogram(url), cpu_seconds(pid), time.monotonic()
+        time.sleep(PROBE_S)  # one measurement window, not a synchronisation
+        h1, c1, t1 = gateway_histogram(url), cpu_seconds(pid), time.monotonic()
+        if c0 is None or c1 is None:
+            break
+        p = percentile_ms(h0, h1, 0.99) if h1 else None
+        points.append((r, (c1 - c0) / (t1 - t0), None if p is None else p.ms))
+        if p is not None and p.ms > SLO_MS:
+            break
+        if points[-1][1] >= SATURATED * cpu_limit:
+            break
+    return points
+
+
 OPT_OUT = "SCANFLOW_DEMO_S2"  # "inprocess": the in-process S2 even where the agents could run it
 
 
@@ -238,7 +262,6 @@ def run(ctx: DemoContext) -> ScenarioResult:
 def _through_agents(ctx: DemoContext) -> ScenarioResult:
     from scanflow.demo import s2_inprocess
     from scanflow.embedded.env import primary_service
-    from scanflow.embedded.latency import percentile_ms
 
     res = ScenarioResult("s2", "autoscale", BAR)
     stack = ctx.stack
@@ -269,20 +292,7 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
         with OpenLoad(url, clean_rows(), ctx.home / "s2") as load:
             pid = int(reps_now[0]["pid"])
             ctx.say("S2: calibrating one replica's capacity at its CPU limit (a rate ramp)")
-            for r in probe_rates(10.0):
-                load.rate(r)
-                time.sleep(0.5)  # the rate settles: not measured
-                h0, c0, t0 = gateway_histogram(url), cpu_seconds(pid), time.monotonic()
-                time.sleep(PROBE_S)  # one measurement window, not a synchronisation
-                h1, c1, t1 = gateway_histogram(url), cpu_seconds(pid), time.monotonic()
-                if c0 is None or c1 is None:
-                    break
-                p = percentile_ms(h0, h1, 0.99) if h1 else None
-                points.append((r, (c1 - c0) / (t1 - t0), None if p is None else p.ms))
-                if p is not None and p.ms > SLO_MS:
-                    break
-                if points[-1][1] >= SATURATED * REPLICA_CPU:
-                    break
+            points = calibrate(load, url, pid, REPLICA_CPU)
             got = rates(capacity(points, REPLICA_CPU))
             if got is None:
                 res.error = f"calibration failed: ramp {points}"

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+from e2e_support import busy_core
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(600),
               pytest.mark.skipif(os.environ.get("SCANFLOW_DEMO_S2") == "inprocess",
@@ -30,7 +31,7 @@ def test_s2_scales_up_on_the_step_and_back_down_through_the_agents(tmp_path: Pat
 
     if not detect().usable:
         pytest.skip(f"no cgroup CPU limits here ({detect().reason}): S2 runs in-process")
-    with EmbeddedStack(tmp_path / "stack", demo_workflow(), quick=True) as stack:
+    with busy_core(), EmbeddedStack(tmp_path / "stack", demo_workflow(), quick=True) as stack:
         mlflow.set_tracking_uri(stack.tracking_uri)
         res = s2_autoscale.run(DemoContext(tmp_path, stack.tracking_uri, quick=True, stack=stack))
         strategies = [s["name"] for s in stack.get("planner", "/strategies")]
