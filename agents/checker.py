@@ -9,7 +9,11 @@
   `service.checked` while something is wrong or being repaired (for the Planner's failover
   hysteresis) and `latency.checked` (the SLO percentile latency of the last interval, `breached`
   when it exceeds the SLO) whenever the Planner has something to decide: a breach (scale up), or more
-  replicas serving than the service's minimum (scale down, also with no traffic at all).
+  replicas serving than the service's minimum (scale down, also with no traffic at all), or traffic, or
+  a replica grown above its declared CPU. It carries the interval's observations
+  (scanflow.embedded.observe): arrival rate, service time and CPU per request from the gateway's and
+  each replica's counters, the replicas' CPU use, limit and throttling (their own cgroups), the node's
+  idle cores; the Planner's policies read nothing else.
 - `forward`: the workflow's strategies send these events on to the Planner's inbox, through a durable
   outbox delivered by the `deliver` sensor (scanflow/embedded/outbox.py).
 Run: `scanflow agent run agents/checker.py --port 8002 --peer planner=http://127.0.0.1:8003`.
@@ -18,12 +22,14 @@ Run: `scanflow agent run agents/checker.py --port 8002 --peer planner=http://127
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from typing import Any
 
 import httpx
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
-from scanflow.embedded import outbox
+from scanflow.embedded import observe, outbox
 from scanflow.embedded.env import agent_spec, current_workflow, primary_service, quick, service_url
 from scanflow.embedded.latency import Percentile, histogram, percentile_ms
 from scanflow.tracking import monitoring
@@ -155,14 +161,18 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     svc = primary_service()
     url = service_url(svc)
     events: list[tuple[str, dict[str, Any]]] = []
+    replica_texts: dict[str, str] = {}
     try:
         # the gateway answers its admin reads behind the requests it is serving: under overload (the very
         # thing to see) they took 2-4 s here, and a 2 s timeout left the Planner without latency events
         async with httpx.AsyncClient(timeout=WATCH_TIMEOUT_S) as http:
             state = (await http.get(f"{url}/admin/state")).json()
             metrics = (await http.get(f"{url}/metrics")).text
+            urls = [str(r["url"]) for r in state.get("replicas") or [] if r.get("url")]
+            replica_texts = await scrape_replicas(http, urls)
     except (httpx.HTTPError, ValueError) as exc:
         state, metrics = {"error": f"{type(exc).__name__}"}, ""
+    scraped_at = time.time()
     replicas = state.get("replicas") or []
     backup = state.get("backup") or {}
     payload = {
@@ -183,12 +193,14 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     slo_ms = slo_latency_ms(ctx.state.get("slo_ms"), svc.slo.latency_ms if svc.slo else None)
     if slo_ms is not None and svc.slo and not state.get("error"):
         p: Percentile | None = None
+        obs: dict[str, Any] | None = None
         if metrics:
             hist = histogram(metrics, "scanflow_gateway_request_latency_seconds")
             prev = {float(k): v for k, v in ctx.state.get("latency_hist", {}).items()}
             p = percentile_ms(prev, hist, svc.slo.percentile / 100.0)
             ctx.state["latency_hist"] = {str(k): v for k, v in hist.items()}
-        latency = latency_event(payload, p, slo_ms, svc.min_replicas)
+            obs = _observe(ctx, metrics, replica_texts, scraped_at)
+        latency = latency_event(payload, p, slo_ms, svc.min_replicas, obs=obs, declared_cpu=svc.resources.cpu)
         if latency is not None:
             events.append(("latency.checked", latency))
             monitoring.WRITER.submit(ctx.state, _monitor(ctx), monitoring.latency_metrics(
@@ -196,18 +208,53 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     return events
 
 
-def latency_event(observed: dict[str, Any], p: Percentile | None, slo_ms: float,
-                  min_replicas: int) -> dict[str, Any] | None:
-    """Pure: this tick's `latency.checked` payload for the Planner's autoscale policy, or None when it
-    has nothing to decide (latency within the SLO, or no request completed, and no replica above the
-    service's minimum to remove). `observed` is the gateway's view (replicas serving, healthy, in flight).
+async def scrape_replicas(http: httpx.AsyncClient, urls: list[str]) -> dict[str, str]:
+    """Each replica's /metrics text, concurrently; a replica that does not answer is left out (its
+    figures are then unknown this tick, never zero)."""
+    async def one(u: str) -> tuple[str, str | None]:
+        try:
+            r = await http.get(f"{u}/metrics")
+            return u, r.text if r.status_code == 200 else None
+        except httpx.HTTPError:
+            return u, None
+
+    got = await asyncio.gather(*(one(u) for u in urls))
+    return {u: t for u, t in got if t is not None}
+
+
+def _observe(ctx: Context, gateway_text: str, replica_texts: dict[str, str], now: float) -> dict[str, Any]:
+    """This interval's observations (scanflow.embedded.observe) from this scrape and the last one, kept
+    in the agent's state (so a restarted Checker resumes with rates, not a blind tick)."""
+    cur_gw = observe.parse_gateway(gateway_text)
+    cur_reps = {u: observe.parse_replica(t) for u, t in replica_texts.items()}
+    last = ctx.state.get("observe") or {}
+    prev_gw = observe.GatewaySample(**last["gateway"]) if last.get("gateway") else None
+    prev_reps = {u: observe.ReplicaSample(**v) for u, v in (last.get("replicas") or {}).items()}
+    dt = now - float(last.get("at", now))
+    out = observe.window(prev_gw, cur_gw, prev_reps, cur_reps, dt)
+    ctx.state["observe"] = {"at": now, "gateway": None if cur_gw is None else dataclasses.asdict(cur_gw),
+                            "replicas": {u: dataclasses.asdict(v) for u, v in cur_reps.items()}}
+    return out
+
+
+def latency_event(observed: dict[str, Any], p: Percentile | None, slo_ms: float, min_replicas: int, *,
+                  obs: dict[str, Any] | None = None, declared_cpu: float | None = None) -> dict[str, Any] | None:
+    """Pure: this tick's `latency.checked` payload for the Planner's scaling policy, or None when it has
+    nothing to decide: latency within the SLO (or no request completed), no replica above the service's
+    minimum to remove, no request arrived (`obs`), and no replica grown above its declared `declared_cpu`
+    (to shrink). `observed` is the gateway's view (replicas serving, healthy, in flight); `obs` the
+    interval's observations (scanflow.embedded.observe.window), merged into the payload.
 
     A percentile past the histogram's top bucket is only a lower bound (`latency_lower_bound`): a breach
     when the SLO is at or under it. With no request completed `latency_ms` is None (the policy reads
     that as idle), so a service whose traffic stopped still scales down.
     """
     breached = p is not None and (p.ms > slo_ms or (p.above and p.ms >= slo_ms))
-    if not breached and int(observed.get("replicas", 0)) <= min_replicas:
+    o = obs or {}
+    traffic = bool(o.get("arrival_rate"))
+    grown = declared_cpu is not None and o.get("cpu_limit_cores") is not None \
+        and float(o["cpu_limit_cores"]) > declared_cpu + 1e-6
+    if not (breached or traffic or grown) and int(observed.get("replicas", 0)) <= min_replicas:
         return None
-    return {**observed, "latency_ms": None if p is None else p.ms, "latency_lower_bound": bool(p and p.above),
+    return {**o, **observed, "latency_ms": None if p is None else p.ms, "latency_lower_bound": bool(p and p.above),
             "slo_ms": slo_ms, "breached": breached, "min_replicas": min_replicas}

@@ -8,7 +8,9 @@
   challenger that beats the champion.
 - `plan_failover` (on `service.checked`): failover policy with hysteresis (fail over after N failed
   checks, return after M healthy ones) -> a `route` plan for the Executor.
-- `plan_scale` (on `latency.checked`): autoscale policy (latency vs SLO, queue depth) -> `scale`. It
+- `plan_scale` (on `latency.checked`): the scaling policy (scanflow.policies.elastic; vertical-first
+  when `autoscale.mode` says so: grow a throttled replica in place, add replicas past the per-replica
+  ceiling) on the Checker's observations only -> `resources` (cores, threads) and/or `scale`. It
   decides from the replica count the Checker observed at the gateway (the platform may have restored
   or lost replicas), not from its own earlier plans; only a scale it asked for that has not shown yet
   (within `pending_s`) counts, as replicas still starting (`scale_view`).
@@ -30,7 +32,7 @@ from fastapi import Depends
 from scanflow.agent import Agent, Context, PermanentError, get_context
 from scanflow.embedded import outbox
 from scanflow.embedded.env import agent_spec, current_workflow, primary_service, quick
-from scanflow.policies import autoscale, failover, retrain
+from scanflow.policies import autoscale, elastic, failover, retrain
 from scanflow.policies.guardrails import Guardrails, GuardState
 from scanflow.policies.types import Streak
 from scanflow.spec import Service
@@ -267,26 +269,90 @@ def scale_view(observed: int | None, healthy: int | None, asked: int | None, ask
     return observed, ready
 
 
+def elastic_config(settings: dict[str, Any], svc: Service) -> tuple[elastic.ElasticConfig, float]:
+    """(policy config, pending_s): `autoscale_config` plus the vertical settings: `mode`
+    ("vertical-first" or "horizontal", the default), `min_cpu`, `max_cpu` (None: the node's CPU count
+    as the replicas report it), `cpu_step`, `throttled_high`, `saturated_utilization`, `cpu_down_ticks`,
+    `cpu_cooldown_down_s`."""
+    scale, pending_s = autoscale_config(settings, svc)
+    kw: dict[str, Any] = {"vertical": str(settings.get("mode", "horizontal")) == "vertical-first"}
+    for key in ("min_cpu", "cpu_step", "throttled_high", "saturated_utilization"):
+        if settings.get(key) is not None:
+            kw[key] = float(settings[key])
+    if settings.get("max_cpu") is not None:
+        kw["max_cpu"] = float(settings["max_cpu"])
+    if settings.get("cpu_down_ticks") is not None:
+        kw["cpu_down_ticks"] = int(settings["cpu_down_ticks"])
+    if settings.get("cpu_cooldown_down_s") is not None:
+        kw["cooldown_down_s"] = float(settings["cpu_cooldown_down_s"])
+    return elastic.ElasticConfig(scale=scale, **kw), pending_s
+
+
+def cpu_view(observed: float | None, asked: float | None, asked_at: float | None, now: float, pending_s: float,
+             declared: float) -> float:
+    """Pure: the cores per replica the policy starts from. What the replicas report as their limit wins
+    (read back from their own cgroups), except a resize asked for less than `pending_s` ago that has
+    not shown yet: it is in flight, and asking again would only queue duplicates."""
+    if asked is not None and asked_at is not None and now - asked_at < pending_s \
+            and (observed is None or abs(observed - asked) > 1e-3):
+        return asked
+    return observed if observed is not None and observed > 0 else declared
+
+
+def _elastic_state(d: dict[str, Any], scale: autoscale.AutoscaleState) -> elastic.ElasticState:
+    return elastic.ElasticState(scale=scale, needs=tuple((float(t), float(n)) for t, n in d.get("needs", ())),
+                                shrink=Streak(**(d.get("shrink") or {})), cpu_changed_at=d.get("cpu_changed_at"),
+                                changed_at=d.get("changed_at"))
+
+
+def _elastic_json(st: elastic.ElasticState) -> dict[str, Any]:
+    return {"needs": [list(x) for x in st.needs], "shrink": dataclasses.asdict(st.shrink),
+            "cpu_changed_at": st.cpu_changed_at, "changed_at": st.changed_at}
+
+
+def _opt(p: dict[str, Any], key: str) -> float | None:
+    v = p.get(key)
+    return None if v is None else float(v)
+
+
 @agent.actuator("plan_scale", emits=("plan.approved",))
 async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    """Autoscale policy on a latency event; its state (hysteresis, cooldown, down window) is kept in
-    ctx.state between ticks and across restarts, so scale-downs wait and nothing flaps."""
+    """Scaling policy on a latency event (scanflow.policies.elastic: vertical-first when the settings say
+    so, else horizontal only), from the Checker's observations only. A `resources` plan (cores and
+    threads per replica) is queued before a `scale` plan, so replicas that stay grow before others go.
+    Its state (hysteresis, cooldowns, down windows) is kept in ctx.state between ticks and restarts."""
     p = _payload(ctx, args)
     svc = primary_service()
-    config, pending_s = autoscale_config(dict(CFG.get("autoscale", {})), svc)
+    config, pending_s = elastic_config(dict(CFG.get("autoscale", {})), svc)
     now = ctx.now()
     asked = ctx.state.get("autoscale_asked") or {}
     observed = p.get("replicas")
     current, ready = scale_view(None if observed is None else int(observed), p.get("healthy_replicas"),
                                 asked.get("replicas"), asked.get("at"), now, pending_s, svc.replicas)
-    state = _autoscale_state(ctx.state.get("autoscale", {}))
+    asked_cpu = ctx.state.get("resources_asked") or {}
+    threads = p.get("threads")
+    cpu = cpu_view(elastic.effective_cpu(_opt(p, "cpu_limit_cores"), None if threads is None else int(threads)),
+                   asked_cpu.get("cpu"), asked_cpu.get("at"), now, pending_s, svc.resources.cpu)
+    state = _elastic_state(ctx.state.get("elastic", {}), _autoscale_state(ctx.state.get("autoscale", {})))
     latency = p.get("latency_ms")
-    decision, new = autoscale.decide(autoscale.AutoscaleContext(
-        now=now, current_replicas=current, slo_latency_ms=float(p.get("slo_ms", 50.0)),
+    decision, new = elastic.decide(elastic.ElasticContext(
+        now=now, current_replicas=current, cpu=cpu, slo_latency_ms=float(p.get("slo_ms", 50.0)),
         latency_ms=None if latency is None else float(latency),
         latency_lower_bound=bool(p.get("latency_lower_bound", False)),
-        in_flight=float(p.get("in_flight", 0.0)), ready_replicas=ready, config=config, state=state))
-    ctx.state["autoscale"] = _autoscale_json(new)
+        in_flight=float(p.get("in_flight", 0.0)), arrival_rate=_opt(p, "arrival_rate"),
+        cpu_per_request_ms=_opt(p, "cpu_per_request_ms"), service_time_ms=_opt(p, "service_time_ms"),
+        cpu_utilization=_opt(p, "cpu_utilization"), throttled_ratio=_opt(p, "throttled_ratio"),
+        node_cpus=_opt(p, "node_cpus"), node_idle_cores=_opt(p, "node_idle_cores"),
+        idle_cores_per_replica=_opt(p, "idle_cores_per_replica"),
+        ready_replicas=ready, config=config, state=state))
+    ctx.state["autoscale"] = _autoscale_json(new.scale)
+    ctx.state["elastic"] = _elastic_json(new)
+    if decision.cpu != cpu:
+        ctx.state["resources_asked"] = {"cpu": decision.cpu, "at": now}
+        await outbox.enqueue(ctx, "executor", "plan.approved", {
+            "plan": "resources", "service": svc.name,
+            "resources": {"cpu": decision.cpu, "memory": svc.resources.memory},
+            "threads": decision.threads, "reason": decision.reason, "decision_key": ctx.key})
     want = max(svc.min_replicas, min(svc.max_replicas, int(decision.replicas or current)))
     if want != current:
         ctx.state["autoscale_asked"] = {"replicas": want, "at": now}
@@ -294,8 +360,10 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                              {"plan": "scale", "service": svc.name, "replicas": want, "reason": decision.reason})
     _record(ctx, "autoscale", decision, quick=quick(), observed_replicas=observed)
     monitoring.WRITER.submit(ctx.state, _monitor(ctx), {"plan/replicas": float(want), "plan/replicas_current":
-                                                        float(current)}, monitoring.next_step(ctx.state, "autoscale"))
-    return {"replicas": want, "current": current, "observed": observed, "reason": decision.reason}
+                                                        float(current), "plan/cpu": float(decision.cpu)},
+                             monitoring.next_step(ctx.state, "autoscale"))
+    return {"replicas": want, "current": current, "observed": observed, "cpu": decision.cpu, "current_cpu": cpu,
+            "threads": decision.threads, "action": decision.action, "reason": decision.reason}
 
 
 @agent.router.get("/plans")

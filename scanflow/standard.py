@@ -18,7 +18,9 @@ from scanflow.spec import ActionSpec, AgentSpec, StrategySpec
 
 RETRAIN = {"k": 2, "m": 3, "cooldown_s": 600.0}
 PROMOTION = {"min_gain_drifted": 0.0, "clean_tolerance": 0.01}
-AUTOSCALE = {"target_utilization": 0.7, "latency_low": 0.5, "down_window_s": 30.0}
+# vertical-first (scanflow.policies.elastic): grow a throttled replica in place before adding replicas
+AUTOSCALE = {"mode": "vertical-first", "target_utilization": 0.7, "latency_low": 0.5, "down_window_s": 30.0,
+             "min_cpu": 0.25, "cpu_step": 0.25}
 FAILOVER = {"fail_checks": 3, "recover_checks": 5}
 
 

@@ -97,6 +97,8 @@ class AutoscaleContext:
     in_flight: requests queued or executing, over all replicas, now.
     arrival_rate: requests per second arriving at the gateway in the last window (None: unknown).
     service_time_ms: mean processing time per request in a replica, queueing excluded (None: unknown).
+    capacity_changed_at: when the replicas' capacity last changed otherwise (a vertical resize by
+      scanflow.policies.elastic): latency above the SLO adds no replica within `settle_s` of it either.
     """
 
     now: float
@@ -108,6 +110,7 @@ class AutoscaleContext:
     arrival_rate: float | None = None
     service_time_ms: float | None = None
     ready_replicas: int | None = None
+    capacity_changed_at: float | None = None  # another capacity change (an in-place resize) settling too
     config: AutoscaleConfig = field(default_factory=AutoscaleConfig)
     state: AutoscaleState = field(default_factory=AutoscaleState)
 
@@ -158,7 +161,8 @@ def decide(ctx: AutoscaleContext) -> tuple[ScaleDecision, AutoscaleState]:
     ready = current if ctx.ready_replicas is None else ctx.ready_replicas
     estimate, source = needed_replicas(ctx)
     slo = ctx.slo_latency_ms
-    last_change = ctx.state.guard.last_change_at
+    last_change = max((t for t in (ctx.state.guard.last_change_at, ctx.capacity_changed_at) if t is not None),
+                      default=None)
     settling = last_change is not None and ctx.now - last_change < cfg.settle_s / cfg.guardrails.time_scale
     if ctx.latency_ms is not None and (ctx.latency_ms > slo or (ctx.latency_lower_bound and ctx.latency_ms >= slo)):
         band = "over-slo"

@@ -54,6 +54,7 @@ from scanflow.serving.asgi import (
 )
 from scanflow.serving.batching import BatchResult, MicroBatcher, ModelNotReady
 from scanflow.serving.cliargs import env_value
+from scanflow.serving.cpustat import CpuCollector
 from scanflow.serving.cpuwatch import CpuLimitReader, threads_for_cores
 from scanflow.serving.hotmetrics import HotCounter, HotHistogram
 from scanflow.serving.model import LoadedModel, ModelLoadError, as_probabilities, load_model
@@ -126,6 +127,8 @@ class _Metrics:
             registry=r,
         )
         self.threads = Gauge("scanflow_replica_threads", "torch intra-op threads", registry=r)
+        # CPU used, limit, throttling and the node's idle cores, read at scrape time (the Checker's inputs)
+        r.register(CpuCollector())
         self.tracker_pending = Gauge("scanflow_replica_tracker_pending_records", "records not yet delivered", registry=r)
         self.tracker_sent = Gauge("scanflow_replica_tracker_sent_records", "records delivered", registry=r)
         self.tracker_failed = Gauge("scanflow_replica_tracker_failed_sends", "failed sends (retried)", registry=r)

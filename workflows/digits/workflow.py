@@ -113,7 +113,10 @@ planner = AgentSpec(
     settings={
         "retrain": {"k": 2, "m": 3, "cooldown_s": 600.0},
         "promotion": {"min_gain_drifted": 0.0, "clean_tolerance": 0.01},
-        "autoscale": {"target_utilization": 0.7, "latency_low": 0.5, "down_window_s": 30.0},
+        # vertical-first (scanflow.policies.elastic): a throttled replica grows in place (cgroup quota +
+        # threads, read back by the Executor) before replicas are added; max_cpu unset: the node's CPUs
+        "autoscale": {"mode": "vertical-first", "target_utilization": 0.7, "latency_low": 0.5,
+                      "down_window_s": 30.0, "min_cpu": 0.25, "cpu_step": 0.25},
         "failover": {"fail_checks": 3, "recover_checks": 5},
     },
 )

@@ -1,0 +1,236 @@
+"""Vertical-first autoscaling: grow a saturated replica in place before adding replicas, shrink an idle
+one before removing it; horizontal scaling takes over past the per-replica ceiling. Pure.
+
+Why vertical first: an in-place resize (a cgroup quota locally, `pods/resize` on Kubernetes) takes
+effect in about a second, a new replica only after its start-up (process start + model load, ~10 s),
+so the first answer to a load step is a resize (Sponge, Themis report large SLO gains from it).
+Every input is an observation the Checker sends in `latency.checked` (scanflow.embedded.observe):
+the arrival rate, the CPU each request costs (`cpu_per_request_ms`, else the replica's service time),
+the requests in flight, the per-replica CPU limit, utilization and throttling, the idle cores of the
+replicas' nodes and the SLO percentile; none of them is an oracle.
+
+One tick, in order:
+1. demand: the cores the traffic needs at `target_utilization` (rate * CPU per request, plus the
+   backlog drained within `drain_s`), `need` below;
+2. ceiling: what one replica may grow to now: `max_cpu` (else the node's CPU count), and no more than
+   its present size plus its share of the node's idle cores (a busy node gives no vertical room);
+3. replicas: the autoscale policy (scanflow.policies.autoscale: latency bands, down-scale window,
+   guardrails) sized at the ceiling, so it adds replicas only when `need` exceeds what the present
+   ones can grow to, and it removes them only when the rest, grown to the ceiling, carry the demand;
+   while a resize settles (`settle_s`), latency above the SLO alone adds no replica;
+4. per-replica cores for that replica count: up at once to the need (`cpu_step` multiples), and by
+   half again when the replica is throttled or saturated while latency breaks the SLO although the
+   estimate says it should not (not while an earlier resize settles, `settle_s`); down only to the largest need of the last `down_window_s`, after
+   `cpu_down_ticks` agreeing ticks in the low latency band and `cooldown_down_s` after any change.
+
+`decide(ctx) -> (ElasticDecision, ElasticState)`; the caller owns the clock and applies `cpu` (a
+`resources` plan) before `replicas` (a `scale` plan), so replicas that stay grow before others go.
+With `vertical=False` it is the horizontal-only autoscale policy on the same observations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from scanflow.policies import autoscale
+from scanflow.policies.types import Decision, Streak
+
+
+@dataclass(frozen=True)
+class ElasticConfig:
+    """`scale`: the horizontal policy's config (its target_utilization, drain_s, latency bands, down
+    window and guardrails are shared). CPU figures are cores per replica."""
+
+    scale: autoscale.AutoscaleConfig = field(default_factory=autoscale.AutoscaleConfig)
+    vertical: bool = True
+    min_cpu: float = 0.25
+    max_cpu: float | None = None  # None: the node's CPU count as observed
+    cpu_step: float = 0.25
+    throttled_high: float = 0.2  # share of CFS periods throttled that counts as saturated
+    saturated_utilization: float = 0.9  # share of the CPU limit used that counts as saturated
+    cpu_down_ticks: int = 3
+    cooldown_down_s: float = 60.0  # no shrink within this long of any capacity change
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_cpu <= (self.max_cpu or math.inf) or self.cpu_step <= 0:
+            raise ValueError("need 0 < min_cpu <= max_cpu and cpu_step > 0")
+        if self.cpu_down_ticks < 1 or self.cooldown_down_s < 0:
+            raise ValueError("cpu_down_ticks must be >= 1 and cooldown_down_s >= 0")
+
+
+@dataclass(frozen=True)
+class ElasticState:
+    scale: autoscale.AutoscaleState = field(default_factory=autoscale.AutoscaleState)
+    needs: tuple[tuple[float, float], ...] = ()  # (time, cores needed in all) within the down window
+    shrink: Streak = field(default_factory=Streak)
+    cpu_changed_at: float | None = None
+    changed_at: float | None = None  # last capacity change of either kind
+
+
+@dataclass(frozen=True)
+class ElasticContext:
+    """One tick's observations (fields of `latency.checked`) and the service's present size.
+
+    cpu: cores per replica now (what the replicas report as their limit, or a resize still in flight).
+    cpu_per_request_ms: CPU time per request; service_time_ms: time in the model per request (used
+      when the CPU cost is unknown: at `cpu` < 1 core it is stretched by throttling, so it is scaled back).
+    """
+
+    now: float
+    current_replicas: int
+    cpu: float
+    slo_latency_ms: float
+    latency_ms: float | None = None
+    latency_lower_bound: bool = False
+    in_flight: float = 0.0
+    arrival_rate: float | None = None
+    cpu_per_request_ms: float | None = None
+    service_time_ms: float | None = None
+    cpu_utilization: float | None = None
+    throttled_ratio: float | None = None
+    node_cpus: float | None = None
+    node_idle_cores: float | None = None
+    idle_cores_per_replica: float | None = None
+    ready_replicas: int | None = None
+    config: ElasticConfig = field(default_factory=ElasticConfig)
+    state: ElasticState = field(default_factory=ElasticState)
+
+    def __post_init__(self) -> None:
+        if self.cpu <= 0:
+            raise ValueError(f"cpu must be > 0, got {self.cpu}")
+
+
+@dataclass(frozen=True)
+class ElasticDecision(Decision):
+    replicas: int = 0
+    current: int = 0
+    cpu: float = 0.0
+    current_cpu: float = 0.0
+    threads: int = 1
+    action: Literal["up", "down", "grow", "shrink", "hold"] = "hold"
+
+
+def quantize_up(cores: float, step: float) -> float:
+    return round(math.ceil(cores / step - 1e-9) * step, 6)
+
+
+def quantize_down(cores: float, step: float) -> float:
+    return round(math.floor(cores / step + 1e-9) * step, 6)
+
+
+def threads_for(cpu: float, node_cpus: float | None) -> int:
+    """One thread per whole core, at least one, never more than the node has."""
+    n = max(1, math.floor(cpu + 1e-9))
+    return min(n, int(node_cpus)) if node_cpus else n
+
+
+def effective_cpu(limit: float | None, threads: int | None) -> float | None:
+    """Cores a replica can use: its CPU limit, unless its thread pool is smaller than the whole cores of
+    that limit (a replica with 1 thread on an unlimited 2-core node uses one core, and growing its pool
+    is then a real change). Consistent with `threads_for` (threads = whole cores), so a resize this
+    policy asked for reads back as the cores it asked."""
+    if limit is None or limit <= 0:
+        return None
+    if threads is not None and threads >= 1 and threads < math.floor(limit + 1e-9):
+        return float(threads)
+    return limit
+
+
+def cpu_cost_s(ctx: ElasticContext) -> float | None:
+    """CPU seconds one request costs: measured CPU per request, else the model time at `cpu` cores."""
+    if ctx.cpu_per_request_ms is not None and ctx.cpu_per_request_ms > 0:
+        return ctx.cpu_per_request_ms / 1000.0
+    if ctx.service_time_ms is not None and ctx.service_time_ms > 0:
+        return ctx.service_time_ms / 1000.0 * min(1.0, ctx.cpu)
+    return None
+
+
+def demand_cores(ctx: ElasticContext, cost: float) -> float:
+    """Cores the traffic needs at the target utilization, the backlog drained within drain_s."""
+    cfg = ctx.config.scale
+    starting = ctx.ready_replicas is not None and ctx.ready_replicas < ctx.current_replicas
+    backlog = 0.0 if starting else ctx.in_flight * cost / (cfg.drain_s / cfg.guardrails.time_scale)
+    return ((ctx.arrival_rate or 0.0) * cost + backlog) / cfg.target_utilization
+
+
+def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
+    cfg, st, now = ctx.config, ctx.state, ctx.now
+    ts = cfg.scale.guardrails.time_scale
+    r, c = ctx.current_replicas, ctx.cpu
+    cost = cpu_cost_s(ctx)
+    ceiling = cfg.max_cpu or (float(ctx.node_cpus) if ctx.node_cpus else c)
+    # vertical room now: the replica's share of the node's idle cores on top of its present size
+    idle = ctx.idle_cores_per_replica
+    if idle is None and ctx.node_idle_cores is not None:
+        idle = ctx.node_idle_cores / max(1, r)  # as if all replicas shared one node
+    room = ceiling if idle is None else min(ceiling, c + idle)
+    room = max(c, cfg.min_cpu, quantize_down(room, cfg.cpu_step)) if cfg.vertical else c
+    settle = cfg.scale.settle_s / ts
+    settling = st.cpu_changed_at is not None and now - st.cpu_changed_at < settle
+    over = ctx.latency_ms is not None and (ctx.latency_ms > ctx.slo_latency_ms
+                                           or (ctx.latency_lower_bound and ctx.latency_ms >= ctx.slo_latency_ms))
+    saturated = ((ctx.throttled_ratio or 0.0) >= cfg.throttled_high
+                 or (ctx.cpu_utilization or 0.0) >= cfg.saturated_utilization)
+    # replicas: the horizontal policy with each replica counted at the size it can grow to now
+    size = room if cfg.vertical else c
+    service_ms = None if cost is None else cost * 1000.0 / size
+    # latency above the SLO while vertical room is left: the resize answers it, not another replica
+    grow_room = cfg.vertical and over and saturated and c < room
+    sdec, sst = autoscale.decide(autoscale.AutoscaleContext(
+        now=now, current_replicas=r, ready_replicas=ctx.ready_replicas, slo_latency_ms=ctx.slo_latency_ms,
+        latency_ms=ctx.latency_ms, latency_lower_bound=ctx.latency_lower_bound, in_flight=ctx.in_flight,
+        arrival_rate=None if cost is None else ctx.arrival_rate, service_time_ms=service_ms,
+        capacity_changed_at=now if grow_room else st.cpu_changed_at if settling else None,
+        config=cfg.scale, state=st.scale))
+    replicas = sdec.replicas
+    need = None if cost is None else demand_cores(ctx, cost)
+    window = cfg.scale.down_window_s / ts
+    needs = tuple((t, n) for t, n in st.needs if now - t < window) + (((now, need),) if need is not None else ())
+    target, why, shrink = c, "hold", Streak()
+    if cfg.vertical:
+        # sized for the replicas serving now while added ones start (they would arrive after the step)
+        ready = r if ctx.ready_replicas is None else ctx.ready_replicas
+        per = None if need is None else need / max(1, min(replicas, ready))
+        want = c if per is None else min(room, max(cfg.min_cpu, quantize_up(per, cfg.cpu_step)))
+        if over and saturated and want <= c and c < room and not settling:
+            want = min(room, quantize_up(c * 1.5, cfg.cpu_step))  # the estimate lags what the latency says
+            why = f"latency over the SLO while saturated: x1.5 -> {want:g}"
+        if want > c:
+            target = want
+            if why == "hold":
+                why = f"need {need:.2f} cores over {replicas} replicas -> {want:g} each (room {room:g})"
+        elif per is not None and replicas <= r:
+            # shrink: to the largest need of the window, only in the low band and after the cooldown
+            peak = max(n for _, n in needs) / max(1, replicas)
+            down = max(cfg.min_cpu, quantize_up(peak, cfg.cpu_step))
+            low = ctx.latency_ms is None or ctx.latency_ms <= cfg.scale.latency_low * ctx.slo_latency_ms
+            if down < c and low and not over:
+                shrink = st.shrink.update(-1, now)
+                cooled = st.changed_at is None or now - st.changed_at >= cfg.cooldown_down_s / ts
+                if shrink.count >= cfg.cpu_down_ticks and cooled:
+                    target, why, shrink = down, f"idle: peak need {peak:.2f} per replica over the window -> {down:g}", Streak()
+                else:
+                    why = f"shrink to {down:g} waits: {shrink.count}/{cfg.cpu_down_ticks} ticks, cooled {cooled}"
+    changed_cpu = target != c
+    changed = changed_cpu or replicas != r
+    action: Literal["up", "down", "grow", "shrink", "hold"] = (
+        "up" if replicas > r else "down" if replicas < r else "grow" if target > c else "shrink" if target < c
+        else "hold")
+    reason = f"{action}: cpu {c:g} -> {target:g} ({why}); replicas {r} -> {replicas} ({sdec.reason})"
+    inputs = {**sdec.inputs, "cpu": c, "cpu_target": target, "room": room, "need_cores": need,
+              "cpu_per_request_ms": ctx.cpu_per_request_ms, "cpu_utilization": ctx.cpu_utilization,
+              "throttled_ratio": ctx.throttled_ratio, "node_idle_cores": ctx.node_idle_cores,
+              "idle_cores_per_replica": ctx.idle_cores_per_replica,
+              "saturated": saturated, "vertical": cfg.vertical}
+    new = ElasticState(scale=sst, needs=needs, shrink=shrink,
+                       cpu_changed_at=now if changed_cpu else st.cpu_changed_at,
+                       changed_at=now if changed else st.changed_at)
+    return (ElasticDecision(reason=reason, inputs=inputs, replicas=replicas, current=r, cpu=target, current_cpu=c,
+                            threads=threads_for(target, ctx.node_cpus), action=action), new)
+
+
+def horizontal(config: ElasticConfig) -> ElasticConfig:
+    """The same config with vertical scaling off (the horizontal-only Planner)."""
+    return replace(config, vertical=False)
