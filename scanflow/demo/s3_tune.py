@@ -20,6 +20,7 @@ Who calls: scanflow.demo.runner; tests/e2e/test_s3_tune.py.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -142,8 +143,9 @@ def run(ctx: DemoContext) -> ScenarioResult:
         with OpenLoad(url, clean_rows(), ctx.home / "s3") as load:
             reps = limited_replicas(stack.get("executor", "/services"), svc.name)
             pid = int(reps[0]["pid"])
-            points = calibrate(load, url, pid, MIS_CPU)
-            cap = capacity(points, MIS_CPU)
+            points = calibrate(load, url, pid, MIS_CPU, slo_ms=math.inf)  # CPU-bound: see `calibrate`
+            cap = capacity(points, MIS_CPU, slo_ms=math.inf)
+            figures["calibration"] = " ".join(f"{r:.0f}rps:{c:.2f}cpu:{p or 0:.0f}ms" for r, c, p in points)
             if cap is None:
                 res.error = f"calibration failed: ramp {points}"
                 return res
