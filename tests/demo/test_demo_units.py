@@ -64,14 +64,17 @@ def test_reversals_counts_direction_changes() -> None:
     assert reversals([1, 1, 1]) == 0
 
 
-def test_calibrated_slo_never_below_the_service_slo_nor_above_the_cap() -> None:
+def test_calibrated_slo_never_below_the_service_slo_and_its_scale_down_band_above_the_low_load_p99() -> None:
     from scanflow.demo import s2_inprocess
 
     assert calibrated_slo(None) == 50.0
     assert calibrated_slo(5.0) == 50.0
-    assert calibrated_slo(30.0) == 60.0  # through the agents: 2x the low-load gateway p99
-    # never at the ~100 ms an overloaded replica's p99 settles at (one CFS period): that hid the overload
-    assert calibrated_slo(40.0) == calibrated_slo(400.0) == 70.0
+    assert calibrated_slo(30.0) == 62.5  # the low band (0.6 x SLO) stays 1.25x above the low-load p99
+    assert calibrated_slo(25.0, latency_low=0.9) == 50.0  # 2x the low-load p99, the band allowing
+    # 2x the low-load p99 is capped under the ~100 ms an overloaded replica's p99 settles at ...
+    assert calibrated_slo(40.0, latency_low=0.9) == 70.0
+    # ... unless the scale-down band would then sit under the low-load p99 (a busy machine: no scale-down)
+    assert calibrated_slo(48.0) == 100.0 and 0.6 * calibrated_slo(48.0) > 48.0
     assert s2_inprocess.calibrated_slo(40.0) == 160.0  # in-process: 4x the client-side p99
 
 
@@ -81,6 +84,24 @@ def test_s2_flaps_count_direction_changes_beyond_one_up_then_down() -> None:
     assert flaps([]) == 0 and flaps(["up"]) == 0 and flaps(["up", "up", "down"]) == 0
     assert flaps(["up", "down", "up"]) == 1 and flaps(["down", "up"]) == 1
     assert flaps(["up", "down", "up", "down"]) == 2 and flaps(["down"]) == 0
+    # vertical-first: growing cores in place is capacity up, shrinking them capacity down
+    assert flaps(["grow", "up", "shrink", "down"]) == 0 and flaps(["grow", "shrink", "grow"]) == 1
+
+
+def test_s2_every_move_must_be_applied_by_the_executor() -> None:
+    from scanflow.demo.s2_autoscale import executions, plans_expected
+
+    moves = [{"action": "grow", "cpu": 0.75, "current_cpu": 0.25, "replicas": 1, "current": 1},
+             {"action": "up", "cpu": 1.0, "current_cpu": 0.75, "replicas": 2, "current": 1},  # both: 2 plans
+             {"action": "down", "cpu": 1.0, "current_cpu": 1.0, "replicas": 1, "current": 2}]
+    assert plans_expected(moves) == 4
+    ok, bad = {"a": {"status": "ok"}}, {"a": {"status": "failed"}}
+    decisions = [{"strategy": "execute-resources", "result": "fired", "at": 5.0, "outcomes": ok},
+                 {"strategy": "execute-scale", "result": "fired", "at": 6.0, "outcomes": ok},
+                 {"strategy": "execute-resources", "result": "fired", "at": 7.0, "outcomes": bad},
+                 {"strategy": "execute-scale", "result": "fired", "at": 1.0, "outcomes": ok},  # before
+                 {"strategy": "execute-route", "result": "fired", "at": 8.0, "outcomes": ok}]
+    assert executions(decisions, 2.0) == (2, 1)
 
 
 def test_s2_scale_moves_keep_autoscale_moves_since_the_start() -> None:
