@@ -53,7 +53,7 @@ SLO_MS = 50.0  # the digits service's SLO (p99)
 SLO_BASELINE_FACTOR = 2.0  # the histogram buckets grow ~2-2.5x: over the SLO = 2 buckets above the baseline
 SLO_CAP_MS = 70.0  # under the ~100 ms an overloaded replica reaches: the 75 ms bucket is over it
 LOW_BAND_MARGIN = 1.25  # the low-load p99 sits this far under the scale-down band (latency_low x SLO)
-REPLICA_CPU = 0.2  # cores per replica during S2 (a CFS quota, as a pod's CPU limit)
+REPLICA_CPU = 0.25  # cores per replica during S2 (a CFS quota, as a pod's CPU limit): the policy's min_cpu
 LOW_FRACTION, HIGH_FRACTION = 0.25, 2.5  # of one replica's measured capacity
 MAX_RATE = 400.0  # requests/s: above this the gateway and the generator share the 2 cores with the replicas
 CALIBRATE_S = 4.0
@@ -86,24 +86,30 @@ def capacity(points: Sequence[tuple[float, float, float | None]], cpu_limit: flo
     """Pure: one replica's capacity at `cpu_limit` cores from a ramp of (rate, CPU cores it used, gateway
     p99 ms): the rate where it first used SATURATED of its limit (interpolated between the two points
     around it), or, on a machine too busy to give the replica its limit, the last rate before the gateway
-    p99 went over the SLO; past the ramp's end, the last point's rate scaled to the limit. Why measured
+    p99 went over the SLO at two rates in a row (one breach alone is the busy machine's noise: measured,
+a 150 ms p99 at 10 rps on a machine with a core burned, then nothing); past the ramp's end, the last point's rate scaled to the limit. Why measured
     and not `limit / CPU per request`: the gateway coalesces requests into batches that grow with the
     load, so a request costs less at a high rate than at a low one (measured here: the batch-1 estimate
     was ~half the real knee)."""
     target = SATURATED * cpu_limit
     prev: tuple[float, float] | None = None
-    for rate, cpu, p99 in sorted(points):
+    ramp = sorted(points)
+    for i, (rate, cpu, p99) in enumerate(ramp):
         if cpu >= target:
             if prev is None or cpu <= prev[1]:
                 return rate
             r0, c0 = prev
             return round(r0 + (rate - r0) * (target - c0) / (cpu - c0), 1)
-        if p99 is not None and p99 > slo_ms:
-            return prev[0] if prev is not None else rate
+        if over_slo(p99, slo_ms) and (i + 1 == len(ramp) or over_slo(ramp[i + 1][2], slo_ms)):
+            return prev[0] if prev is not None else rate  # a breach the next rate confirms (or the last)
         prev = (rate, cpu)
     if prev is None or prev[1] <= 0:
         return None
     return round(prev[0] * target / prev[1], 1)
+
+
+def over_slo(p99: float | None, slo_ms: float) -> bool:
+    return p99 is not None and p99 > slo_ms
 
 
 def rates(cap: float | None) -> Rates | None:
@@ -259,12 +265,15 @@ def limited_replicas(services: dict[str, Any], name: str) -> list[dict[str, Any]
 def calibrate(load: OpenLoad, url: str, pid: int, cpu_limit: float,
               slo_ms: float = SLO_MS) -> list[tuple[float, float, float | None]]:
     """A rate ramp on one replica held to `cpu_limit` cores: (rate, CPU cores it used, gateway p99 ms) per
-    step, up to the step where it used SATURATED of its limit or the gateway p99 broke `slo_ms` (the
+    step (after an unmeasured warm-up at the first rate), up to the step where it used SATURATED of its
+    limit or the gateway p99 broke `slo_ms` at two rates in a row (the
     input of `capacity`; S3 passes inf: it needs the CPU-bound capacity, and on a busy machine the p99
     breaks the SLO long before the replica is saturated). The load is left at the last rate."""
     from scanflow.embedded.latency import percentile_ms
 
     points: list[tuple[float, float, float | None]] = []
+    load.rate(probe_rates(10.0)[0])
+    time.sleep(PROBE_S)  # warm-up at the first rate (the replica's first requests after its resize): not measured
     for r in probe_rates(10.0):
         load.rate(r)
         time.sleep(0.5)  # the rate settles: not measured
@@ -275,8 +284,8 @@ def calibrate(load: OpenLoad, url: str, pid: int, cpu_limit: float,
             break
         p = percentile_ms(h0, h1, 0.99) if h1 else None
         points.append((r, (c1 - c0) / (t1 - t0), None if p is None else p.ms))
-        if p is not None and p.ms > slo_ms:
-            break
+        if len(points) >= 2 and all(over_slo(q, slo_ms) for _, _, q in points[-2:]):
+            break  # two rates in a row over the SLO: confirmed (see `capacity`)
         if points[-1][1] >= SATURATED * cpu_limit:
             break
     return points

@@ -126,6 +126,9 @@ def test_s2_capacity_is_the_knee_of_the_cpu_ramp() -> None:
     # a machine too busy to give the replica its limit: the last rate before the gateway p99 broke the SLO
     assert capacity([(10.0, 0.03, 25.0), (16.0, 0.05, 50.0), (26.0, 0.07, 100.0)], 0.2) == 16.0
     assert capacity([], 0.2) is None and capacity([(10.0, 0.0, None)], 0.2) is None
+    # one breach the next rate does not confirm is the busy machine's noise (measured: 150 ms at 10 rps)
+    noisy = [(10.0, 0.02, 150.0), (16.0, 0.03, 20.0), (26.0, 0.05, 30.0), (42.0, 0.08, 60.0), (66.0, 0.1, 90.0)]
+    assert capacity(noisy, 0.2) == 26.0
     r = rates(100.0)
     assert r is not None and (r.capacity, r.low, r.high) == (100.0, 25.0, 250.0)
     assert rates(1000.0) is not None and rates(1000.0).high == 400.0  # type: ignore[union-attr]  # MAX_RATE
