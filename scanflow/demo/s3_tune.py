@@ -153,7 +153,8 @@ def run(ctx: DemoContext) -> ScenarioResult:
             rate = round(min(MAX_RATE, LOAD_FACTOR * cap), 1)
             load.rate(max(5.0, cap / 4))
             time.sleep(1.0)  # the low rate settles: not measured
-            slo = calibrated_slo(median(gateway_p99s(url, 3.0)), _latency_low(stack))
+            base = gateway_p99s(url, 3.0)
+            slo = calibrated_slo(median(base), _latency_low(stack), max(base, default=None))
             set_slo = _request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": slo}})
             ctx.say(f"S3: {MIS_CPU} core serves ~{cap:.0f} rps; load {rate:.0f} rps; SLO {slo:.0f} ms")
             # case 1: the mis-sized replica under the load, then the Planner on

@@ -75,6 +75,7 @@ def test_calibrated_slo_never_below_the_service_slo_and_its_scale_down_band_abov
     assert calibrated_slo(40.0, latency_low=0.9) == 70.0
     # ... unless the scale-down band would then sit under the low-load p99 (a busy machine: no scale-down)
     assert calibrated_slo(48.0) == 100.0 and 0.6 * calibrated_slo(48.0) > 48.0
+    assert calibrated_slo(45.0, worst_p99_ms=60.0) == 125.0  # the worst low-load second under the band
     assert s2_inprocess.calibrated_slo(40.0) == 160.0  # in-process: 4x the client-side p99
 
 
