@@ -343,7 +343,7 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         cpu_per_request_ms=_opt(p, "cpu_per_request_ms"), service_time_ms=_opt(p, "service_time_ms"),
         cpu_utilization=_opt(p, "cpu_utilization"), throttled_ratio=_opt(p, "throttled_ratio"),
         node_cpus=_opt(p, "node_cpus"), node_idle_cores=_opt(p, "node_idle_cores"),
-        idle_cores_per_replica=_opt(p, "idle_cores_per_replica"),
+        headroom_cores_per_replica=_opt(p, "headroom_cores_per_replica"),
         ready_replicas=ready, config=config, state=state))
     ctx.state["autoscale"] = _autoscale_json(new.scale)
     ctx.state["elastic"] = _elastic_json(new)

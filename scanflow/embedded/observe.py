@@ -78,8 +78,9 @@ def parse_replica(text: str) -> ReplicaSample:
         limit_cores=s.get("scanflow_replica_cpu_limit_cores"),
         periods=s.get("scanflow_replica_cpu_periods_total"),
         throttled_periods=s.get("scanflow_replica_cpu_throttled_periods_total"),
-        requests=s.get("scanflow_replica_requests_total"),
-        model_s=s.get("scanflow_replica_model_call_seconds_sum"),
+        # counters that start at zero: a replica that served nothing yet exports the family without samples
+        requests=s.get("scanflow_replica_requests_total", 0.0),
+        model_s=s.get("scanflow_replica_model_call_seconds_sum", 0.0),
         threads=s.get("scanflow_replica_threads"),
         node_cpus=s.get("scanflow_replica_node_cpus"),
         node_idle_s=s.get("scanflow_replica_node_cpu_idle_seconds_total"),
@@ -108,7 +109,7 @@ def window(prev_gw: GatewaySample | None, cur_gw: GatewaySample | None,
         "interval_s": _round(dt, 3), "arrival_rate": None, "completion_rate": None, "mean_latency_ms": None,
         "service_time_ms": None, "cpu_per_request_ms": None, "cpu_used_cores": None, "cpu_limit_cores": None,
         "cpu_utilization": None, "throttled_ratio": None, "threads": None, "node_cpus": None,
-        "node_idle_cores": None, "idle_cores_per_replica": None, "observed_replicas": len(cur_reps),
+        "node_idle_cores": None, "headroom_cores_per_replica": None, "observed_replicas": len(cur_reps),
     }
     if dt <= 0:
         return out
@@ -126,6 +127,8 @@ def window(prev_gw: GatewaySample | None, cur_gw: GatewaySample | None,
     node_cpus: list[float] = []
     idle: dict[str, list[float]] = {}  # node -> idle cores seen by each of its replicas
     on_node: dict[str, int] = {}
+    allocated: dict[str, float] = {}  # node -> sum of the CPU limits of this service's replicas there
+    cpus_of: dict[str, float] = {}
     cpu_known = False
     for url, cur in cur_reps.items():
         if cur.limit_cores is not None:
@@ -136,6 +139,9 @@ def window(prev_gw: GatewaySample | None, cur_gw: GatewaySample | None,
             node_cpus.append(cur.node_cpus)
         node = cur.node or url  # unknown node: as if alone on its own
         on_node[node] = on_node.get(node, 0) + 1
+        if cur.limit_cores is not None and cur.node_cpus is not None:
+            allocated[node] = allocated.get(node, 0.0) + cur.limit_cores
+            cpus_of[node] = cur.node_cpus
         prev = prev_reps.get(url)
         if prev is None:
             continue
@@ -169,8 +175,11 @@ def window(prev_gw: GatewaySample | None, cur_gw: GatewaySample | None,
     out["threads"] = int(max(threads)) if threads else None
     out["node_cpus"] = int(min(node_cpus)) if node_cpus else None
     if idle:
-        per_node = {n: sum(v) / len(v) for n, v in idle.items()}
-        out["node_idle_cores"] = _round(min(per_node.values()), 3)
-        # the cores each replica could grow into: its node's idle cores shared by the replicas there
-        out["idle_cores_per_replica"] = _round(min(v / on_node[n] for n, v in per_node.items()), 3)
+        out["node_idle_cores"] = _round(min(sum(v) / len(v) for v in idle.values()), 3)
+    if allocated and len(allocated) == len(on_node):
+        # what each replica could grow into: its node's cores not given to this service's replicas,
+        # shared by the replicas there (an allocation, as Kubernetes' allocatable minus requests: the
+        # instantaneous idle time of a shared machine is ~0 whenever anything else runs)
+        out["headroom_cores_per_replica"] = _round(min(
+            max(0.0, cpus_of[n] - allocated[n]) / on_node[n] for n in allocated), 3)
     return out

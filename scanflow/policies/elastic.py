@@ -6,22 +6,26 @@ effect in about a second, a new replica only after its start-up (process start +
 so the first answer to a load step is a resize (Sponge, Themis report large SLO gains from it).
 Every input is an observation the Checker sends in `latency.checked` (scanflow.embedded.observe):
 the arrival rate, the CPU each request costs (`cpu_per_request_ms`, else the replica's service time),
-the requests in flight, the per-replica CPU limit, utilization and throttling, the idle cores of the
-replicas' nodes and the SLO percentile; none of them is an oracle.
+the requests in flight, the per-replica CPU limit, utilization and throttling, the cores of the
+replicas' nodes left unallocated and the SLO percentile; none of them is an oracle.
 
 One tick, in order:
 1. demand: the cores the traffic needs at `target_utilization` (rate * CPU per request, plus the
    backlog drained within `drain_s`), `need` below;
 2. ceiling: what one replica may grow to now: `max_cpu` (else the node's CPU count), and no more than
-   its present size plus its share of the node's idle cores (a busy node gives no vertical room);
+   its present size plus its share of the node's cores not allocated to the service's replicas
+   (`headroom_cores_per_replica`; else its share of the node's measured idle cores);
 3. replicas: the autoscale policy (scanflow.policies.autoscale: latency bands, down-scale window,
    guardrails) sized at the ceiling, so it adds replicas only when `need` exceeds what the present
    ones can grow to, and it removes them only when the rest, grown to the ceiling, carry the demand;
    while a resize settles (`settle_s`), latency above the SLO alone adds no replica;
-4. per-replica cores for that replica count: up at once to the need (`cpu_step` multiples), and by
+4. per-replica cores for that replica count: up at once to the need (`cpu_step` multiples; while
+   latency is low and nothing saturates, only a need seen on two ticks running and past
+   `grow_margin`, so measurement noise never grows it), and by
    half again when the replica is throttled or saturated while latency breaks the SLO although the
    estimate says it should not (not while an earlier resize settles, `settle_s`); down only to the largest need of the last `down_window_s`, after
-   `cpu_down_ticks` agreeing ticks in the low latency band and `cooldown_down_s` after any change.
+   `cpu_down_ticks` agreeing ticks in the low latency band and `cooldown_down_s` after any change, and
+   only by `shrink_margin` or more (small moves are noise, and each one risks a flap).
 
 `decide(ctx) -> (ElasticDecision, ElasticState)`; the caller owns the clock and applies `cpu` (a
 `resources` plan) before `replicas` (a `scale` plan), so replicas that stay grow before others go.
@@ -50,14 +54,17 @@ class ElasticConfig:
     cpu_step: float = 0.25
     throttled_high: float = 0.2  # share of CFS periods throttled that counts as saturated
     saturated_utilization: float = 0.9  # share of the CPU limit used that counts as saturated
+    grow_margin: float = 0.2  # calm (low latency, not saturated): grow only past (1 + margin) x cpu
+    shrink_margin: float = 0.2  # shrink only to (1 - margin) x cpu or less: small moves are noise
     cpu_down_ticks: int = 3
     cooldown_down_s: float = 60.0  # no shrink within this long of any capacity change
 
     def __post_init__(self) -> None:
         if not 0 < self.min_cpu <= (self.max_cpu or math.inf) or self.cpu_step <= 0:
             raise ValueError("need 0 < min_cpu <= max_cpu and cpu_step > 0")
-        if self.cpu_down_ticks < 1 or self.cooldown_down_s < 0:
-            raise ValueError("cpu_down_ticks must be >= 1 and cooldown_down_s >= 0")
+        if self.cpu_down_ticks < 1 or self.cooldown_down_s < 0 or not 0 <= self.shrink_margin < 1 \
+                or self.grow_margin < 0:
+            raise ValueError("need cpu_down_ticks >= 1, cooldown_down_s >= 0, 0 <= shrink_margin < 1, grow_margin >= 0")
 
 
 @dataclass(frozen=True)
@@ -92,7 +99,7 @@ class ElasticContext:
     throttled_ratio: float | None = None
     node_cpus: float | None = None
     node_idle_cores: float | None = None
-    idle_cores_per_replica: float | None = None
+    headroom_cores_per_replica: float | None = None
     ready_replicas: int | None = None
     config: ElasticConfig = field(default_factory=ElasticConfig)
     state: ElasticState = field(default_factory=ElasticState)
@@ -162,10 +169,10 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
     cost = cpu_cost_s(ctx)
     ceiling = cfg.max_cpu or (float(ctx.node_cpus) if ctx.node_cpus else c)
     # vertical room now: the replica's share of the node's idle cores on top of its present size
-    idle = ctx.idle_cores_per_replica
-    if idle is None and ctx.node_idle_cores is not None:
-        idle = ctx.node_idle_cores / max(1, r)  # as if all replicas shared one node
-    room = ceiling if idle is None else min(ceiling, c + idle)
+    free = ctx.headroom_cores_per_replica
+    if free is None and ctx.node_idle_cores is not None:
+        free = ctx.node_idle_cores / max(1, r)  # as if all replicas shared one node
+    room = ceiling if free is None else min(ceiling, c + free)
     room = max(c, cfg.min_cpu, quantize_down(room, cfg.cpu_step)) if cfg.vertical else c
     settle = cfg.scale.settle_s / ts
     settling = st.cpu_changed_at is not None and now - st.cpu_changed_at < settle
@@ -193,20 +200,42 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
         # sized for the replicas serving now while added ones start (they would arrive after the step)
         ready = r if ctx.ready_replicas is None else ctx.ready_replicas
         per = None if need is None else need / max(1, min(replicas, ready))
+        low = ctx.latency_ms is None or ctx.latency_ms <= cfg.scale.latency_low * ctx.slo_latency_ms
+        calm = low and not over and not saturated
+        if calm and per is not None and len(needs) >= 2:
+            # calm: a need seen on one tick only is measurement noise; the lower of the last two must ask
+            per = min(per, needs[-2][1] / max(1, min(replicas, ready)))
+        if per is not None and need is not None and replicas < r:
+            # replicas going: the ones that stay take the largest need of the window, with the grow
+            # margin on top so the next noisy tick does not grow them again, but never more cores in
+            # all than now (a removal that grows the total is a move up: a flap); when the cores there
+            # are cannot carry that need on fewer replicas, none goes this tick
+            peak = max(n for _, n in needs)
+            total = quantize_down(c * r / replicas, cfg.cpu_step)
+            if quantize_up(peak / replicas, cfg.cpu_step) > min(room, total):
+                replicas, why = r, f"no removal: {peak:.2f} cores needed do not fit {r - 1} replicas"
+                sst = replace(sst, guard=st.scale.guard)  # the removal did not happen: no cooldown from it
+                per = need / max(1, min(r, ready))
+            else:
+                per = min(max(per, peak / replicas * (1 + cfg.grow_margin)), total)
         want = c if per is None else min(room, max(cfg.min_cpu, quantize_up(per, cfg.cpu_step)))
-        if over and saturated and want <= c and c < room and not settling:
-            want = min(room, quantize_up(c * 1.5, cfg.cpu_step))  # the estimate lags what the latency says
-            why = f"latency over the SLO while saturated: x1.5 -> {want:g}"
+        if calm and replicas >= r and want <= c * (1 + cfg.grow_margin):
+            want = min(want, c)
+        if over and saturated and c < room and not settling:
+            # the latency says the estimate lags (a step in load, a backlog): half again on top of the
+            # larger of the estimate and the present size, to drain what queued before the resize lands
+            boosted = min(room, quantize_up(max(c, want) * 1.5, cfg.cpu_step))
+            if boosted > want:
+                want, why = boosted, f"latency over the SLO while saturated: x1.5 -> {boosted:g}"
         if want > c:
             target = want
-            if why == "hold":
+            if why == "hold" or why.startswith("no removal"):
                 why = f"need {need:.2f} cores over {replicas} replicas -> {want:g} each (room {room:g})"
         elif per is not None and replicas <= r:
             # shrink: to the largest need of the window, only in the low band and after the cooldown
             peak = max(n for _, n in needs) / max(1, replicas)
             down = max(cfg.min_cpu, quantize_up(peak, cfg.cpu_step))
-            low = ctx.latency_ms is None or ctx.latency_ms <= cfg.scale.latency_low * ctx.slo_latency_ms
-            if down < c and low and not over:
+            if down <= c * (1 - cfg.shrink_margin) + 1e-9 and low and not over:
                 shrink = st.shrink.update(-1, now)
                 cooled = st.changed_at is None or now - st.changed_at >= cfg.cooldown_down_s / ts
                 if shrink.count >= cfg.cpu_down_ticks and cooled:
@@ -222,7 +251,7 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
     inputs = {**sdec.inputs, "cpu": c, "cpu_target": target, "room": room, "need_cores": need,
               "cpu_per_request_ms": ctx.cpu_per_request_ms, "cpu_utilization": ctx.cpu_utilization,
               "throttled_ratio": ctx.throttled_ratio, "node_idle_cores": ctx.node_idle_cores,
-              "idle_cores_per_replica": ctx.idle_cores_per_replica,
+              "headroom_cores_per_replica": ctx.headroom_cores_per_replica,
               "saturated": saturated, "vertical": cfg.vertical}
     new = ElasticState(scale=sst, needs=needs, shrink=shrink,
                        cpu_changed_at=now if changed_cpu else st.cpu_changed_at,
