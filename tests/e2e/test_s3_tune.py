@@ -1,5 +1,5 @@
 """S3 end to end through the agents: on a quick EmbeddedStack the demo's S3 scenario starts the digits
-service mis-sized (0.3 of a core, one thread: set and read back through the Executor), loads it, and
+service mis-sized (0.1 of a core, one thread: set and read back through the Executor), loads it, and
 turns the Planner's autoscale strategy (vertical-first) on; the Checker's observations make the Planner
 grow the replica in place (a `resources` plan), the Executor applies it and reads it back, and the
 measured throughput rises. A second case starts right-sized (where the first ended) under the same
