@@ -180,7 +180,7 @@ def main() -> int:
             quota_applies = pf.cgroup_support.usable
             if not quota_applies:
                 print(f"note: no cgroup CPU quota here ({pf.cgroup_support.reason}): the start is not "
-                      "held to 0.3 core, so the gain measures threads and placement only", file=sys.stderr)
+                      f"held to {start.cpu:g} core, so the gain measures threads and placement only", file=sys.stderr)
             spec = Service(name="tune", model_uri=model, replicas=1, max_replicas=max(2, topo.total),
                            threads=start.threads, resources=Resources(cpu=start.cpu, memory="2Gi"))
             endpoint = pf.deploy(spec).endpoint
