@@ -52,7 +52,7 @@ from scanflow.demo.sim import SimConfig, Trace, compare
 SLO_MS = 50.0  # the digits service's SLO (p99)
 SLO_BASELINE_FACTOR = 2.0  # the histogram buckets grow ~2-2.5x: over the SLO = 2 buckets above the baseline
 SLO_CAP_MS = 70.0  # under the ~100 ms an overloaded replica reaches: the 75 ms bucket is over it
-LOW_BAND_MARGIN = 1.25  # the low-load p99 sits this far under the scale-down band (latency_low x SLO)
+LOW_BAND_MARGIN = 1.5  # the low-load p99 sits this far under the scale-down band (latency_low x SLO)
 REPLICA_CPU = 0.25  # cores per replica during S2 (a CFS quota, as a pod's CPU limit): the policy's min_cpu
 LOW_FRACTION, HIGH_FRACTION = 0.25, 2.5  # of one replica's measured capacity
 MAX_RATE = 400.0  # requests/s: above this the gateway and the generator share the 2 cores with the replicas

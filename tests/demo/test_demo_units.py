@@ -69,13 +69,13 @@ def test_calibrated_slo_never_below_the_service_slo_and_its_scale_down_band_abov
 
     assert calibrated_slo(None) == 50.0
     assert calibrated_slo(5.0) == 50.0
-    assert calibrated_slo(30.0) == 62.5  # the low band (0.6 x SLO) stays 1.25x above the low-load p99
+    assert calibrated_slo(30.0) == 75.0  # the low band (0.6 x SLO) stays 1.5x above the low-load p99
     assert calibrated_slo(25.0, latency_low=0.9) == 50.0  # 2x the low-load p99, the band allowing
     # 2x the low-load p99 is capped under the ~100 ms an overloaded replica's p99 settles at ...
     assert calibrated_slo(40.0, latency_low=0.9) == 70.0
     # ... unless the scale-down band would then sit under the low-load p99 (a busy machine: no scale-down)
-    assert calibrated_slo(48.0) == 100.0 and 0.6 * calibrated_slo(48.0) > 48.0
-    assert calibrated_slo(45.0, worst_p99_ms=60.0) == 125.0  # the worst low-load second under the band
+    assert calibrated_slo(48.0) == 120.0 and 0.6 * calibrated_slo(48.0) > 48.0
+    assert calibrated_slo(45.0, worst_p99_ms=60.0) == 150.0  # the worst low-load second under the band
     assert s2_inprocess.calibrated_slo(40.0) == 160.0  # in-process: 4x the client-side p99
 
 
@@ -176,7 +176,8 @@ def test_plots_render_to_png(tmp_path) -> None:  # type: ignore[no-untyped-def]
 def test_demo_autoscale_keeps_the_replica_through_a_calm_step_and_removes_it_after() -> None:
     """The Planner's policy with the demo's settings (runner.DEMO_AUTOSCALE, as agents/planner.py reads
     them): after a breach added a replica, low-p99 ticks (the gateway batches, so two replicas at twice one's
-    capacity can look calm) remove it only once the 20 s down window holds no tick that needed it."""
+    capacity can look calm) keep it while the observed rate needs it, and remove it only once the 10 s down
+    window holds no tick that needed it."""
     from agents.planner import autoscale_config
     from scanflow.demo.runner import DEMO_AUTOSCALE, demo_workflow
     from scanflow.embedded.env import primary_service
@@ -184,15 +185,17 @@ def test_demo_autoscale_keeps_the_replica_through_a_calm_step_and_removes_it_aft
 
     cfg, _ = autoscale_config(dict(DEMO_AUTOSCALE), primary_service(demo_workflow()))
     state, replicas, moves = AutoscaleState(), 1, []
-    for t in range(60):  # one tick a second: 3 s over the SLO, then 57 s at 15 ms
+    for t in range(60):  # one tick a second: 3 s over the SLO, a calm step until 25 s, then the load falls
         p99 = 80.0 if t < 3 else 15.0
+        rate = 100.0 if t < 25 else 10.0  # 100 rps x 10 ms = one replica's worth: 2 at 70% utilization
         d, state = decide(AutoscaleContext(now=1000.0 + t, current_replicas=replicas, slo_latency_ms=50.0,
-                                           latency_ms=p99, in_flight=1.0, config=cfg, state=state))
+                                           latency_ms=p99, in_flight=1.0, arrival_rate=rate, service_time_ms=10.0,
+                                           config=cfg, state=state))
         if d.action != "hold":
             moves.append((t, d.action))
             replicas = d.replicas
     assert [a for _, a in moves] == ["up", "down"], moves
-    assert moves[1][0] >= 20, moves  # not before the down window has passed since the last needed tick
+    assert moves[1][0] >= 25 + 10, moves  # not before the down window has passed since the last needed tick
 
 
 def test_s4_passes_only_with_the_planners_route_and_the_route_back() -> None:
