@@ -8,8 +8,10 @@ Two cases on the running EmbeddedStack, the same open-loop load in both:
    over REST. Passes only if the chain happened: the Planner decided `grow` on the Checker's
    observations (GET /plans: its inputs), the Executor's `execute-resources` fired and its
    `set_resources` read the change back (GET /decisions), the replica now runs with the cores the
-   plan asked for (GET /services), and the measured throughput (answers per second, before the
-   strategy was on vs after the change) rose by at least GAIN_MIN.
+   plan asked for (GET /services), and the measured throughput rose by at least GAIN_MIN: a
+   closed-loop capacity probe (8 connections back to back) before the Planner was on and after its
+   change (an open loop cannot show it: a mis-sized replica that keeps up with the offered rate at a
+   higher latency serves the same answers per second).
 2. right-sized: the replica starts at the size case 1 ended with, same load; passes only if nothing
    changed: the Planner looked (autoscale decisions were made on observations during the window) and
    held, the Executor changed neither resources nor replicas, and the load was served.
@@ -42,7 +44,6 @@ from scanflow.demo.s2_autoscale import (
     gateway_p99s,
     limited_replicas,
     median,
-    wall_to_mono,
 )
 
 # cores: the mis-sized start (a CFS quota), with one thread. Not 0.3: the gateway batches requests, so a
@@ -50,9 +51,10 @@ from scanflow.demo.s2_autoscale import (
 # the generator sends here), the load never saturated it and no gain could be measured
 MIS_CPU = 0.1
 LOAD_FACTOR = 2.0  # the load, in multiples of what the mis-sized replica serves
-GAIN_MIN = 0.3  # served throughput after the change / before - 1 that counts as a gain
+GAIN_MIN = 0.3  # probed capacity after the change / before - 1 that counts as a gain
 BEFORE_S = 4.0  # seconds of the mis-sized replica under the load, measured before the strategy is on
-AFTER_S = 6.0  # seconds measured once the change took effect
+PROBE_S = 4.0  # seconds of each closed-loop capacity probe (before the Planner, after its change)
+PROBE_CONNECTIONS = 8  # the probe's connections back to back
 SETTLE_S = 2.0  # after the change, before measuring: the backlog of the mis-sized phase drains
 DECIDE_S = 60.0  # the most to wait for the Planner's grow and the Executor's change (measured: 35 s at load 18)
 RIGHT_S = 20.0  # the right-sized case's window: long enough for several of the Checker's ticks
@@ -113,6 +115,19 @@ def right_sized_verdict(c: Chain, offered: float, got: float | None) -> bool:
             and c.scales == 0 and got is not None and got >= 0.9 * offered)
 
 
+def capacity_probe(load: OpenLoad, seconds: float = PROBE_S) -> float | None:
+    """What the service serves now with PROBE_CONNECTIONS back to back (a closed loop: its throughput is
+    the service's capacity, whatever an open-loop rate would offer), answers per second over the probe
+    after its first second; the load is left idle."""
+    load.closed(PROBE_CONNECTIONS)
+    t0 = time.monotonic()
+    time.sleep(seconds)  # the probe's measurement window, not a synchronisation
+    got = served(load.seconds(), t0 + 1.0, time.monotonic())
+    load.rate(0)
+    time.sleep(0.5)  # the probe's requests drain: not measured
+    return got
+
+
 def _quota(stack: Any, service: str) -> float | None:
     reps = [r for r in limited_replicas(stack.get("executor", "/services"), service) if r.get("ready")]
     return reps[0].get("cpu_quota") if reps else None
@@ -160,11 +175,11 @@ def run(ctx: DemoContext) -> ScenarioResult:
             slo = calibrated_slo(median(base), _latency_low(stack), max(base, default=None))
             set_slo = _request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": slo}})
             ctx.say(f"S3: {MIS_CPU} core serves ~{cap:.0f} rps; load {rate:.0f} rps; SLO {slo:.0f} ms")
-            # case 1: the mis-sized replica under the load, then the Planner on
-            load.rate(rate)
+            # case 1: what the mis-sized replica can serve (closed loop), then the load and the Planner on
             t_load = time.monotonic()
-            time.sleep(BEFORE_S)  # the measurement window of the mis-sized replica
-            before = served(load.seconds(), t_load + 1.0, time.monotonic())
+            before = capacity_probe(load)
+            load.rate(rate)
+            time.sleep(BEFORE_S)  # the mis-sized replica under the open-loop load before the Planner looks
             wall1 = time.time()
             added = _request(stack, "POST", "planner", "/strategies", autoscale_strategy())
             if set_slo.status_code != 200 or added.status_code != 201:
@@ -184,10 +199,10 @@ def run(ctx: DemoContext) -> ScenarioResult:
                 return got is not None
 
             wait_for(applied, DECIDE_S, interval_s=0.5)
-            changed_at = time.monotonic()
-            time.sleep(SETTLE_S + AFTER_S)  # the measurement window after the change
-            after = served(load.seconds(), changed_at + SETTLE_S, time.monotonic())
+            time.sleep(SETTLE_S)  # the Planner's follow-up decisions on the change, if any: not measured
             c1 = chain(list(stack.get("planner", "/plans")), stack.decisions("executor", limit=1000), wall1)
+            _request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")  # the probe's burst is not traffic
+            after = capacity_probe(load)  # what the service serves now, as it was before the change
             grown_cpu = next((float(p.get("cpu") or 0.0) for p in c1.moves if p.get("action") == "grow"), None)
             quota_now = _quota(stack, svc.name)
             passed_mis, gain = mis_sized_verdict(c1, grown_cpu, quota_now, before, after)
@@ -201,11 +216,15 @@ def run(ctx: DemoContext) -> ScenarioResult:
                 "executor_resources_failed": c1.resources_failed,
                 "decided_after_s": round(float(c1.moves[0]["at"]) - wall1, 1) if c1.moves else None,
             })
-            # case 2: started right-sized (where case 1 ended), the same load: nothing may change
+            # case 2: started right-sized (cores and replicas where case 1 ended), the same load: nothing
+            # may change
             right = quota_now if quota_now is not None else MIS_CPU
-            _request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")
+            right_replicas = len([r for r in limited_replicas(stack.get("executor", "/services"), svc.name)
+                                  if r.get("ready")]) or 1
             _executor(stack, "set_resources", {"service": svc.name, "threads": _threads_for(right),
                                                "resources": {**declared, "cpu": right}})
+            _executor(stack, "scale", {"service": svc.name, "replicas": right_replicas})
+            load.rate(rate)
             time.sleep(SETTLE_S)  # the resize settles before the window: not measured
             wall2, t2 = time.time(), time.monotonic()
             _request(stack, "POST", "planner", "/strategies", autoscale_strategy())
@@ -216,15 +235,16 @@ def run(ctx: DemoContext) -> ScenarioResult:
             res.decisions += [f"right-sized: {p.get('action')} cpu {p.get('current_cpu')}->{p.get('cpu')}: "
                               f"{str(p.get('reason', ''))[:60]}" for p in c2.moves]
             load.rate(0)
-            seconds = load.seconds(wall_to_mono(wall1) - BEFORE_S - 1.0)
+            seconds = load.seconds(t_load)
             figures.update({
-                "right_cpu": right, "right_rps": got2, "right_looks": c2.looks, "right_moves": len(c2.moves),
+                "right_cpu": right, "right_replicas": right_replicas, "right_rps": got2, "right_looks": c2.looks,
+                "right_moves": len(c2.moves),
                 "right_executor_changes": len(c2.resources_ok) + c2.resources_failed + c2.scales,
                 "failed": sum(s.failed for s in seconds), "unsent": sum(s.unsent for s in seconds),
             })
             start_label, grown_label = f"{MIS_CPU:g} core (start)", f"{right:g} core (grown)"
             res.series = {"measured": {start_label: before or 0.0, grown_label: after or 0.0,
-                                       f"{right:g} core (right-sized start)": got2 or 0.0},
+                                       f"{right:g} core (right-sized, served)": got2 or 0.0},
                           "default": start_label, "chosen": grown_label,
                           "t": [round(s.t - t_load, 2) for s in seconds], "ok": [s.ok for s in seconds]}
     finally:
