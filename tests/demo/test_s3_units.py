@@ -4,7 +4,15 @@ not happen, when the gain was not measured, or (right-sized) when anything chang
 from __future__ import annotations
 
 from scanflow.demo.load import Second
-from scanflow.demo.s3_tune import GAIN_MIN, MIN_LOOKS, chain, mis_sized_verdict, right_sized_verdict, served
+from scanflow.demo.s3_tune import (
+    GAIN_MIN,
+    MIN_LOOKS,
+    chain,
+    mis_sized_verdict,
+    right_size,
+    right_sized_verdict,
+    served,
+)
 
 OK = {"a": {"status": "ok"}}
 
@@ -59,3 +67,14 @@ def test_served_counts_answers_per_second_in_the_window() -> None:
     secs = [Second(float(t), 100.0, 100, ok, 0, 0, None, None, 0) for t, ok in ((1, 90), (2, 100), (3, 110), (4, 0))]
     assert served(secs, 2.0, 4.0) == 105.0
     assert served(secs, 10.0, 11.0) is None
+
+
+def test_right_size_is_the_planners_own_estimate_of_the_need() -> None:
+    plans = [{"policy": "autoscale", "at": 5.0, "replicas": 1, "inputs": {"need_cores": 0.6}},
+             {"policy": "autoscale", "at": 6.0, "replicas": 1, "inputs": {"need_cores": 0.19}},
+             {"policy": "autoscale", "at": 7.0, "replicas": 1, "inputs": {"need_cores": None}},
+             {"policy": "failover", "at": 8.0, "inputs": {"need_cores": 5.0}}]
+    assert right_size(plans, 0.0, (0.25, 0.25)) == 0.25  # the last estimate, at least the minimum
+    assert right_size(plans[:1], 0.0, (0.25, 0.25)) == 0.75  # rounded up to the step
+    assert right_size([{**plans[0], "replicas": 2}], 0.0, (0.25, 0.25)) == 0.5  # 0.3 per replica, rounded up
+    assert right_size(plans, 10.0, (0.25, 0.25)) == 0.25  # no estimate since: the minimum
