@@ -12,8 +12,8 @@ Two cases on the running EmbeddedStack, the same open-loop load in both:
    closed-loop capacity probe (8 connections back to back) before the Planner was on and after its
    change (an open loop cannot show it: a mis-sized replica that keeps up with the offered rate at a
    higher latency serves the same answers per second).
-2. right-sized: the replica starts at the size case 1 ended with, same load; passes only if nothing
-   changed: the Planner looked (autoscale decisions were made on observations during the window) and
+2. right-sized: the replica starts at the cores the Planner's own last estimate of this load's need
+   asks for (`right_size`), one replica, same load; passes only if nothing changed: the Planner looked (autoscale decisions were made on observations during the window) and
    held, the Executor changed neither resources nor replicas, and the load was served.
 Afterwards the strategy is removed, the SLO override cleared and the declared resources and replica
 count restored. No stack (agents) or no cgroup CPU quota: the scenario reports why and does not pass.
