@@ -128,25 +128,37 @@ def capacity_probe(load: OpenLoad, seconds: float = PROBE_S) -> float | None:
     return got
 
 
-def right_size(plans: list[dict[str, Any]], since: float, policy: tuple[float, float]) -> float:
-    """Pure: the cores per replica the Planner's last autoscale decision since `since` estimated this load
-    needs (`inputs.need_cores` over its replicas), rounded up to the policy's step and at least its
-    minimum (`policy`: (min_cpu, cpu_step)); the minimum when no decision carried an estimate."""
-    min_cpu, step = policy
-    auto = [p for p in plans if p.get("policy") == "autoscale" and float(p.get("at") or 0.0) >= since
-            and (p.get("inputs") or {}).get("need_cores") is not None]
-    if not auto:
+def right_size(plans: list[dict[str, Any]], since: float, policy: tuple[float, float, float]) -> float:
+    """Pure: the cores per replica this load needs by the Planner's own last observation since `since`:
+    its observed arrival rate x CPU per request at the policy's target utilization (the demand term of
+    its estimate, without the backlog term: right after a change the backlog of the mis-sized phase
+    still drains, and that estimate overshot, measured 0.5 for a steady need of 0.21), over its
+    replicas, rounded up to the policy's step and at least its minimum (`policy`: (min_cpu, cpu_step,
+    target_utilization)); `need_cores` where the rate or the cost is missing; the minimum without any."""
+    min_cpu, step, target = policy
+    auto = [p for p in plans if p.get("policy") == "autoscale" and float(p.get("at") or 0.0) >= since]
+    need = None
+    for p in reversed(auto):
+        inp = p.get("inputs") or {}
+        rate, cost = inp.get("arrival_rate"), inp.get("cpu_per_request_ms")
+        if rate is not None and cost is not None:
+            need = float(rate) * float(cost) / 1000.0 / target
+        elif inp.get("need_cores") is not None:
+            need = float(inp["need_cores"])
+        if need is not None:
+            need /= max(1, int(p.get("replicas") or 1))
+            break
+    if need is None:
         return min_cpu
-    last = auto[-1]
-    per = float(last["inputs"]["need_cores"]) / max(1, int(last.get("replicas") or 1))
-    return max(min_cpu, round(math.ceil(per / step - 1e-9) * step, 6))
+    return max(min_cpu, round(math.ceil(need / step - 1e-9) * step, 6))
 
 
-def _policy_cpu(stack: Any) -> tuple[float, float]:
-    """(min_cpu, cpu_step) of the Planner's autoscale settings in the stack's workflow."""
+def _policy_cpu(stack: Any) -> tuple[float, float, float]:
+    """(min_cpu, cpu_step, target_utilization) of the Planner's autoscale settings in the stack's workflow."""
     planner = next((a for a in stack.workflow.agents if a.role == "planner"), None)
     auto = (planner.settings if planner else {}).get("autoscale") or {}
-    return float(auto.get("min_cpu", 0.25)), float(auto.get("cpu_step", 0.25))
+    return (float(auto.get("min_cpu", 0.25)), float(auto.get("cpu_step", 0.25)),
+            float(auto.get("target_utilization", 0.7)))
 
 
 def _quota(stack: Any, service: str) -> float | None:
