@@ -56,6 +56,7 @@ BEFORE_S = 4.0  # seconds of the mis-sized replica under the load, measured befo
 PROBE_S = 4.0  # seconds of each closed-loop capacity probe (before the Planner, after its change)
 PROBE_CONNECTIONS = 8  # the probe's connections back to back
 SETTLE_S = 2.0  # after the change, before measuring: the backlog of the mis-sized phase drains
+OBSERVE_S = 6.0  # after that, the Planner's observations of the load that define the right size
 DECIDE_S = 60.0  # the most to wait for the Planner's grow and the Executor's change (measured: 35 s at load 18)
 RIGHT_S = 20.0  # the right-sized case's window: long enough for several of the Checker's ticks
 MIN_LOOKS = 3  # autoscale decisions the Planner must have made in the right-sized window
@@ -129,28 +130,28 @@ def capacity_probe(load: OpenLoad, seconds: float = PROBE_S) -> float | None:
 
 
 def right_size(plans: list[dict[str, Any]], since: float, policy: tuple[float, float, float]) -> float:
-    """Pure: the cores per replica this load needs by the Planner's own last observation since `since`:
-    its observed arrival rate x CPU per request at the policy's target utilization (the demand term of
-    its estimate, without the backlog term: right after a change the backlog of the mis-sized phase
-    still drains, and that estimate overshot, measured 0.5 for a steady need of 0.21), over its
-    replicas, rounded up to the policy's step and at least its minimum (`policy`: (min_cpu, cpu_step,
-    target_utilization)); `need_cores` where the rate or the cost is missing; the minimum without any."""
+    """Pure: the cores per replica this load needs by the Planner's own observations since `since` (after
+    its change settled): the median over its decisions of the observed arrival rate x CPU per request at
+    the policy's target utilization (the demand term of its estimate, without the backlog term), per
+    replica, rounded up to the policy's step and at least its minimum (`policy`: (min_cpu, cpu_step,
+    target_utilization)); `need_cores` where the rate or the cost is missing; the minimum without any.
+    Why the median after the change and not the last estimate: right after a change the backlog of the
+    mis-sized phase still drains, and that estimate overshot (measured: 0.5 for a steady need of 0.20)."""
     min_cpu, step, target = policy
-    auto = [p for p in plans if p.get("policy") == "autoscale" and float(p.get("at") or 0.0) >= since]
-    need = None
-    for p in reversed(auto):
+    needs: list[float] = []
+    for p in plans:
+        if p.get("policy") != "autoscale" or float(p.get("at") or 0.0) < since:
+            continue
         inp = p.get("inputs") or {}
         rate, cost = inp.get("arrival_rate"), inp.get("cpu_per_request_ms")
-        if rate is not None and cost is not None:
-            need = float(rate) * float(cost) / 1000.0 / target
-        elif inp.get("need_cores") is not None:
-            need = float(inp["need_cores"])
+        need = (float(rate) * float(cost) / 1000.0 / target if rate is not None and cost is not None
+                else float(inp["need_cores"]) if inp.get("need_cores") is not None else None)
         if need is not None:
-            need /= max(1, int(p.get("replicas") or 1))
-            break
-    if need is None:
+            needs.append(need / max(1, int(p.get("replicas") or 1)))
+    got = median(needs)
+    if got is None:
         return min_cpu
-    return max(min_cpu, round(math.ceil(need / step - 1e-9) * step, 6))
+    return max(min_cpu, round(math.ceil(got / step - 1e-9) * step, 6))
 
 
 def _policy_cpu(stack: Any) -> tuple[float, float, float]:
@@ -232,7 +233,8 @@ def run(ctx: DemoContext) -> ScenarioResult:
                 return got is not None
 
             wait_for(applied, DECIDE_S, interval_s=0.5)
-            time.sleep(SETTLE_S)  # the Planner's follow-up decisions on the change, if any: not measured
+            changed_wall = time.time()
+            time.sleep(SETTLE_S + OBSERVE_S)  # the Planner's follow-ups and its settled observations
             c1 = chain(list(stack.get("planner", "/plans")), stack.decisions("executor", limit=1000), wall1)
             _request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")  # the probe's burst is not traffic
             after = capacity_probe(load)  # what the service serves now, as it was before the change
@@ -255,7 +257,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
             # observed rate x CPU per request at its target utilization), not where case 1 ended: the
             # latency rule there may overshoot (measured: 0.1 -> 0.5 -> 0.75 for a need of 0.19), and the
             # policy then rightly shrinks it.
-            right = right_size(list(stack.get("planner", "/plans")), wall1, _policy_cpu(stack))
+            right = right_size(list(stack.get("planner", "/plans")), changed_wall + SETTLE_S, _policy_cpu(stack))
             right_replicas = svc.replicas
             _executor(stack, "set_resources", {"service": svc.name, "threads": _threads_for(right),
                                                "resources": {**declared, "cpu": right}})
