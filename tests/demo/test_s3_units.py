@@ -77,7 +77,7 @@ def test_right_size_is_the_planners_own_observation_of_the_need() -> None:
              {"policy": "failover", "at": 8.0, "inputs": {"need_cores": 5.0}}]
     policy = (0.25, 0.25, 0.7)
     assert right_size(plans[1:2], 0.0, policy) == 0.25  # the demand term, not the backlog-inflated 0.5
-    assert right_size(plans, 0.0, policy) == 0.5  # the median of 0.6 and 0.2, rounded up
+    assert right_size(plans, 0.0, policy) == 0.25  # the smallest observed need, at least the minimum
     assert right_size(plans[:1], 0.0, policy) == 0.75  # need_cores where rate or cost is missing, rounded up
     assert right_size([{**plans[0], "replicas": 2}], 0.0, policy) == 0.5  # 0.3 per replica, rounded up
     assert right_size(plans, 10.0, policy) == 0.25  # no observation since: the minimum
