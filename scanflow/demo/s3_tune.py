@@ -12,8 +12,8 @@ Two cases on the running EmbeddedStack, the same open-loop load in both:
    closed-loop capacity probe (8 connections back to back) before the Planner was on and after its
    change (an open loop cannot show it: a mis-sized replica that keeps up with the offered rate at a
    higher latency serves the same answers per second).
-2. right-sized: the replica starts at the cores the Planner's own last estimate of this load's need
-   asks for (`right_size`), one replica, same load; passes only if nothing changed: the Planner looked (autoscale decisions were made on observations during the window) and
+2. right-sized: the service starts at the size the Planner settled on in case 1 (no move for 8 s: its
+   own fixed point for this load), same load; passes only if nothing changed: the Planner looked (autoscale decisions were made on observations during the window) and
    held, the Executor changed neither resources nor replicas, and the load was served.
 Afterwards the strategy is removed, the SLO override cleared and the declared resources and replica
 count restored. No stack (agents) or no cgroup CPU quota: the scenario reports why and does not pass.
@@ -56,7 +56,8 @@ BEFORE_S = 4.0  # seconds of the mis-sized replica under the load, measured befo
 PROBE_S = 4.0  # seconds of each closed-loop capacity probe (before the Planner, after its change)
 PROBE_CONNECTIONS = 8  # the probe's connections back to back
 SETTLE_S = 2.0  # after the change, before measuring: the backlog of the mis-sized phase drains
-OBSERVE_S = 6.0  # after that, the Planner's observations of the load that define the right size
+SETTLED_S = 8.0  # no move of the Planner for this long: it settled on a size for the load
+SETTLE_WAIT_S = 60.0  # the most to wait for that
 DECIDE_S = 60.0  # the most to wait for the Planner's grow and the Executor's change (measured: 35 s at load 18)
 RIGHT_S = 20.0  # the right-sized case's window: long enough for several of the Checker's ticks
 MIN_LOOKS = 3  # autoscale decisions the Planner must have made in the right-sized window
@@ -105,6 +106,7 @@ def mis_sized_verdict(c: Chain, grown_cpu: float | None, quota_now: float | None
     and the throughput must have risen by GAIN_MIN."""
     gain = after / before - 1.0 if before and after is not None else None
     grew = bool(c.moves) and c.moves[0].get("action") == "grow" and grown_cpu is not None and grown_cpu > MIS_CPU
+    # grown_cpu: the cores of the Planner's last move (it may grow twice and shrink back before settling)
     applied = bool(c.resources_ok) and c.resources_failed == 0
     runs = quota_now is not None and grown_cpu is not None and abs(quota_now - grown_cpu) <= 0.011
     return grew and applied and runs and gain is not None and gain >= GAIN_MIN, gain
@@ -127,41 +129,6 @@ def capacity_probe(load: OpenLoad, seconds: float = PROBE_S) -> float | None:
     load.rate(0)
     time.sleep(0.5)  # the probe's requests drain: not measured
     return got
-
-
-def right_size(plans: list[dict[str, Any]], since: float, policy: tuple[float, float, float]) -> float:
-    """Pure: the cores per replica this load needs by the Planner's own observations since `since` (after
-    its change settled): the smallest over its decisions of the observed arrival rate x CPU per request at
-    the policy's target utilization (the demand term of its estimate, without the backlog term), per
-    replica, rounded up to the policy's step and at least its minimum (`policy`: (min_cpu, cpu_step,
-    target_utilization)); `need_cores` where the rate or the cost is missing; the minimum without any.
-    Why after the change settled and the smallest: right after a change the backlog of the mis-sized
-    phase still drains, and the gateway's batches shrink on a grown replica, so the CPU per request it
-    observes there is higher than at the right size (measured: the last estimate 0.5, the median 0.5,
-    for the 0.20-0.24 the Planner then shrank to)."""
-    min_cpu, step, target = policy
-    needs: list[float] = []
-    for p in plans:
-        if p.get("policy") != "autoscale" or float(p.get("at") or 0.0) < since:
-            continue
-        inp = p.get("inputs") or {}
-        rate, cost = inp.get("arrival_rate"), inp.get("cpu_per_request_ms")
-        need = (float(rate) * float(cost) / 1000.0 / target if rate is not None and cost is not None
-                else float(inp["need_cores"]) if inp.get("need_cores") is not None else None)
-        if need is not None:
-            needs.append(need / max(1, int(p.get("replicas") or 1)))
-    if not needs:
-        return min_cpu
-    got = min(needs)
-    return max(min_cpu, round(math.ceil(got / step - 1e-9) * step, 6))
-
-
-def _policy_cpu(stack: Any) -> tuple[float, float, float]:
-    """(min_cpu, cpu_step, target_utilization) of the Planner's autoscale settings in the stack's workflow."""
-    planner = next((a for a in stack.workflow.agents if a.role == "planner"), None)
-    auto = (planner.settings if planner else {}).get("autoscale") or {}
-    return (float(auto.get("min_cpu", 0.25)), float(auto.get("cpu_step", 0.25)),
-            float(auto.get("target_utilization", 0.7)))
 
 
 def _quota(stack: Any, service: str) -> float | None:
@@ -235,13 +202,17 @@ def run(ctx: DemoContext) -> ScenarioResult:
                 return got is not None
 
             wait_for(applied, DECIDE_S, interval_s=0.5)
-            changed_wall = time.time()
-            time.sleep(SETTLE_S + OBSERVE_S)  # the Planner's follow-ups and its settled observations
+
+            def settled() -> bool:  # no move of the Planner for SETTLED_S: the size it settled on
+                moves = chain(list(stack.get("planner", "/plans")), [], wall1).moves
+                return not moves or time.time() - float(moves[-1]["at"]) >= SETTLED_S
+
+            wait_for(settled, SETTLE_WAIT_S, interval_s=0.5)
             c1 = chain(list(stack.get("planner", "/plans")), stack.decisions("executor", limit=1000), wall1)
             _request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")  # the probe's burst is not traffic
             after = capacity_probe(load)  # what the service serves now, as it was before the change
-            grown_cpu = next((float(p.get("cpu") or 0.0) for p in reversed(c1.moves) if p.get("action") == "grow"),
-                             None)  # the last grow: the Planner may grow twice (x1.5 while latency is over)
+            # the cores the Planner last asked for (it may grow twice, x1.5 while latency is over, and shrink)
+            grown_cpu = float(c1.moves[-1].get("cpu") or 0.0) if c1.moves else None
             quota_now = _quota(stack, svc.name)
             passed_mis, gain = mis_sized_verdict(c1, grown_cpu, quota_now, before, after)
             res.decisions += [f"mis-sized: t={float(p['at']) - wall1:.0f}s {p.get('action')} cpu "
@@ -254,13 +225,14 @@ def run(ctx: DemoContext) -> ScenarioResult:
                 "executor_resources_failed": c1.resources_failed,
                 "decided_after_s": round(float(c1.moves[0]["at"]) - wall1, 1) if c1.moves else None,
             })
-            # case 2: started right-sized, the same load: nothing may change. Right-sized = the cores the
-            # Planner's own last estimate of this load's need asks for (its decision's `need_cores`: the
-            # observed rate x CPU per request at its target utilization), not where case 1 ended: the
-            # latency rule there may overshoot (measured: 0.1 -> 0.5 -> 0.75 for a need of 0.19), and the
-            # policy then rightly shrinks it.
-            right = right_size(list(stack.get("planner", "/plans")), changed_wall + SETTLE_S, _policy_cpu(stack))
-            right_replicas = svc.replicas
+            # case 2: started right-sized, the same load: nothing may change. Right-sized = the size the
+            # Planner settled on for this load in case 1 (no move for SETTLED_S): its own fixed point. Not
+            # its first grow (the latency rule overshoots: 0.1 -> 0.5 -> 0.75, then shrunk) nor a size
+            # computed from its estimate at another size (a grown replica's smaller batches cost more CPU
+            # per request: that estimate gave 0.5 for the 0.21-0.24 it then shrank to).
+            right = quota_now if quota_now is not None else MIS_CPU
+            right_replicas = len([r for r in limited_replicas(stack.get("executor", "/services"), svc.name)
+                                  if r.get("ready")]) or 1
             _executor(stack, "set_resources", {"service": svc.name, "threads": _threads_for(right),
                                                "resources": {**declared, "cpu": right}})
             _executor(stack, "scale", {"service": svc.name, "replicas": right_replicas})

@@ -9,7 +9,6 @@ from scanflow.demo.s3_tune import (
     MIN_LOOKS,
     chain,
     mis_sized_verdict,
-    right_size,
     right_sized_verdict,
     served,
 )
@@ -68,17 +67,3 @@ def test_served_counts_answers_per_second_in_the_window() -> None:
     assert served(secs, 2.0, 4.0) == 105.0
     assert served(secs, 10.0, 11.0) is None
 
-
-def test_right_size_is_the_planners_own_observation_of_the_need() -> None:
-    plans = [{"policy": "autoscale", "at": 5.0, "replicas": 1, "inputs": {"need_cores": 0.6}},
-             {"policy": "autoscale", "at": 6.0, "replicas": 1,  # 100 rps x 1.4 ms at 70%: 0.2 cores
-              "inputs": {"need_cores": 0.5, "arrival_rate": 100.0, "cpu_per_request_ms": 1.4}},
-             {"policy": "autoscale", "at": 7.0, "replicas": 1, "inputs": {"need_cores": None}},
-             {"policy": "failover", "at": 8.0, "inputs": {"need_cores": 5.0}}]
-    policy = (0.25, 0.25, 0.7)
-    assert right_size(plans[1:2], 0.0, policy) == 0.25  # the demand term, not the backlog-inflated 0.5
-    assert right_size(plans, 0.0, policy) == 0.25  # the smallest observed need, at least the minimum
-    assert right_size(plans[:1], 0.0, policy) == 0.75  # need_cores where rate or cost is missing, rounded up
-    assert right_size([{**plans[0], "replicas": 2}], 0.0, policy) == 0.5  # 0.3 per replica, rounded up
-    assert right_size(plans, 10.0, policy) == 0.25  # no observation since: the minimum
-    assert right_size(plans, 5.5, policy) == 0.25  # only those since
