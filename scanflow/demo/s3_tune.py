@@ -12,7 +12,7 @@ Two cases on the running EmbeddedStack, the same open-loop load in both:
    closed-loop capacity probe (8 connections back to back) before the Planner was on and after its
    change (an open loop cannot show it: a mis-sized replica that keeps up with the offered rate at a
    higher latency serves the same answers per second).
-2. right-sized: the service starts at the size the Planner settled on in case 1 (no move for 8 s: its
+2. right-sized: the service starts at the size the Planner settled on in case 1 (no move for 15 s: its
    own fixed point for this load), same load; passes only if nothing changed: the Planner looked (autoscale decisions were made on observations during the window) and
    held, the Executor changed neither resources nor replicas, and the load was served.
 Afterwards the strategy is removed, the SLO override cleared and the declared resources and replica
@@ -56,7 +56,7 @@ BEFORE_S = 4.0  # seconds of the mis-sized replica under the load, measured befo
 PROBE_S = 4.0  # seconds of each closed-loop capacity probe (before the Planner, after its change)
 PROBE_CONNECTIONS = 8  # the probe's connections back to back
 SETTLE_S = 2.0  # after the change, before measuring: the backlog of the mis-sized phase drains
-SETTLED_S = 8.0  # no move of the Planner for this long: it settled on a size for the load
+SETTLED_S = 15.0  # no move of the Planner for this long: it settled (its shrink waits 3 ticks + a 6 s cooldown)
 SETTLE_WAIT_S = 60.0  # the most to wait for that
 DECIDE_S = 60.0  # the most to wait for the Planner's grow and the Executor's change (measured: 35 s at load 18)
 RIGHT_S = 20.0  # the right-sized case's window: long enough for several of the Checker's ticks
