@@ -47,7 +47,8 @@ SPEC = agent_spec("executor")
 HOLDOUT_FRACTION = 0.3
 CHAMPION_ALIAS = "champion"
 agent = Agent(SPEC.name, role="executor", description="runs jobs, promotes models, scales, routes",
-              settings_keys=("holdout_fraction", "duplicate_tolerance", "reference_rows", "serving_wait_s", "promotion"))
+              settings_keys=("holdout_fraction", "duplicate_tolerance", "reference_rows", "serving_wait_s", "promotion",
+                             "readback_s"))
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
 
@@ -588,18 +589,48 @@ def scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return {"service": st.name, "replicas": st.desired_replicas, "ready": st.ready_replicas}
 
 
+READBACK_S = 15.0  # how long set_resources waits for the replicas to show the change (a replica's /info, a pod's status)
+
+
 @agent.actuator("set_resources")
 def set_resources(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """Apply a `resources` plan, then read back what really took effect before reporting success.
+
+    The plan: {"service", "resources": {"cpu", "memory"}, "threads"?, "affinity"?}. The platform applies
+    it (local: cgroup quota + affinity + the replica's thread pool; Kubernetes: in-place pods/resize,
+    else a rollout) and says what the replicas must show (`ResourceChange.wanted`); its status is then
+    read until they show it (`readback_s`, 15 s). A replica that still differs fails the step with what
+    differs (PermanentError: applying the same plan again would not change the kernel's or the
+    kubelet's answer), so an audit log never shows a resources plan as done that did not happen."""
+    from scanflow.platform.readback import compare
     from scanflow.spec import Affinity, Resources
 
     _pid, p = _plan(ctx, args)
     try:
+        service = str(p["service"])
         res = Resources.model_validate(p["resources"])
         aff = Affinity.model_validate(p["affinity"]) if p.get("affinity") else None
-        change = platform().set_resources(str(p["service"]), res, aff, p.get("threads"))
+        threads = p.get("threads")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        change = platform().set_resources(service, res, aff, threads)
     except (KeyError, ValueError, PlatformError) as exc:
         raise PermanentError(f"set_resources: {exc}") from None
-    return dataclasses.asdict(change)
+    out = dataclasses.asdict(change)
+    out.pop("wanted", None)
+    if change.wanted is None:
+        return {**out, "verified": None, "readback": "the platform cannot say what to read back"}
+    deadline = time.monotonic() + float(_setting("readback_s", READBACK_S))
+    while True:
+        got = compare(change.wanted, platform().status(service))
+        if got.ok or time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)  # polling the OS / the API server: nothing announces a cgroup or a pod change
+    out.update({"verified": got.ok, "observed": got.observed})
+    if not got.ok:
+        raise PermanentError(f"set_resources on {service!r}: applied ({change.method}) but read back differs: "
+                             + "; ".join(got.mismatches) + (f" (notes: {'; '.join(change.notes)})" if change.notes else ""))
+    return out
 
 
 @agent.router.get("/services")

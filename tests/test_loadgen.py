@@ -6,6 +6,7 @@ The server is the standard library's threading HTTP server answering /predict li
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -18,7 +19,7 @@ from fastapi import FastAPI
 
 from scanflow.demo.load import Load
 from scanflow.embedded.traffic import Traffic
-from scanflow.loadgen import LoadGenerator, Outcome, Request, pace
+from scanflow.loadgen import LoadGenerator, Outcome, Request, due_count
 from scanflow.tracking.feedback import FeedbackLog
 from scanflow.tracking.feedback_api import feedback_router
 
@@ -66,9 +67,44 @@ def wait_until(cond: Callable[[], bool], timeout_s: float = 20.0) -> None:
         time.sleep(0.02)
 
 
-def test_pace_waits_when_ahead_and_restarts_when_behind() -> None:
-    assert pace(next_at=10.0, period=0.5, now=10.1) == pytest.approx((0.4, 10.5))
-    assert pace(next_at=10.0, period=0.5, now=11.0) == (0.0, 11.0)  # behind: no catch-up burst
+def test_the_open_loop_schedule_never_restarts() -> None:
+    assert due_count(10.0, 0.0, 0.0, 0) == 1  # the first arrival is due at the start
+    assert due_count(10.0, 0.0, 0.95, 0) == 10 and due_count(10.0, 0.0, 0.95, 10) == 0
+    assert due_count(10.0, 0.0, 5.0, 3) == 48  # behind: every arrival is still owed (sent or unsent)
+    assert due_count(0.0, 0.0, 5.0, 0) == 0
+
+
+def test_open_loop_counts_arrivals_it_could_not_send_and_times_from_the_schedule() -> None:
+    """A server that accepts connections and never answers: one slot, so every later arrival is unsent."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    url = f"http://127.0.0.1:{srv.getsockname()[1]}/predict"
+    try:
+        gen = LoadGenerator(url, lambda i, n: Request(b"{}"), lambda r, o: o, clients=1, rate=50.0, timeout_s=1.0)
+        with gen:
+            wait_until(lambda: gen.unsent >= 20, 10.0)
+        got = gen.results()
+    finally:
+        srv.close()
+    assert gen.sent >= 1 and gen.unsent >= 20
+    first = got[0]
+    assert first.status == 0 and first.scheduled is not None
+    assert first.latency_ms >= 1000.0 - 50  # from the scheduled send to the timeout
+
+
+def test_open_loop_sends_on_schedule(replica) -> None:  # type: ignore[no-untyped-def]
+    url, _ = replica
+    with LoadGenerator(url + "/predict", lambda i, n: Request(b'{"inputs": [[0]]}'), lambda r, o: o,
+                       clients=8, rate=100.0) as gen:
+        wait_until(lambda: len(gen.results()) >= 30)
+    got = sorted(o.scheduled for o in gen.results() if o.scheduled is not None)
+    # every send was due on the 10 ms grid (a busy machine may leave arrivals unsent: gaps of k x 10 ms)
+    steps = [(b - a) / 0.01 for a, b in itertools.pairwise(got)]
+    assert all(k > 0.5 and abs(k - round(k)) < 1e-3 for k in steps), steps[:5]
+    assert len(got) == gen.sent  # every request sent was answered and kept
 
 
 def test_bad_arguments_are_refused() -> None:
@@ -79,6 +115,9 @@ def test_bad_arguments_are_refused() -> None:
         LoadGenerator("http://127.0.0.1:1/", lambda i, n: Request(b"{}"), judge, clients=0)
     with pytest.raises(ValueError, match="rate"):
         LoadGenerator("http://127.0.0.1:1/", lambda i, n: Request(b"{}"), judge, clients=1, rate=0)
+    with pytest.raises(ValueError, match="active"):
+        LoadGenerator("http://127.0.0.1:1/", lambda i, n: Request(b"{}"), judge, clients=1, rate=5,
+                      active=lambda i: True)
     with pytest.raises(ValueError, match="concurrency"):
         Load("http://127.0.0.1:1", np.zeros((2, 64)), concurrency=5, max_clients=2)
 

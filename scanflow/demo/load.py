@@ -4,7 +4,7 @@ Each of up to `max_clients` workers sends one-row predict requests back to back 
 below `concurrency`; every answer is kept as a `Sample` (when, latency, status, which upstream served
 it, model version). It runs on `scanflow.loadgen.LoadGenerator` (its own thread and event loop), so
 scenario code stays synchronous. Window statistics are pure functions over samples, testable without a server.
-Who calls: scanflow.demo.s2_autoscale, s3_tune, s4_failover; notebooks.
+Who calls: scanflow.demo.s2_inprocess, s4_failover (Load); s2_autoscale, s3_tune (OpenLoad); notebooks.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Protocol (JSON lines): stdin takes `{"rate": r}` (requests/s, 0 = idle), `{"clos
 back to back: a capacity probe) or `{"stop": true}`; stdout gives one line per second:
 `{"t", "rate", "sent", "ok", "failed", "unsent", "p50_ms", "p99_ms", "in_flight", "conns"}`.
 Run: `python -m scanflow.demo.openload URL BODIES.npy [--max-connections N] [--timeout-s S]`.
-Who calls: scanflow.demo.s2_autoscale through `OpenLoad` (scanflow.demo.load).
+Who calls: scanflow.demo.s2_autoscale and s3_tune through `OpenLoad` (scanflow.demo.load).
 """
 
 from __future__ import annotations

@@ -1,128 +1,269 @@
-"""S3 tune: the Planner picks replicas x threads x pinning for this machine and workload.
+"""S3 tune through the agents: the Planner sizes the service's replica from what the Checker observes.
 
-Short measured probes on the LocalPlatform. One service per replica count of the candidates
-(`scanflow.policies.tune.candidates`: even splits of the cores), started once; threads and pinning
-change in place (`set_resources`), so a probe costs seconds, not a replica start. The same
-closed-loop load goes to one service at a time (the others sit idle). `tune.decide` turns the
-measurements into a choice (it keeps the model's favourite unless another beats it by more than the
-noise margin); every configuration is warmed once, then probed in interleaved rounds (median), so
-load that other work puts on shared cores hits all of them alike. The choice and the default (one replica on every core, no pinning) are then measured
-again in alternation, and the quoted gain is the median of that confirmation, not the probe's.
-Who calls: scanflow.demo.runner.
+Two cases on the running EmbeddedStack, the same open-loop load in both:
+1. mis-sized: the Executor holds the replica to MIS_CPU (0.1) of a core and one thread (`set_resources`,
+   read back from its cgroup), on a machine with a second core. A rate ramp measures what it serves at that
+   size (`s2_autoscale.calibrate`); the load then runs at LOAD_FACTOR times that. The Planner's
+   autoscale strategy (vertical-first: a saturated, throttled replica grows in place) is turned on
+   over REST. Passes only if the chain happened: the Planner decided `grow` on the Checker's
+   observations (GET /plans: its inputs), the Executor's `execute-resources` fired and its
+   `set_resources` read the change back (GET /decisions), the replica now runs with the cores the
+   plan asked for (GET /services), and the measured throughput rose by at least GAIN_MIN: a
+   closed-loop capacity probe (8 connections back to back) before the Planner was on and after its
+   change (an open loop cannot show it: a mis-sized replica that keeps up with the offered rate at a
+   higher latency serves the same answers per second).
+2. right-sized: the service starts at the size the Planner settled on in case 1 (no move for 15 s: its
+   own fixed point for this load), same load; passes only if nothing changed: the Planner looked (autoscale decisions were made on observations during the window) and
+   held, the Executor changed neither resources nor replicas, and the load was served.
+Afterwards the strategy is removed, the SLO override cleared and the declared resources and replica
+count restored. No stack (agents) or no cgroup CPU quota: the scenario reports why and does not pass.
+Who calls: scanflow.demo.runner; tests/e2e/test_s3_tune.py.
 """
 
 from __future__ import annotations
 
-import functools
-import secrets
-import statistics
-import threading
+import math
 import time
-from collections.abc import Callable
-from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
 
-from scanflow.demo.common import DemoContext, clean_rows
-from scanflow.demo.load import Load
+from scanflow.demo.common import DemoContext, clean_rows, wait_for
+from scanflow.demo.load import OpenLoad, Second
 from scanflow.demo.report import ScenarioResult
-from scanflow.policies import tune
+from scanflow.demo.s2_autoscale import (
+    MAX_RATE,
+    STRATEGY,
+    _executor,
+    _latency_low,
+    _request,
+    _restore,
+    autoscale_strategy,
+    calibrate,
+    calibrated_slo,
+    capacity,
+    gateway_p99s,
+    limited_replicas,
+    median,
+)
 
-BAR = "the choice, re-measured in alternation with the default, serves >= 97% of it; 0 failed (gain quoted)"
-CLIENTS = 12
+# cores: the mis-sized start (a CFS quota), with one thread. Not 0.3: the gateway batches requests, so a
+# replica of the digits model costs little per request, and at 0.3 of a core it served 400 rps (the most
+# the generator sends here), the load never saturated it and no gain could be measured
+MIS_CPU = 0.1
+LOAD_FACTOR = 2.0  # the load, in multiples of what the mis-sized replica serves
+GAIN_MIN = 0.3  # probed capacity after the change / before - 1 that counts as a gain
+BEFORE_S = 4.0  # seconds of the mis-sized replica under the load, measured before the strategy is on
+PROBE_S = 4.0  # seconds of each closed-loop capacity probe (before the Planner, after its change)
+PROBE_CONNECTIONS = 8  # the probe's connections back to back
+SETTLE_S = 2.0  # after the change, before measuring: the backlog of the mis-sized phase drains
+SETTLED_S = 15.0  # no move of the Planner for this long: it settled (its shrink waits 3 ticks + a 6 s cooldown)
+SETTLE_WAIT_S = 60.0  # the most to wait for that
+DECIDE_S = 60.0  # the most to wait for the Planner's grow and the Executor's change (measured: 35 s at load 18)
+RIGHT_S = 20.0  # the right-sized case's window: long enough for several of the Checker's ticks
+MIN_LOOKS = 3  # autoscale decisions the Planner must have made in the right-sized window
+MOVES = ("grow", "shrink", "up", "down")
+BAR = (f"through the agents: from {MIS_CPU} core the Planner grows the replica on the Checker's observations, "
+       f"the Executor applies it and reads it back, throughput +{GAIN_MIN:.0%} or more; started right-sized, "
+       "nothing changes")
 
 
-def label(cfg: tune.TuneConfig) -> str:
-    return f"{cfg.replicas}x{cfg.threads}/{cfg.affinity}"
+@dataclass(frozen=True)
+class Chain:
+    """What the audit logs hold of one case (pure data, from `chain`)."""
+
+    moves: list[dict[str, Any]]  # the Planner's autoscale decisions that changed something
+    looks: int  # every autoscale decision (held ones included)
+    resources_ok: list[dict[str, Any]]  # the Executor's execute-resources that fired, every step ok
+    resources_failed: int  # ... that fired with a failed step (e.g. read back differs)
+    scales: int  # the Executor's execute-scale that fired
 
 
-def _parallel(fns: list[Callable[[], object]]) -> None:
-    """Run blocking calls side by side (replica starts overlap); re-raise the first error."""
-    errors: list[BaseException] = []
+def chain(plans: list[dict[str, Any]], decisions: list[dict[str, Any]], since: float) -> Chain:
+    """Pure: the Planner's autoscale decisions and the Executor's resources/scale executions since
+    `since` (wall time)."""
+    auto = [p for p in plans if p.get("policy") == "autoscale" and float(p.get("at") or 0.0) >= since]
+    fired = [d for d in decisions if d.get("result") == "fired" and float(d.get("at") or 0.0) >= since]
+    res = [d for d in fired if d.get("strategy") == "execute-resources"]
 
-    def wrap(fn: Callable[[], object]) -> None:
-        try:
-            fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors.append(exc)
+    def ok(d: dict[str, Any]) -> bool:
+        outs = (d.get("outcomes") or {}).values()
+        return bool(outs) and all(o.get("status") == "ok" for o in outs)
 
-    threads = [threading.Thread(target=wrap, args=(fn,)) for fn in fns]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    return Chain([p for p in auto if p.get("action") in MOVES], len(auto), [d for d in res if ok(d)],
+                 sum(1 for d in res if not ok(d)), sum(1 for d in fired if d.get("strategy") == "execute-scale"))
+
+
+def served(seconds: list[Second], t0: float, t1: float) -> float | None:
+    """Pure: answers per second (ok) in the generator's reports within [t0, t1) (monotonic)."""
+    got = [s for s in seconds if t0 <= s.t < t1]
+    return sum(s.ok for s in got) / len(got) if got else None
+
+
+def mis_sized_verdict(c: Chain, grown_cpu: float | None, quota_now: float | None, before: float | None,
+                      after: float | None) -> tuple[bool, float | None]:
+    """Pure: (passed, gain). The chain must show a grow decided by the Planner, executed by the Executor
+    with its read-back ok and nothing failed, the replica must run with the cores the plan asked for,
+    and the throughput must have risen by GAIN_MIN."""
+    gain = after / before - 1.0 if before and after is not None else None
+    grew = bool(c.moves) and c.moves[0].get("action") == "grow" and grown_cpu is not None and grown_cpu > MIS_CPU
+    # grown_cpu: the cores of the Planner's last move (it may grow twice and shrink back before settling)
+    applied = bool(c.resources_ok) and c.resources_failed == 0
+    runs = quota_now is not None and grown_cpu is not None and abs(quota_now - grown_cpu) <= 0.011
+    return grew and applied and runs and gain is not None and gain >= GAIN_MIN, gain
+
+
+def right_sized_verdict(c: Chain, offered: float, got: float | None) -> bool:
+    """Pure: nothing changed although the Planner looked, and the load was served (90% of the offered rate)."""
+    return (not c.moves and c.looks >= MIN_LOOKS and not c.resources_ok and not c.resources_failed
+            and c.scales == 0 and got is not None and got >= 0.9 * offered)
+
+
+def capacity_probe(load: OpenLoad, seconds: float = PROBE_S) -> float | None:
+    """What the service serves now with PROBE_CONNECTIONS back to back (a closed loop: its throughput is
+    the service's capacity, whatever an open-loop rate would offer), answers per second over the probe
+    after its first second; the load is left idle."""
+    load.closed(PROBE_CONNECTIONS)
+    t0 = time.monotonic()
+    time.sleep(seconds)  # the probe's measurement window, not a synchronisation
+    got = served(load.seconds(), t0 + 1.0, time.monotonic())
+    load.rate(0)
+    time.sleep(0.5)  # the probe's requests drain: not measured
+    return got
+
+
+def _quota(stack: Any, service: str) -> float | None:
+    reps = [r for r in limited_replicas(stack.get("executor", "/services"), service) if r.get("ready")]
+    return reps[0].get("cpu_quota") if reps else None
+
+
+def _threads_for(cpu: float) -> int:
+    return max(1, int(cpu + 1e-9))
 
 
 def run(ctx: DemoContext) -> ScenarioResult:
-    from scanflow.platform.local import LocalPlatform
-    from scanflow.spec import Affinity, Resources, Service
+    from scanflow.embedded.env import primary_service
 
     res = ScenarioResult("s3", "tune", BAR)
-    probe_s = 2.0 if ctx.quick else 4.0
-    rounds = 3 if ctx.quick else 5
-    with LocalPlatform(ctx.home / "s3", ctx.tracking_uri, token=secrets.token_urlsafe(16)) as platform, \
-            ExitStack() as loads:
-        cores = platform.topology.total
-        sockets = len(platform.topology.sockets) or 1
-        machine = tune.Machine(cores=cores, sockets=sockets if cores % sockets == 0 else 1)
-        default = tune.default_config(machine)
-        cands = tune.candidates(machine)
-        counts = sorted({c.replicas for c in cands})
-        specs = {r: Service(name=f"s3-r{r}", model_uri=ctx.model_uri(), replicas=r, min_replicas=1,
-                            max_replicas=r, threads=cores // r,
-                            resources=Resources(cpu=cores / r, memory="512Mi")) for r in counts}
-        ctx.say(f"S3: {cores} cores, {sockets} socket(s): starting services with {counts} replicas")
-        _parallel([functools.partial(platform.deploy, s) for s in specs.values()])
-        load = {r: loads.enter_context(Load(platform.status(s.name).endpoint or "", clean_rows(),
-                                            concurrency=0, max_clients=CLIENTS))
-                for r, s in specs.items()}
+    stack = ctx.stack
+    if stack is None:
+        res.error = "the embedded stack (agents) is not running: S3 is the agents' decision"
+        return res
+    svc = primary_service(stack.workflow)
+    url = stack.service_url
+    declared = svc.resources.model_dump(mode="json")
+    ctx.say(f"S3: mis-sized start: {MIS_CPU} core, 1 thread, through the Executor")
+    try:
+        _executor(stack, "set_resources", {"service": svc.name, "threads": 1,
+                                           "resources": {**declared, "cpu": MIS_CPU}})
+    except RuntimeError as exc:
+        _restore(stack, svc, declared)
+        res.error = f"the mis-sized start could not be applied (no CPU quota here?): {exc}"[:400]
+        return res
+    figures: dict[str, Any] = {"mis_cpu": MIS_CPU}
+    passed_mis = passed_right = False
+    try:
+        with OpenLoad(url, clean_rows(), ctx.home / "s3") as load:
+            reps = limited_replicas(stack.get("executor", "/services"), svc.name)
+            pid = int(reps[0]["pid"])
+            points = calibrate(load, url, pid, MIS_CPU, slo_ms=math.inf)  # CPU-bound: see `calibrate`
+            cap = capacity(points, MIS_CPU, slo_ms=math.inf)
+            figures["calibration"] = " ".join(f"{r:.0f}rps:{c:.2f}cpu:{p or 0:.0f}ms" for r, c, p in points)
+            if cap is None:
+                res.error = f"calibration failed: ramp {points}"
+                return res
+            rate = round(min(MAX_RATE, LOAD_FACTOR * cap), 1)
+            load.rate(max(5.0, cap / 4))
+            time.sleep(1.0)  # the low rate settles: not measured
+            base = gateway_p99s(url, 3.0)
+            slo = calibrated_slo(median(base), _latency_low(stack), max(base, default=None))
+            set_slo = _request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": slo}})
+            ctx.say(f"S3: {MIS_CPU} core serves ~{cap:.0f} rps; load {rate:.0f} rps; SLO {slo:.0f} ms")
+            # case 1: what the mis-sized replica can serve (closed loop), then the load and the Planner on
+            t_load = time.monotonic()
+            before = capacity_probe(load)
+            load.rate(rate)
+            time.sleep(BEFORE_S)  # the mis-sized replica under the open-loop load before the Planner looks
+            wall1 = time.time()
+            added = _request(stack, "POST", "planner", "/strategies", autoscale_strategy())
+            if set_slo.status_code != 200 or added.status_code != 201:
+                res.error = f"could not set the SLO ({set_slo.status_code}) or turn the Planner's autoscale on " \
+                            f"({added.status_code}): {added.text[:200]}"
+                return res
 
-        def measure(cfg: tune.TuneConfig, seconds: float) -> float:
-            platform.set_resources(specs[cfg.replicas].name, Resources(cpu=cores / cfg.replicas, memory="512Mi"),
-                                   Affinity(policy=cfg.affinity), threads=cfg.threads)
-            for r, lg in load.items():
-                lg.concurrency = CLIENTS if r == cfg.replicas else 0
-            time.sleep(0.5)  # warm-up window after the switch (measurement, not synchronisation)
-            t0 = time.monotonic()
-            time.sleep(seconds)
-            w = load[cfg.replicas].window(time.monotonic() - t0)
-            ctx.say(f"S3: {label(cfg)}: {w.rps:.0f} req/s, p99 {w.p99_ms or 0:.1f} ms")
-            return w.rps
+            def grown() -> Chain | None:
+                c = chain(list(stack.get("planner", "/plans")), stack.decisions("executor", limit=1000), wall1)
+                return c if c.resources_ok or c.resources_failed else None
 
-        for cfg in cands:  # warm every service and setting once: the first probe must not pay for it
-            measure(cfg, 0.5)
-        # probes in interleaved rounds, median per configuration: drift of the machine's load over
-        # time (other work on shared cores) then hits every configuration alike
-        probes: dict[tune.TuneConfig, list[float]] = {c: [] for c in cands}
-        for _ in range(rounds):
-            for cfg in cands:
-                probes[cfg].append(measure(cfg, probe_s / 2))
-        measured = {cfg: statistics.median(v) for cfg, v in probes.items()}
-        # the noise of these probes (largest relative spread of one configuration's rounds): a gain
-        # below it is not a gain, so the Planner keeps the default rather than chase it
-        noise = max(((max(v) - min(v)) / statistics.median(v) for v in probes.values() if statistics.median(v) > 0),
-                    default=0.0)
-        decision = tune.decide(tune.TuneContext(machine=machine, measured=measured,
-                                                min_gain=max(0.03, min(noise, 0.5))))
-        choice = decision.config
-        res.decisions.append(decision.reason)
-        ctx.say(f"S3: Planner chose {label(choice)}; confirming against the default ({rounds} rounds)")
-        conf_default, conf_choice = [], []
-        for _ in range(rounds):
-            conf_default.append(measure(default, probe_s / 2))
-            # the default kept: measuring it again beside itself would only judge the noise
-            conf_choice.append(conf_default[-1] if choice == default else measure(choice, probe_s / 2))
-        for lg in load.values():
-            lg.concurrency = 0
-        failed = sum(1 for lg in load.values() for s in lg.samples() if s.status != 200)
-    base, best = statistics.median(conf_default), statistics.median(conf_choice)
-    gain = best / base - 1.0 if base > 0 else float("nan")
-    res.figures = {
-        "cores": cores, "default": label(default), "chosen": label(choice), "source": decision.source,
-        "default_rps": round(base, 1), "chosen_rps": round(best, 1), "gain": round(gain, 4),
-        "rounds": rounds, "failed": failed,
-    }
-    res.passed = base > 0 and best >= 0.97 * base and failed == 0
-    res.series = {"measured": {label(c): v for c, v in measured.items()}, "default": label(default),
-                  "chosen": label(choice)}
+            got: Chain | None = None
+
+            def applied() -> bool:
+                nonlocal got
+                got = grown()
+                return got is not None
+
+            wait_for(applied, DECIDE_S, interval_s=0.5)
+
+            def settled() -> bool:  # no move of the Planner for SETTLED_S: the size it settled on
+                moves = chain(list(stack.get("planner", "/plans")), [], wall1).moves
+                return not moves or time.time() - float(moves[-1]["at"]) >= SETTLED_S
+
+            wait_for(settled, SETTLE_WAIT_S, interval_s=0.5)
+            c1 = chain(list(stack.get("planner", "/plans")), stack.decisions("executor", limit=1000), wall1)
+            _request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")  # the probe's burst is not traffic
+            after = capacity_probe(load)  # what the service serves now, as it was before the change
+            # the cores the Planner last asked for (it may grow twice, x1.5 while latency is over, and shrink)
+            grown_cpu = float(c1.moves[-1].get("cpu") or 0.0) if c1.moves else None
+            quota_now = _quota(stack, svc.name)
+            passed_mis, gain = mis_sized_verdict(c1, grown_cpu, quota_now, before, after)
+            res.decisions += [f"mis-sized: t={float(p['at']) - wall1:.0f}s {p.get('action')} cpu "
+                              f"{p.get('current_cpu')}->{p.get('cpu')}, replicas {p.get('current')}->"
+                              f"{p.get('replicas')}: {str(p.get('reason', ''))[:60]}" for p in c1.moves]
+            figures.update({
+                "capacity_rps": cap, "load_rps": rate, "slo_ms": slo, "before_rps": before, "after_rps": after,
+                "gain": None if gain is None else round(gain, 3), "grown_cpu": grown_cpu, "cpu_quota_now": quota_now,
+                "planner_moves": len(c1.moves), "executor_resources_ok": len(c1.resources_ok),
+                "executor_resources_failed": c1.resources_failed,
+                "decided_after_s": round(float(c1.moves[0]["at"]) - wall1, 1) if c1.moves else None,
+            })
+            # case 2: started right-sized, the same load: nothing may change. Right-sized = the size the
+            # Planner settled on for this load in case 1 (no move for SETTLED_S): its own fixed point. Not
+            # its first grow (the latency rule overshoots: 0.1 -> 0.5 -> 0.75, then shrunk) nor a size
+            # computed from its estimate at another size (a grown replica's smaller batches cost more CPU
+            # per request: that estimate gave 0.5 for the 0.21-0.24 it then shrank to).
+            right = quota_now if quota_now is not None else MIS_CPU
+            right_replicas = len([r for r in limited_replicas(stack.get("executor", "/services"), svc.name)
+                                  if r.get("ready")]) or 1
+            _executor(stack, "set_resources", {"service": svc.name, "threads": _threads_for(right),
+                                               "resources": {**declared, "cpu": right}})
+            _executor(stack, "scale", {"service": svc.name, "replicas": right_replicas})
+            load.rate(rate)
+            time.sleep(SETTLE_S)  # the resize settles before the window: not measured
+            wall2, t2 = time.time(), time.monotonic()
+            _request(stack, "POST", "planner", "/strategies", autoscale_strategy())
+            time.sleep(RIGHT_S)  # the right-sized window: the Planner observes, nothing should change
+            c2 = chain(list(stack.get("planner", "/plans")), stack.decisions("executor", limit=1000), wall2)
+            got2 = served(load.seconds(), t2 + 1.0, time.monotonic())
+            passed_right = right_sized_verdict(c2, rate, got2)
+            res.decisions += [f"right-sized: {p.get('action')} cpu {p.get('current_cpu')}->{p.get('cpu')}: "
+                              f"{str(p.get('reason', ''))[:60]}" for p in c2.moves]
+            load.rate(0)
+            seconds = load.seconds(t_load)
+            figures.update({
+                "right_cpu": right, "right_replicas": right_replicas, "right_rps": got2, "right_looks": c2.looks,
+                "right_moves": len(c2.moves),
+                "right_executor_changes": len(c2.resources_ok) + c2.resources_failed + c2.scales,
+                "failed": sum(s.failed for s in seconds), "unsent": sum(s.unsent for s in seconds),
+            })
+            start_label, grown_label = f"{MIS_CPU:g} core (start)", f"{right:g} core (grown)"
+            res.series = {"measured": {start_label: before or 0.0, grown_label: after or 0.0,
+                                       f"{right:g} core (right-sized, served)": got2 or 0.0},
+                          "default": start_label, "chosen": grown_label,
+                          "t": [round(s.t - t_load, 2) for s in seconds], "ok": [s.ok for s in seconds]}
+    finally:
+        _request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")
+        _request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": None}})
+        _restore(stack, svc, declared)
+    figures.update({"mis_sized_passed": passed_mis, "right_sized_passed": passed_right})
+    res.figures = figures
+    res.passed = passed_mis and passed_right
     return res

@@ -5,7 +5,8 @@ Like a real client that learns the truth later for some of its requests, Traffic
 as feedback to the Tracker (`tracker_url` + "/feedback", by the request_id the answer returned) for a
 seeded random `feedback_fraction` of the answered requests, `feedback_delay_s` after the answer, from
 a thread of its own (scanflow.embedded.feedback_sender). `drifted = True` switches the rows to the
-drifted pool (the S1 drift onset). Every answer is kept (time, HTTP status, model version) so
+drifted pool (the S1 drift onset). Requests leave on schedule at `rate` (open loop, at most `clients`
+in flight; `unsent` counts arrivals due while all were busy). Every answer is kept (time, HTTP status, model version) so
 scenarios can count failed requests and see which model version served when. Runs on
 `scanflow.loadgen.LoadGenerator` (its own thread and event loop), so a test or a benchmark drives it
 from plain synchronous code.
@@ -46,8 +47,8 @@ class Traffic(GeneratorOwner):
     url: str
     clean: tuple[np.ndarray, np.ndarray]
     drift_pool: tuple[np.ndarray, np.ndarray]
-    rate: float = 100.0  # requests per second in total (a cap: closed loop below it)
-    clients: int = 4
+    rate: float = 100.0  # requests per second, on schedule (open loop: latency from the scheduled send)
+    clients: int = 4  # the most requests in flight; an arrival due while all are busy is counted unsent
     timeout_s: float = 10.0
     seed: int = 0
     drifted: bool = False
@@ -112,6 +113,11 @@ class Traffic(GeneratorOwner):
 
     def count(self, since: float = 0.0) -> int:
         return sum(1 for a in self.snapshot() if a.t >= since)
+
+    @property
+    def unsent(self) -> int:
+        """Arrivals due while every client was busy (never sent): an open loop counts what it could not send."""
+        return self._gen.unsent
 
     # -- the load --------------------------------------------------------------------------------
     def _request(self, worker: int, n: int) -> Request:

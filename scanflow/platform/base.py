@@ -13,9 +13,12 @@ Who calls: the Executor agent's actuators, the CLI (`scanflow deploy`), tests an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from scanflow.spec import Affinity, Job, Resources, Service
+
+if TYPE_CHECKING:
+    from scanflow.platform.readback import Wanted
 
 
 class PlatformError(RuntimeError):
@@ -63,6 +66,9 @@ class ResourceChange:
     method: str  # "in-place", "rolling-update", "affinity+cgroup", ...
     applied: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # what the replicas must show once the change took effect (scanflow.platform.readback), for the
+    # caller to read back from `status()`; None: the platform cannot say
+    wanted: Wanted | None = None
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 
 from scanflow.platform import manifests as mf
 from scanflow.platform.base import JobResult, PlatformError, ReplicaStatus, ResourceChange, ServiceStatus
+from scanflow.platform.readback import Wanted
 from scanflow.secrets import mlflow_params
 from scanflow.spec import Affinity, Job, Resources, Service, parse_memory
 
@@ -136,6 +137,16 @@ def resources_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[st
         if patch:
             out[section] = patch
     return out
+
+
+def wanted_resources(desired: dict[str, Any], threads: int | None) -> Wanted:
+    """Pure: what a pod's status must show once `desired` (a container `resources` block) took effect:
+    its CPU limit (None: a Burstable pod has none) and memory limit, as the kubelet reports them in
+    status.containerStatuses[].resources."""
+    limits = desired.get("limits") or {}
+    return Wanted(cpu_quota=mf._normalise("cpu", limits["cpu"]) if "cpu" in limits else None,
+                  memory_limit=parse_memory(str(limits["memory"])) if "memory" in limits else None,
+                  threads=threads)
 
 
 class KubernetesPlatform:
@@ -462,12 +473,15 @@ class KubernetesPlatform:
             elif self.sync_template_after_resize:
                 notes.append("Deployment template brought in line so new pods get the same resources")
         if plan.method == "in-place" and not self.sync_template_after_resize:
-            return ResourceChange(service, "in-place", applied, tuple(notes))
+            return ResourceChange(service, "in-place", applied, tuple(notes), wanted_resources(desired_res, None))
         body = self._template_patch(service, current_res, desired_res, aff, want_placement, pod_spec, n_threads)
         self._patch_deployment(service, body)
         if plan.method == "rolling-update":
             self._wait_ready(service)
-        return ResourceChange(service, plan.method, applied, tuple(notes))
+        # a rolled pod starts with the new SCANFLOW_THREADS; one resized in place keeps its env (its
+        # replica follows the new CPU limit by itself), so its threads are not checked
+        return ResourceChange(service, plan.method, applied, tuple(notes),
+                              wanted_resources(desired_res, n_threads if plan.method == "rolling-update" else None))
 
     def _template_patch(
         self, service: str, current_res: dict[str, Any], desired_res: dict[str, Any], aff: Affinity,

@@ -56,6 +56,7 @@ from scanflow.platform.base import (
 )
 from scanflow.platform.cgroups import CgroupManager, CgroupSupport, detect
 from scanflow.platform.jobrunner import public_params
+from scanflow.platform.readback import Wanted
 from scanflow.platform.topology import Placement, Topology, place_replicas, read_topology
 from scanflow.spec import Affinity, Job, Resources, Service
 
@@ -705,7 +706,13 @@ class LocalPlatform:
         applied.update({"cpu": resources.cpu, "memory": resources.memory,
                         "affinity": svc.spec.affinity.policy})
         method = "affinity+cgroup" if self.cgroup_support.usable else "affinity"
-        return ResourceChange(service=service, method=method, applied=applied, notes=tuple(dict.fromkeys(notes)))
+        # what the plan asked for, whether or not this machine could apply it: a refused cgroup write
+        # must show as a mismatch on read-back, not as success
+        wanted = Wanted(cpu_quota=resources.cpu, memory_limit=resources.memory_bytes,
+                        cpus={f"{service}-{rid}": tuple(applied[f"{service}-{rid}"]["cpus"]) for rid, _, _ in resize},
+                        replica_threads={f"{service}-{rid}": n for rid, _, n in resize})
+        return ResourceChange(service=service, method=method, applied=applied, notes=tuple(dict.fromkeys(notes)),
+                              wanted=wanted)
 
     def route(self, service: str, to: str | None = None) -> ServiceStatus:
         """Failover to service `to` (its gateway becomes our backup, route forced), or back to 'auto'.

@@ -5,8 +5,11 @@ are collected in one run (another folder's conftest can win).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -46,3 +49,17 @@ def without_planner_strategies(workflow, without: tuple[str, ...] = ("autoscale"
             a = a.model_copy(update={"strategies": [s for s in a.strategies if s.name not in without]})
         agents.append(a)
     return workflow.model_copy(update={"agents": agents})
+
+
+@contextmanager
+def busy_core() -> Iterator[int]:
+    """One core kept busy by a background process for the block (a spin loop, unpinned: the scheduler
+    puts it where it likes, as other work on a shared machine would be); yields its pid and stops it
+    (by that pid) at the end, whatever happened."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -1,8 +1,9 @@
 """S2 end to end through the agents: on a quick EmbeddedStack, the demo's S2 scenario gives the service's
 replicas a small CPU limit through the Executor, calibrates one replica's capacity, turns the Planner's
-autoscale strategy on and steps an open-loop load low -> high -> low; the Checker's latency events reach
-the Planner, whose policy scales up during the step, the Executor scales the LocalPlatform, and it scales
-back down once after the step, with no failed request. Asserted from the agents' audit logs (/plans,
+autoscale strategy (vertical-first) on and steps an open-loop load low -> high -> low; the Checker's
+observations reach the Planner, whose policy adds capacity during the step (cores in place where the
+node has idle ones, replicas past that), the Executor applies every plan (resources read back), and the
+capacity comes back down once after the step, with no failed request. Asserted from the agents' audit logs (/plans,
 /decisions). Slow (a stack start, then ~1 minute). Where cgroup CPU limits cannot be applied the scenario
 runs in-process instead, and this test is skipped (as with SCANFLOW_DEMO_S2=inprocess). Runs by default
 since it passed every measured run, a core burned included (docs/scenarios.md, S2)."""
@@ -13,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from e2e_support import busy_core
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(600),
               pytest.mark.skipif(os.environ.get("SCANFLOW_DEMO_S2") == "inprocess",
@@ -30,27 +32,30 @@ def test_s2_scales_up_on_the_step_and_back_down_through_the_agents(tmp_path: Pat
 
     if not detect().usable:
         pytest.skip(f"no cgroup CPU limits here ({detect().reason}): S2 runs in-process")
-    with EmbeddedStack(tmp_path / "stack", demo_workflow(), quick=True) as stack:
+    with busy_core(), EmbeddedStack(tmp_path / "stack", demo_workflow(), quick=True) as stack:
         mlflow.set_tracking_uri(stack.tracking_uri)
         res = s2_autoscale.run(DemoContext(tmp_path, stack.tracking_uri, quick=True, stack=stack))
         strategies = [s["name"] for s in stack.get("planner", "/strategies")]
         plans = s2_autoscale.scale_moves(list(stack.get("planner", "/plans")), 0.0)
-        executed = [d for d in stack.decisions("executor", limit=1000)
-                    if d.get("strategy") == "execute-scale" and d.get("result") == "fired"]
+        applied, exec_failed = s2_autoscale.executions(stack.decisions("executor", limit=1000), 0.0)
         restored = stack.get("executor", "/services")["digits"]["replicas"]
     f = res.figures
     assert res.error is None, res.error
     assert f["mode"] == "agents", (f, res.decisions)
     assert f["failed"] == 0 and f["unsent"] == 0 and f["requests"] > 500, f
     assert f["high_rps"] > f["capacity_rps"] > f["low_rps"] > 0, f  # the step exceeds one replica's capacity
-    # the moves came from the Planner's policy on the Checker's latency events, executed by the Executor
+    # the moves came from the Planner's policy on the Checker's observations, applied by the Executor
     why = (f, res.decisions)
-    assert plans and plans[0]["action"] == "up" and plans[0]["inputs"]["band"] == "over-slo", why
-    assert plans[-1]["action"] == "down" and s2_autoscale.flaps([p["action"] for p in plans]) == 0, why
-    assert len(executed) >= 2 and f["executor_scale_actions"] >= 2, (executed, f)
+    print(f"S2: {f}\n{res.decisions}")
+    assert plans and s2_autoscale.direction(plans[0]["action"]) == "up", why
+    assert plans[0]["inputs"].get("arrival_rate") is not None, why  # observed, not an oracle
+    assert s2_autoscale.direction(plans[-1]["action"]) == "down" and s2_autoscale.flaps(
+        [p["action"] for p in plans]) == 0, why
+    # S2 restores the declared resources through the Executor too (executions after the scenario's own)
+    assert applied >= s2_autoscale.plans_expected(plans) and exec_failed == 0, (applied, exec_failed, why)
     assert all(p["inputs"]["slo_latency_ms"] == f["slo_ms"] for p in plans)  # the SLO the Checker held
-    assert f["scale_up_after_s"] is not None and f["max_replicas"] > 1, (f, res.decisions)
-    assert f["scale_down_after_s"] is not None and f["final_replicas"] == 1, (f, res.decisions)
+    assert f["scale_up_after_s"] is not None and (f["max_replicas"] > 1 or f["grow_moves"] > 0), why
+    assert f["scale_down_after_s"] is not None and f["final_replicas"] == 1, why
     assert res.passed, (f, res.decisions)
     assert s2_autoscale.STRATEGY not in strategies  # turned off again after the scenario
     assert [r["cpu_quota"] for r in restored] == [1.0]  # the declared CPU again

@@ -9,6 +9,7 @@ import pytest
 from plat_load import Load, wait_for  # type: ignore[import-not-found]
 
 from scanflow.platform.base import Platform
+from scanflow.platform.readback import compare
 from scanflow.spec import Affinity, Resources, Service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -53,6 +54,10 @@ def test_scale_1_3_1_under_load_fails_nothing_and_pinning_is_real(platform, mode
         assert st.replicas[0].cpu_quota == 2.0 and st.replicas[0].memory_limit == 2**30
     else:
         assert any("cgroup" in n for n in st.notes)
+    # what the Executor reads back: it matches where cgroups apply, and names the quota where they do not
+    assert change.wanted is not None
+    got = compare(change.wanted, st)
+    assert got.ok == platform.cgroup_support.usable, got.mismatches
 
 
 def test_failover_to_backup_failback_and_killed_replicas_restored(platform, models) -> None:  # type: ignore[no-untyped-def]
