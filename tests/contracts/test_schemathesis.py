@@ -107,7 +107,10 @@ def gateway_url(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[str]:
     from scanflow.serving.gateway import GatewayConfig, create_app
 
     for upstream in _replica(monkeypatch_module):
-        yield from _serve(create_app(GatewayConfig(service="m", replicas=(upstream,), token=SecretStr(TOKEN))))
+        # /ready checks get 5 s: the replica runs in this process and the fuzz can hold it for over the default
+        # 0.5 s on a busy machine; a gateway that then calls it unhealthy answers 503, by design, not a fault
+        yield from _serve(create_app(GatewayConfig(service="m", replicas=(upstream,), token=SecretStr(TOKEN),
+                                                   health_interval_s=5.0)))
 
 
 @pytest.fixture(scope="module")
