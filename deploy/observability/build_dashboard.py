@@ -33,12 +33,20 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         ("scanflow_drift_p_value", "p-value {{service}}"),
         ("scanflow_drift_flag", "drift (0/1) {{service}}"),
     ]),
+    ("Accuracy: label-free estimate vs measured from feedback", "percentunit", [
+        ("scanflow_performance_estimated_accuracy", "estimated {{service}}"),
+        ("scanflow_performance_measured_accuracy", "measured (feedback) {{service}}"),
+    ]),
     ("Decisions", "short", [
         ("sum by (result) (increase(scanflow_agent_decisions_total[5m]))", "strategy {{result}}"),
         ("scanflow_plan_retrain", "retrain planned {{service}}"),
         ("scanflow_plan_route_backup", "routed to backup {{service}}"),
         ("scanflow_action_promoted", "challenger promoted {{service}}"),
         ("scanflow_action_swapped_version", "serving version {{service}}"),
+    ]),
+    ("Replica CPU: used vs limit (cores)", "short", [
+        ("rate(scanflow_replica_cpu_seconds_total[1m])", "used {{instance}}"),
+        ("scanflow_replica_cpu_limit_cores", "limit {{instance}}"),
     ]),
     ("Replica load", "short", [
         ("scanflow_replica_in_flight", "in flight {{instance}}"),

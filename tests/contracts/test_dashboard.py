@@ -48,7 +48,7 @@ def exported_names() -> set[str]:
                                             "healthy_replicas": 1, "in_flight": 0}, 99.0))
     keys |= set(monitoring.retrain_decision_metrics(True, [True], 3, 2))
     for source in (ROOT / "agents").glob("*.py"):
-        keys |= set(re.findall(r'"((?:plan|action|drift|latency|accuracy|resources)/[a-z0-9_]+)"', source.read_text()))
+        keys |= set(re.findall(r'"((?:plan|action|drift|latency|accuracy|performance|resources)/[a-z0-9_]+)"', source.read_text()))
     return names | {metric_name(k) for k in keys}
 
 
