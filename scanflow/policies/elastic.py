@@ -258,13 +258,25 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
               "cpu_per_request_ms": ctx.cpu_per_request_ms, "cpu_utilization": ctx.cpu_utilization,
               "throttled_ratio": ctx.throttled_ratio, "node_idle_cores": ctx.node_idle_cores,
               "headroom_cores_per_replica": ctx.headroom_cores_per_replica,
-              "saturated": saturated, "vertical": cfg.vertical}
+              "saturated": saturated, "vertical": cfg.vertical,
+              "shrink_pending": shrink.count}  # agreeing ticks of a shrink not made yet (0: none pending)
     new = ElasticState(scale=sst, needs=needs, shrink=shrink,
                        cpu_changed_at=now if changed_cpu else st.cpu_changed_at,
                        changed_at=now if changed else st.changed_at,
                        ticks_since_cpu_change=0 if changed_cpu else min(st.ticks_since_cpu_change + 1, 1000))
     return (ElasticDecision(reason=reason, inputs=inputs, replicas=replicas, current=r, cpu=target, current_cpu=c,
                             threads=threads_for(target, ctx.node_cpus), action=action), new)
+
+
+def hold_band(cpu: float, config: ElasticConfig) -> tuple[float, float]:
+    """Pure: (lo, hi) such that a calm tick (low latency, not saturated, replicas unchanged) holds a replica
+    of `cpu` cores when every recent per-replica need lies in (lo, hi]: above hi it grows
+    (`grow_margin`), at or under lo it shrinks (`shrink_margin`, in `cpu_step` multiples, never under
+    `min_cpu`; lo is 0 where no shrink is possible). What a "right-sized" replica means to this policy:
+    a load whose need sits inside the band, away from its edges, is one it leaves alone."""
+    hi = cpu * (1 + config.grow_margin)
+    lo = quantize_down(cpu * (1 - config.shrink_margin), config.cpu_step)
+    return (lo if lo >= config.min_cpu and lo < cpu else 0.0), hi
 
 
 def horizontal(config: ElasticConfig) -> ElasticConfig:

@@ -7,10 +7,13 @@ from scanflow.demo.load import Second
 from scanflow.demo.s3_tune import (
     GAIN_MIN,
     MIN_LOOKS,
+    SETTLED_LOOKS,
+    SETTLED_S,
     chain,
     mis_sized_verdict,
     right_sized_verdict,
     served,
+    settled,
 )
 
 OK = {"a": {"status": "ok"}}
@@ -67,3 +70,43 @@ def test_served_counts_answers_per_second_in_the_window() -> None:
     assert served(secs, 2.0, 4.0) == 105.0
     assert served(secs, 10.0, 11.0) is None
 
+
+
+def test_settled_needs_quiet_time_and_holds_with_no_shrink_pending() -> None:
+    def hold(at: float, pending: int = 0) -> dict:
+        return {**_plan("hold", at), "inputs": {"shrink_pending": pending}}
+
+    grow_at = 100.0
+    quiet = [hold(grow_at + 1 + i) for i in range(SETTLED_LOOKS)]
+    now = grow_at + SETTLED_S + 1
+    assert settled([_plan("grow", grow_at), *quiet], 0.0, now)
+    # too soon after the move
+    assert not settled([_plan("grow", grow_at), *quiet], 0.0, grow_at + SETTLED_S - 1)
+    # a shrink two ticks along is not a fixed point, however long the size was held
+    assert not settled([_plan("grow", grow_at), *quiet[:-1], hold(grow_at + 9, pending=2)], 0.0, now)
+    # too few looks since the move
+    assert not settled([_plan("grow", grow_at), *quiet[:-1]], 0.0, now)
+    # no move at all: settled once enough holds were seen (the declared size is the fixed point)
+    assert settled(quiet, 0.0, now)
+    # decisions before `since` do not count
+    assert not settled(quiet, grow_at + 50, now)
+
+
+def test_right_rate_moves_the_observed_need_to_the_middle_of_the_hold_band() -> None:
+    from scanflow.demo.s3_tune import right_rate
+    from scanflow.policies.elastic import ElasticConfig, hold_band
+
+    cfg = ElasticConfig(min_cpu=0.25, cpu_step=0.25)
+    lo, hi = hold_band(0.5, cfg)  # (0.25, 0.6]
+
+    def looks(need: float) -> list[dict]:
+        return [{**_plan("hold", 100.0 + i), "current": 1, "inputs": {"need_cores": need}} for i in range(6)]
+
+    # at 100 rps the Planner saw 0.26 cores needed: at the band's bottom edge; the middle is 0.425
+    assert right_rate(100.0, looks(0.26), 0.5, cfg) == round(100.0 * (lo + hi) / 2 / 0.26, 1)
+    # at the smallest size there is no shrink: 80% of the grow edge's base
+    assert right_rate(100.0, looks(0.31), 0.25, cfg) == round(100.0 * 0.25 * 0.8 / 0.31, 1)
+    # per replica: 2 replicas needing 0.52 in all are 0.26 each
+    two = [{**p, "current": 2, "inputs": {"need_cores": 0.52}} for p in looks(0.0)]
+    assert right_rate(100.0, two, 0.5, cfg) == right_rate(100.0, looks(0.26), 0.5, cfg)
+    assert right_rate(100.0, [_plan("hold", 1.0)], 0.5, cfg) is None  # nothing observed

@@ -2,8 +2,8 @@
 service mis-sized (0.1 of a core, one thread: set and read back through the Executor), loads it, and
 turns the Planner's autoscale strategy (vertical-first) on; the Checker's observations make the Planner
 grow the replica in place (a `resources` plan), the Executor applies it and reads it back, and the
-measured throughput rises. A second case starts right-sized (where the first ended) under the same
-load: the Planner looks and holds, nothing changes. Asserted from the agents' audit logs. Slow (a
+measured throughput rises. A second case starts right-sized (where the first settled) under a load
+that fits that size: the Planner looks and holds, nothing changes. Asserted from the agents' audit logs. Slow (a
 stack start, then ~1.5 minutes). Skipped where cgroup CPU quotas cannot be applied."""
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ def test_s3_grows_a_mis_sized_replica_and_leaves_a_right_sized_one_alone(tmp_pat
         restored = stack.get("executor", "/services")["digits"]["replicas"]
     f = res.figures
     why = (f, res.decisions, res.error)
+    print(f"S3: {why}")  # the whole record on failure (an assertion message is cut short)
     assert res.error is None, why
     # case 1: the Planner grew the replica from the observations, the Executor applied and read it back
     assert f["planner_moves"] >= 1 and f["grown_cpu"] > s3_tune.MIS_CPU, why

@@ -123,3 +123,22 @@ def test_a_resize_settles_for_some_ticks_even_when_settle_s_is_scaled_below_one_
     got = replay_elastic([STARVED] * 4, fast, cpu=0.05, node_cpus=2.0, dt=1.5)
     assert [d.action for d in got][:3] == ["grow", "hold", "hold"]
     assert got[0].cpu == got[2].cpu
+
+
+@pytest.mark.parametrize("cpu", [0.25, 0.5, 0.75, 1.0, 1.5])
+def test_hold_band_is_where_calm_ticks_hold_and_its_edges_move(cpu: float) -> None:
+    lo, hi = elastic.hold_band(cpu, CFG)
+    assert lo < cpu < hi
+
+    def run(need: float) -> list[elastic.ElasticDecision]:
+        # need (cores) = rate x 1 ms of CPU / the 70% target utilization
+        tick = replace(CALM_600, arrival_rate=need * CFG.scale.target_utilization * 1000.0, cpu_per_request_ms=1.0)
+        return replay_elastic([tick] * 40, CFG, cpu=cpu, node_cpus=4.0)
+
+    for need in (lo * 1.05 if lo else 0.05, (lo + hi) / 2, hi * 0.97):
+        assert {d.cpu for d in run(need)} == {cpu}, need  # inside: nothing moves
+    assert run(hi * 1.1)[-1].cpu > cpu  # over the top edge: grows
+    if lo:
+        assert run(lo * 0.95)[-1].cpu < cpu  # at or under the bottom edge: shrinks
+    else:
+        assert cpu * (1 - CFG.shrink_margin) < CFG.min_cpu + CFG.cpu_step  # no smaller size to go to
