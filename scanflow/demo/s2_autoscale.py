@@ -18,7 +18,9 @@ Steps, on the running EmbeddedStack (S1 and S4 ran with autoscale off):
 2. Calibration, each run: a rate ramp while the replica's CPU time is read from /proc; one replica's
    capacity is the rate where it uses SATURATED of its limit, or the last rate before the gateway p99
    broke the SLO on a machine too busy to give it that (`capacity`); the step's rates are fractions of
-   it (`rates`). The median gateway p99 at the low rate sets the SLO the Checker holds
+   it (`rates`). A ramp that reaches MAX_RATE (the most the generator sends here) without saturating the
+   replica means no step could overload it: the limit is lowered to fit (`fitted_cpu`), the ramp runs
+   again, and the Planner's strategy gets that limit as its floor. The median gateway p99 at the low rate sets the SLO the Checker holds
    (`calibrated_slo`, via the Checker's `set_slo`), so on a busy machine 'over the SLO' still means
    'overloaded'.
 3. The Planner's `autoscale` strategy is turned on over REST (POST /strategies); the load steps
@@ -56,6 +58,7 @@ SLO_CAP_MS = 70.0  # under the ~100 ms an overloaded replica reaches: the 75 ms 
 LOW_BAND_MARGIN = 1.5  # the low-load p99 sits this far under the scale-down band (latency_low x SLO)
 REPLICA_CPU = 0.25  # cores per replica during S2 (a CFS quota, as a pod's CPU limit): the policy's min_cpu
 LOW_FRACTION, HIGH_FRACTION = 0.25, 2.5  # of one replica's measured capacity
+MIN_REPLICA_CPU = 0.05  # the smallest limit `fitted_cpu` sets (a CFS quota of 5 ms per 100 ms period)
 MAX_RATE = 400.0  # requests/s: above this the gateway and the generator share the 2 cores with the replicas
 CALIBRATE_S = 4.0
 STRATEGY = "autoscale"  # the Planner strategy the scenario turns on (the digits workflow's)
@@ -77,7 +80,7 @@ class Rates:
     high: float
 
 
-def probe_rates(start: float, factor: float = 1.6, n: int = 7) -> list[float]:
+def probe_rates(start: float, factor: float = 1.6, n: int = 9) -> list[float]:
     """Pure: the calibration ramp, requests/s (start, start * factor, ...), capped at MAX_RATE."""
     return sorted({round(min(MAX_RATE, start * factor**k), 1) for k in range(n)})
 
@@ -107,6 +110,22 @@ a 150 ms p99 at 10 rps on a machine with a core burned, then nothing); past the 
     if prev is None or prev[1] <= 0:
         return None
     return round(prev[0] * target / prev[1], 1)
+
+
+def fitted_cpu(points: Sequence[tuple[float, float, float | None]], cpu_limit: float) -> float | None:
+    """Pure: a smaller CPU limit for the scenario when the ramp reached MAX_RATE (the most the generator
+    sends here) with the replica using less than SATURATED of `cpu_limit`: no step the generator can send
+    would overload it, and a Planner that rightly holds would fail the scenario (measured with a core
+    burned: 400 rps at 0.25 core, p99 under the SLO, no move). The limit is set so that the CPU the
+    replica used at MAX_RATE is HIGH_FRACTION x SATURATED of it (the step at MAX_RATE is then ~2.5x its
+    capacity, more with the larger CPU per request of smaller batches), never under MIN_REPLICA_CPU.
+    None when the ramp saturated the replica (the limit is already small enough)."""
+    if not points:
+        return None
+    rate, used, _ = max(points)
+    if rate < MAX_RATE or used >= SATURATED * cpu_limit or used <= 0:
+        return None
+    return min(cpu_limit, max(MIN_REPLICA_CPU, round(used / (HIGH_FRACTION * SATURATED), 2)))
 
 
 def over_slo(p99: float | None, slo_ms: float) -> bool:
@@ -196,13 +215,17 @@ def median(values: Sequence[float]) -> float | None:
     return None if not xs else (xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2)
 
 
-def autoscale_strategy() -> dict[str, Any]:
-    """The digits workflow's own Planner autoscale strategy, as JSON for POST /strategies."""
+def autoscale_strategy(**overrides: float) -> dict[str, Any]:
+    """The digits workflow's own Planner autoscale strategy, as JSON for POST /strategies; `overrides`
+    (the vertical knobs the Planner accepts from a strategy's args, e.g. min_cpu) go into its action's args."""
     from workflows.digits.workflow import workflow
 
     planner = next(a for a in workflow.agents if a.role == "planner")
     spec = next(s for s in planner.strategies if s.name == STRATEGY)
-    return spec.model_dump(mode="json")
+    body = spec.model_dump(mode="json")
+    for action in body["actions"]:
+        action["args"] = {**action.get("args", {}), **overrides}
+    return body
 
 
 def _request(stack: Any, method: str, role: str, path: str, body: Any = None, timeout_s: float = 60.0) -> httpx.Response:
@@ -340,6 +363,8 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
     load_rps: list[float] = []
     slo, wall0, plan = SLO_MS, time.time(), Rates(0.0, 0.0, 0.0)
     points: list[tuple[float, float, float | None]] = []
+    first_ramp: list[tuple[float, float, float | None]] = []  # the ramp at REPLICA_CPU when fitted_cpu moved it
+    replica_cpu = REPLICA_CPU
     base: list[float] = []
     seconds: list[Second] = []
     try:
@@ -349,8 +374,18 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
             # CPU-bound capacity (slo inf): the Planner now sees an overload in the observed rate x CPU per
             # request, and on a busy machine the p99 broke 50 ms at 26 rps while the replica used half its
             # quota at 66 rps (the step to 64 rps was then no overload: no move at all, e2e run 4 of 5)
-            points = calibrate(load, url, pid, REPLICA_CPU, slo_ms=math.inf)
-            got = rates(capacity(points, REPLICA_CPU, slo_ms=math.inf))
+            points = calibrate(load, url, pid, replica_cpu, slo_ms=math.inf)
+            smaller = fitted_cpu(points, replica_cpu)
+            if smaller is not None and smaller < replica_cpu:
+                ctx.say(f"S2: {MAX_RATE:.0f} rps used {points[-1][1]:.2f} of {replica_cpu} core: no step the "
+                        f"generator sends would overload it; limit {smaller} core, calibrating again")
+                load.rate(0)
+                _executor(stack, "set_resources", {"service": svc.name, "threads": 1,
+                                                   "resources": {**declared, "cpu": smaller}})
+                replica_cpu, first_ramp = smaller, points
+                pid = int(limited_replicas(stack.get("executor", "/services"), svc.name)[0]["pid"])
+                points = calibrate(load, url, pid, replica_cpu, slo_ms=math.inf)
+            got = rates(capacity(points, replica_cpu, slo_ms=math.inf))
             if got is None:
                 res.error = f"calibration failed: ramp {points}"
                 return res
@@ -360,12 +395,15 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
             base = gateway_p99s(url, CALIBRATE_S)
             slo = calibrated_slo(median(base), _latency_low(stack), max(base, default=None))
             set_slo = _request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": slo}})
-            added = _request(stack, "POST", "planner", "/strategies", autoscale_strategy())
+            # under the policy's smallest size (fitted_cpu): the Planner's floor and step follow, so it
+            # can take the cores back to where the scenario started after the step
+            floor = {"min_cpu": replica_cpu, "cpu_step": replica_cpu} if replica_cpu < REPLICA_CPU else {}
+            added = _request(stack, "POST", "planner", "/strategies", autoscale_strategy(**floor))
             if set_slo.status_code != 200 or added.status_code != 201:
                 res.error = (f"could not set the SLO ({set_slo.status_code}) or turn the Planner's autoscale on "
                              f"({added.status_code}): {added.text[:200]}")
                 return res
-            ctx.say(f"S2: one replica ~{plan.capacity:.0f} rps at {REPLICA_CPU} core; SLO {slo:.0f} ms; "
+            ctx.say(f"S2: one replica ~{plan.capacity:.0f} rps at {replica_cpu} core; SLO {slo:.0f} ms; "
                     f"load {plan.low:.0f} -> {plan.high:.0f} -> {plan.low:.0f} rps")
             load.rate(plan.low)
             wall0 = time.time()
@@ -402,6 +440,9 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
         _request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": None}})
         _restore(stack, svc, declared)
     ramp_text = " ".join(f"{r:.0f}rps:{c:.2f}cpu:{p or 0:.0f}ms" for r, c, p in points)
+    if first_ramp:
+        ramp_text = (f"at {REPLICA_CPU}: " + " ".join(f"{r:.0f}rps:{c:.2f}cpu" for r, c, _ in first_ramp)
+                     + f"; at {replica_cpu}: {ramp_text}")
     step_wall, fall_wall = wall0 + low_s, wall0 + low_s + high_s
     plans = scale_moves(list(stack.get("planner", "/plans")), wall0)
     fired = [d for d in stack.decisions("planner", limit=1000)
@@ -434,7 +475,7 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
         "grow_moves": sum(1 for p in plans if p["action"] in ("grow", "shrink")),
         "p99_high_first_ms": high_p99[0] if high_p99 else None, "p99_high_last_ms": high_p99[-1] if high_p99 else None,
         # the calibration: one replica's capacity at its CPU limit, measured at the start of this run
-        "baseline_p99s_ms": " ".join(f"{b:.0f}" for b in base), "replica_cpu": REPLICA_CPU, "capacity_rps": plan.capacity, "calibration": ramp_text, "low_rps": plan.low, "high_rps": plan.high,
+        "baseline_p99s_ms": " ".join(f"{b:.0f}" for b in base), "replica_cpu": replica_cpu, "capacity_rps": plan.capacity, "calibration": ramp_text, "low_rps": plan.low, "high_rps": plan.high,
         "slo_ms": slo, "declared_slo_ms": svc.slo.latency_ms if svc.slo else None,
         # simulation (scanflow.demo.sim), not this run: the same policy vs the HPA algorithm on one trace
         "sim_planner_slo_violation_s": pf["slo_violation_s"], "sim_hpa_slo_violation_s": hf["slo_violation_s"],

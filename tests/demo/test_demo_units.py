@@ -135,7 +135,31 @@ def test_s2_capacity_is_the_knee_of_the_cpu_ramp() -> None:
     assert rates(1000.0) is not None and rates(1000.0).high == 400.0  # type: ignore[union-attr]  # MAX_RATE
     assert rates(None) is None and rates(0.0) is None
     ramp_rates = probe_rates(10.0)
-    assert ramp_rates[0] == 10.0 and ramp_rates == sorted(ramp_rates) and max(ramp_rates) <= 400.0
+    assert ramp_rates[0] == 10.0 and ramp_rates == sorted(ramp_rates) and max(ramp_rates) == 400.0  # reaches MAX_RATE
+
+
+def test_s2_lowers_the_limit_only_when_the_generator_cannot_overload_the_replica() -> None:
+    from scanflow.demo.s2_autoscale import MAX_RATE, MIN_REPLICA_CPU, fitted_cpu
+
+    # measured with a core burned: 400 rps at a 0.25-core limit used ~0.14 core, p99 under the SLO
+    unsaturated = [(168.0, 0.10, 40.0), (268.0, 0.12, 40.0), (MAX_RATE, 0.14, 60.0)]
+    got = fitted_cpu(unsaturated, 0.25)
+    assert got is not None and got < 0.25
+    # at the new limit the step's MAX_RATE needs HIGH_FRACTION x its capacity (same CPU per request)
+    assert 0.14 / got >= 2.0 * 0.85
+    assert fitted_cpu([(105.0, 0.22, 50.0)], 0.25) is None  # saturated before MAX_RATE: already small enough
+    assert fitted_cpu([(168.0, 0.10, 40.0)], 0.25) is None  # the ramp stopped early (not at MAX_RATE)
+    assert fitted_cpu([(MAX_RATE, 0.01, 5.0)], 0.25) == MIN_REPLICA_CPU  # never under the floor
+    assert fitted_cpu([], 0.25) is None
+
+
+def test_s2_strategy_overrides_go_into_the_actions_args() -> None:
+    from scanflow.demo.s2_autoscale import STRATEGY, autoscale_strategy
+
+    plain, floored = autoscale_strategy(), autoscale_strategy(min_cpu=0.07, cpu_step=0.07)
+    assert plain["name"] == floored["name"] == STRATEGY
+    assert all("min_cpu" not in a.get("args", {}) for a in plain["actions"])
+    assert all(a["args"]["min_cpu"] == 0.07 and a["args"]["cpu_step"] == 0.07 for a in floored["actions"])
 
 
 def test_drift_series_keeps_checked_windows_in_order() -> None:
