@@ -38,7 +38,7 @@ sysdeps:
 
 # The dev overlay's Secret comes from deploy/overlays/dev/secrets.env (random values, never committed).
 dev-secrets:
-	sh deploy/overlays/dev/gen-secrets.sh
+	PYTHON=$(BIN)/python sh deploy/overlays/dev/gen-secrets.sh
 
 # Debian tools the serving benchmark uses: wrk (the load generator; without it an asyncio generator
 # stands in) and haproxy (Ray Serve's high-throughput ingress; without it Ray runs its default proxy).
