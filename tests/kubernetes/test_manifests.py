@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 import subprocess
@@ -294,22 +293,23 @@ def test_docker_compose_file_parses_and_requires_its_secrets() -> None:
     compose = shutil.which("docker-compose")
     if compose is None:
         pytest.skip("docker-compose (Debian package) not installed: run `make sysdeps` as root")
-    import os
+    from scanflow.deploy_secrets import env_name, generate
 
-    base_env = {k: v for k, v in os.environ.items() if k not in ("SCANFLOW_TOKEN", "POSTGRES_PASSWORD")}
+    creds = {env_name(k): v for k, v in generate().items()}  # one per component (test_deploy_credentials)
+    base_env = {k: v for k, v in os.environ.items() if k not in creds}
     missing = subprocess.run([compose, "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
                              capture_output=True, text=True, timeout=60, cwd=ROOT, check=False, env=base_env)
     assert missing.returncode != 0 and "set " in missing.stderr  # no default token or password
     done = subprocess.run([compose, "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
-                          env={**base_env, "SCANFLOW_TOKEN": "t" * 32, "POSTGRES_PASSWORD": "p" * 24})
+                          env={**base_env, **creds})
     assert done.returncode == 0, done.stderr
     cfg = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     svcs = cfg["services"]
-    assert {"mlflow", "postgres", "bootstrap", *AGENTS} <= set(svcs)
-    assert any(a.startswith("--allowed-hosts=") for a in svcs["mlflow"]["command"])
-    assert not any("postgresql" in a for a in svcs["mlflow"]["command"])  # the password stays out of argv
-    assert svcs["mlflow"]["environment"]["MLFLOW_BACKEND_STORE_URI"].startswith("postgresql+psycopg2://")
+    assert {"mlflow", "mlflow-server", "postgres", "bootstrap", *AGENTS} <= set(svcs)
+    assert any(a.startswith("--allowed-hosts=") for a in svcs["mlflow-server"]["command"])
+    assert not any("postgresql" in a for a in svcs["mlflow-server"]["command"])  # the password stays out of argv
+    assert svcs["mlflow-server"]["environment"]["MLFLOW_BACKEND_STORE_URI"].startswith("postgresql+psycopg2://")
     env = cfg["x-scanflow"]["environment"]
     peers = dict(p.split("=", 1) for p in env["SCANFLOW_PEERS"].split(","))
     assert all(url.split("//")[1].split(":")[0] in svcs for url in peers.values())
