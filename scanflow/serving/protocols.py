@@ -62,7 +62,9 @@ _INVOCATIONS_DOC: dict[str, Any] = {
     "openapi_extra": {"requestBody": {"required": True, "content": {
         "application/json": {"schema": openapi.ref(openapi.InvocationRequest)},
         "text/csv": {"schema": {"type": "string", "description": "a header line, then one row per line"}},
-    }}},
+    }}, "parameters": [{"name": "X-Request-Id", "in": "header", "required": False,
+                        "description": "the client's own id (a body `request_id` wins): echoed as "
+                                       "`client_request_id`", "schema": {"type": "string", "maxLength": 200}}]},
 }
 _META_DOC: dict[str, Any] = {"tags": ["open inference protocol v2"],
                              "responses": {200: {"model": openapi.ModelMetadata, "description": "metadata"},
