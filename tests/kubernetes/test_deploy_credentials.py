@@ -182,7 +182,8 @@ def _wait(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
 @pytest.fixture(scope="module")
 def manifest_mlflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
     """MLflow and its proxy started with the mlflow pod's command lines (prod overlay), on free loopback
-    ports instead of 5001/5000 and SQLite instead of PostgreSQL; yields (proxy URL, Secret values)."""
+    ports instead of 5001/5000, SQLite instead of PostgreSQL and one worker instead of two (sizing, not
+    security: halves the start on a 2-core box); yields (proxy URL, Secret values)."""
     tmp = tmp_path_factory.mktemp("manifest-mlflow")
     docs = kustomize("prod")
     dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "mlflow")
@@ -191,7 +192,7 @@ def manifest_mlflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
 
     def local(arg: str) -> str:
         return (arg.replace(":5001", f":{up}").replace("=5001", f"={up}").replace("=5000", f"={front}")
-                .replace("/mlartifacts", str(tmp / "artifacts")))
+                .replace("/mlartifacts", str(tmp / "artifacts")).replace("--workers=2", "--workers=1"))
 
     bindir = Path(sys.executable).parent
     ml_argv = [str(bindir / cs["mlflow"]["command"][0]), *cs["mlflow"]["command"][1:], *map(local, cs["mlflow"]["args"])]
@@ -228,6 +229,7 @@ def login(values: dict[str, str], component: str) -> dict[str, str]:
 
 
 @pytest.mark.integration
+@pytest.mark.e2e  # starts mlflow server: 30-60 s on a busy 2-core box (as tests/postgres does)
 def test_manifest_mlflow_and_proxy_hold_the_roles(manifest_mlflow: tuple[str, dict[str, str]]) -> None:
     url, values = manifest_mlflow
     api = url + "/api/2.0/mlflow"
