@@ -3,11 +3,13 @@
 # Secret `scanflow-secrets` is generated from it. One token and/or MLflow login per component (keys:
 # scanflow/deploy_secrets.py). An existing file is kept (the cluster has those values); one from before
 # per-component credentials (a single `token=`) is refused: delete it and run again.
-# PYTHON: an interpreter with scanflow installed (`make dev-secrets` passes the project's venv).
+# PYTHON: an interpreter with scanflow's dependencies (default: the checkout's .venv, else python3).
 set -eu
 out="$(dirname "$0")/secrets.env"
 if [ -s "$out" ] && ! grep -q '^auth-tokens=' "$out"; then
   echo "$out holds a single shared token (old format): delete it and run again" >&2; exit 1
 fi
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
-PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec "${PYTHON:-python3}" -m scanflow.deploy_secrets --format kube "$out"
+py="${PYTHON:-}"
+if [ -z "$py" ] && [ -x "$root/.venv/bin/python" ]; then py="$root/.venv/bin/python"; fi
+PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec "${py:-python3}" -m scanflow.deploy_secrets --format kube "$out"
