@@ -37,8 +37,8 @@ sysdeps:
 	   echo "note: postgresql not installed; tests/postgres will skip"
 
 # The dev overlay's Secret comes from deploy/overlays/dev/secrets.env (random values, never committed).
-dev-secrets:
-	sh deploy/overlays/dev/gen-secrets.sh
+dev-secrets: $(VENV)/.installed-core
+	PYTHON=$(BIN)/python sh deploy/overlays/dev/gen-secrets.sh
 
 # Debian tools the serving benchmark uses: wrk (the load generator; without it an asyncio generator
 # stands in) and haproxy (Ray Serve's high-throughput ingress; without it Ray runs its default proxy).

@@ -280,6 +280,9 @@ def engine(n: int, n_store: int, reps: int) -> dict[str, float]:
 
 
 def main() -> None:
+    from scanflow.platform.children import stop_children_on_exit
+
+    stop_children_on_exit()  # its servers stop on any exit: exception, Ctrl-C, SIGTERM, SIGHUP
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, under a minute")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)

@@ -140,6 +140,9 @@ def one_run(home: Path, quick: bool, rate: float, name: str = "digits", feedback
 
 
 def main() -> int:
+    from scanflow.platform.children import stop_children_on_exit
+
+    stop_children_on_exit()  # its servers stop on any exit: exception, Ctrl-C, SIGTERM, SIGHUP
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small windows and sizes (under a minute of S1)")
     ap.add_argument("--runs", type=int, default=1)

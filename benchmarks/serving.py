@@ -230,6 +230,9 @@ async def _empty_app(scope, receive, send) -> None:  # type: ignore[no-untyped-d
 
 
 def main() -> None:
+    from scanflow.platform.children import stop_children_on_exit
+
+    stop_children_on_exit()  # its servers stop on any exit: exception, Ctrl-C, SIGTERM, SIGHUP
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="short runs, three concurrencies (8, 64, 128)")
     p.add_argument("--replicas", type=int, default=2)

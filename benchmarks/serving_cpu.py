@@ -105,6 +105,9 @@ def start_path(
 
 
 def main() -> None:
+    from scanflow.platform.children import stop_children_on_exit
+
+    stop_children_on_exit()  # its servers stop on any exit: exception, Ctrl-C, SIGTERM, SIGHUP
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)

@@ -158,6 +158,9 @@ def read_scaling(home: Path, counts: list[int], repeats: int) -> list[dict[str, 
 
 
 def main() -> None:
+    from scanflow.platform.children import stop_children_on_exit
+
+    stop_children_on_exit()  # its servers stop on any exit: exception, Ctrl-C, SIGTERM, SIGHUP
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)

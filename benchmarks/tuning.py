@@ -144,6 +144,9 @@ def measure(pf: LocalPlatform, endpoint: str, cfg: Setting, clients: int, second
 
 
 def main() -> int:
+    from scanflow.platform.children import stop_children_on_exit
+
+    stop_children_on_exit()  # its servers stop on any exit: exception, Ctrl-C, SIGTERM, SIGHUP
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer configs, 3 s windows, 1 probe round (~2 min)")
     ap.add_argument("--clients", type=int, default=16)

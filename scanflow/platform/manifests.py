@@ -11,7 +11,9 @@ Conventions (also used by deploy/base):
   switch to the backup's label;
 - containers are named `replica` (services) and `job` (jobs); port 8080 named `http`;
 - non-root (uid 10001), read-only root filesystem with an emptyDir on /tmp, no capabilities;
-- secrets only by `secretKeyRef` (Secret `scanflow-secrets`), never as literal values.
+- secrets only by `secretKeyRef` (Secret `scanflow-secrets`), never as literal values; each component
+  its own (scanflow.deploy_secrets): a replica holds the replica's token (it can only append prediction
+  records) and a read-only MLflow login, a Job only the `job` MLflow login (it cannot move `champion`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from scanflow.deploy_secrets import AUTH_TOKENS_KEY, mlflow_password_key, token_key
 from scanflow.secrets import public_params  # params minus secrets: the only ones in a Job's env
 from scanflow.spec import Affinity, Job, Resources, Service, Workflow
 
@@ -30,7 +33,7 @@ QoS = Literal["Guaranteed", "Burstable", "BestEffort"]
 
 DEFAULT_IMAGE = "scanflow:0.1.0"
 DEFAULT_NAMESPACE = "scanflow"
-SECRET_NAME = "scanflow-secrets"  # keys: token, postgres-password
+SECRET_NAME = "scanflow-secrets"  # keys: scanflow.deploy_secrets
 HTTP_PORT = 8080
 HEALTH_PATH = "/health"  # liveness: the process answers (replicas, gateways, agents)
 READY_PATH = "/ready"  # readiness: a replica's model is loaded / a gateway has a healthy replica
@@ -257,6 +260,19 @@ def secret_env(name: str, key: str, *, optional: bool = False) -> dict[str, Any]
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": SECRET_NAME, "key": key, "optional": optional}}}
 
 
+def credential_env(component: str, *, token: bool = True, mlflow: bool = True) -> list[dict[str, Any]]:
+    """A component's own credentials, by reference: its Scanflow token (SCANFLOW_TOKEN), the accepted
+    tokens' digests (SCANFLOW_AUTH_TOKENS: what its own endpoints check), its MLflow login."""
+    env: list[dict[str, Any]] = []
+    if token:
+        env += [secret_env("SCANFLOW_TOKEN", token_key(component)),
+                secret_env("SCANFLOW_AUTH_TOKENS", AUTH_TOKENS_KEY)]
+    if mlflow:
+        env += [{"name": "MLFLOW_TRACKING_USERNAME", "value": component},
+                secret_env("MLFLOW_TRACKING_PASSWORD", mlflow_password_key(component))]
+    return env
+
+
 def probes(ready: str = READY_PATH, alive: str = HEALTH_PATH, startup_s: int = 300) -> dict[str, Any]:
     """Readiness on `ready` (a replica answers /health before its model is loaded; /ready only after),
     liveness on `alive`, and a startupProbe on `ready` that gives start-up (model download and load)
@@ -304,7 +320,7 @@ def replica_container(
         {"name": "SCANFLOW_MAX_BATCH_WAIT_MS", "value": str(service.max_batch_wait_ms)},
         {"name": "OMP_NUM_THREADS", "value": str(n_threads)},
         {"name": "MLFLOW_TRACKING_URI", "value": tracking_uri or "http://mlflow:5000"},
-        secret_env("SCANFLOW_TOKEN", "token"),
+        *credential_env("replica"),
     ]
     if tracker_url:
         env += [{"name": "SCANFLOW_TRACKER_URL", "value": tracker_url},
@@ -541,7 +557,7 @@ def batch_job(
             {"name": "MLFLOW_TRACKING_URI", "value": tracking_uri or "http://mlflow:5000"},
             {"name": "MLFLOW_EXPERIMENT_NAME", "value": f"scanflow-jobs/{workflow or namespace}"},
             {"name": "OMP_NUM_THREADS", "value": str(default_threads(job.resources))},
-            secret_env("SCANFLOW_TOKEN", "token"),
+            *credential_env("job", token=False),
             *([{"name": "MLFLOW_RUN_ID", "value": run_id}] if run_id else []),
         ],
         "resources": resources_block(job.resources),

@@ -5,11 +5,13 @@ Accepted bodies (application/json), exactly one key of:
 `{"dataframe_split": {"columns": [...], "data": [[...], ...]}}` (pandas' split orient; `index` ignored),
 `{"dataframe_records": [{"col": v, ...}, ...]}`, `{"instances": [[...], ...]}` (rows, or records),
 `{"inputs": [[...], ...]}` (rows, or `{"tensor name": rows}` / `{"column": [values]}`); `params` may be
-given only empty (the replica has no per-call parameters). text/csv: a header line of column names,
+given only empty (the replica has no per-call parameters). The client's own id: `request_id` beside
+the format key, or the `X-Request-Id` header (the only way with CSV); as on /predict it is echoed as
+`client_request_id` and the answer's `request_id` is the one the replica made (the Tracker record's id). text/csv: a header line of column names,
 then one row per line. Columns are put in the signature's order when the model names its columns;
 a tensor model takes the rows as sent. The rows then go through the replica's native `/predict`, so the
 same checks, batching and Tracker record apply; the answer is `{"predictions": [...]}`: the native
-outputs (a classifier's class per row). Errors use MLflow's shape
+outputs (a classifier's class per row) with `request_id` (and `client_request_id`). Errors use MLflow's shape
 `{"error_code": "BAD_REQUEST", "message": ...}` with status 400 (415 for another content type).
 """
 
@@ -22,6 +24,9 @@ from typing import Any
 import orjson
 
 from scanflow.serving.oip import OipError, decode_json
+from scanflow.serving.payload import PayloadError, check_request_id
+
+REQUEST_ID_HEADER = "x-request-id"
 
 FORMATS = ("dataframe_split", "dataframe_records", "instances", "inputs")
 
@@ -71,9 +76,43 @@ def csv_to_split(body: bytes) -> dict[str, Any]:
     return {"dataframe_split": {"columns": lines[0], "data": data}}
 
 
+def scoring_answer(native: dict[str, Any]) -> dict[str, Any]:
+    """The /invocations answer of a native /predict answer: the predictions, the replica-made
+    `request_id` (the Tracker record's id) and the client's own id echoed, as /predict does."""
+    out: dict[str, Any] = {"predictions": native["outputs"], "request_id": native["request_id"]}
+    if native.get("client_request_id") is not None:
+        out["client_request_id"] = native["client_request_id"]
+    return out
+
+
+def with_request_id(doc: dict[str, Any], request_id: str | None) -> dict[str, Any]:
+    """`doc` with the client's id (from the header) unless it names its own."""
+    if request_id is not None and "request_id" not in doc:
+        doc["request_id"] = request_id
+    return doc
+
+
+def body_with_request_id(body: bytes, request_id: str) -> bytes:
+    """A JSON scoring body with the header's id put in (the gateway forwards bodies only); a body that
+    is no JSON object goes on as it is, for the replica to refuse."""
+    try:
+        doc = decode_json(body)
+    except OipError:
+        return body
+    return orjson.dumps(with_request_id(doc, request_id)) if isinstance(doc, dict) else body
+
+
 def parse_invocation(body: bytes, content_type: str, columns: list[str] | None) -> list[Any]:
     """The rows of a scoring request, in the model's column order when `columns` is known."""
+    return parse_scoring(body, content_type, columns)[0]
+
+
+def parse_scoring(
+    body: bytes, content_type: str, columns: list[str] | None, header_id: str | None = None
+) -> tuple[list[Any], str | None]:
+    """(rows, the client's request id: the body's `request_id`, else `header_id`) of a scoring request."""
     check_content_type(content_type)
+    client_id = header_id
     if is_csv(content_type):
         doc: Any = csv_to_split(body)
     else:
@@ -83,13 +122,23 @@ def parse_invocation(body: bytes, content_type: str, columns: list[str] | None) 
             raise ScoringError(400, exc.message) from None
     if not isinstance(doc, dict):
         raise ScoringError(400, f"body must be a JSON object with one of {list(FORMATS)}")
+    if "request_id" in doc:
+        client_id = doc.pop("request_id")
+    try:
+        client_id = check_request_id(client_id)
+    except PayloadError as exc:
+        raise ScoringError(400, exc.message) from None
     if doc.get("params"):
         raise ScoringError(400, "'params' are not supported by this model server")
     keys = [k for k in FORMATS if k in doc]
     if len(keys) != 1 or set(doc) - {keys[0], "params"}:
-        raise ScoringError(400, f"body must have exactly one of {list(FORMATS)} (and optionally 'params'); "
-                                f"got {sorted(doc)}")
-    key, value = keys[0], doc[keys[0]]
+        raise ScoringError(400, f"body must have exactly one of {list(FORMATS)} (and optionally 'params', "
+                                f"'request_id'); got {sorted(doc)}")
+    return _format_rows(keys[0], doc[keys[0]], columns), client_id
+
+
+def _format_rows(key: str, value: Any, columns: list[str] | None) -> list[Any]:
+    """The rows of one scoring format's value."""
     if key == "dataframe_split":
         if not isinstance(value, dict) or not isinstance(value.get("data"), list):
             raise ScoringError(400, "'dataframe_split' must be {\"columns\": [...], \"data\": [[...], ...]}")

@@ -137,10 +137,15 @@ class InvocationRequest(BaseModel):
     instances: list[Any] | None = None
     inputs: list[Any] | dict[str, Any] | None = None
     params: dict[str, Any] | None = None
+    request_id: str | None = Field(None, max_length=200, description="the client's own id (or the X-Request-Id "
+                                   "header): echoed as `client_request_id`, never the record's identity")
 
 
 class InvocationResponse(BaseModel):
     predictions: list[Any]
+    request_id: str = Field(description="made by the replica (unguessable): the Tracker record's id; "
+                            "send it with feedback")
+    client_request_id: str | None = Field(None, description="the request_id the client sent, if any")
 
 
 class MlflowError(BaseModel):

@@ -255,6 +255,21 @@ def _parse_unchecked(body: bytes, *, n_features: int | None, max_rows: int) -> P
     return PredictRequest(arr, request_id, probs)
 
 
+def check_request_id(request_id: Any) -> str | None:
+    """A client's own request id as given (None: none given), or PayloadError(422): 1 to 200 characters
+    of valid Unicode. Shared by /predict and the protocols (/invocations) so the rule is one."""
+    if request_id is None:
+        return None
+    if not isinstance(request_id, str) or not 0 < len(request_id) <= 200:
+        raise PayloadError(422, "'request_id' must be a string of 1 to 200 characters")
+    if not request_id.isascii():  # rare: only then pay for the check below
+        try:
+            request_id.encode()
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800"): the answer could not be encoded
+            raise PayloadError(422, "'request_id' must be valid Unicode (no lone surrogates)") from None
+    return request_id
+
+
 def _extras(doc: dict[str, Any]) -> tuple[str | None, bool]:
     """(request_id, probabilities) of a predict body, or PayloadError.
 
@@ -262,15 +277,7 @@ def _extras(doc: dict[str, Any]) -> tuple[str | None, bool]:
     request_id, and a replica that took them would pass them on as if it knew them."""
     if "labels" in doc:
         raise PayloadError(422, LABELS_REFUSED)
-    request_id = doc.get("request_id")
-    if request_id is not None:
-        if not isinstance(request_id, str) or not 0 < len(request_id) <= 200:
-            raise PayloadError(422, "'request_id' must be a string of 1 to 200 characters")
-        if not request_id.isascii():  # rare: only then pay for the check below
-            try:
-                request_id.encode()
-            except UnicodeEncodeError:  # a lone surrogate ("\ud800"): the answer could not be encoded
-                raise PayloadError(422, "'request_id' must be valid Unicode (no lone surrogates)") from None
+    request_id = check_request_id(doc.get("request_id"))
     probs = doc.get("probabilities", False)
     if not isinstance(probs, bool):
         raise PayloadError(422, "'probabilities' must be true or false")

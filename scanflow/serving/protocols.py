@@ -62,7 +62,9 @@ _INVOCATIONS_DOC: dict[str, Any] = {
     "openapi_extra": {"requestBody": {"required": True, "content": {
         "application/json": {"schema": openapi.ref(openapi.InvocationRequest)},
         "text/csv": {"schema": {"type": "string", "description": "a header line, then one row per line"}},
-    }}},
+    }}, "parameters": [{"name": "X-Request-Id", "in": "header", "required": False,
+                        "description": "the client's own id (a body `request_id` wins): echoed as "
+                                       "`client_request_id`", "schema": {"type": "string", "maxLength": 200}}]},
 }
 _META_DOC: dict[str, Any] = {"tags": ["open inference protocol v2"],
                              "responses": {200: {"model": openapi.ModelMetadata, "description": "metadata"},
@@ -195,17 +197,19 @@ def install_replica(api: FastAPI, replica: Replica) -> None:
             body = await read_limited(request, cfg.max_body_bytes)
             meta = current()
             columns = [t.name for t in meta.inputs] if meta is not None and meta.columns else None
-            rows = invocations.parse_invocation(body, request.headers.get("content-type", ""), columns)
+            rows, client_id = invocations.parse_scoring(body, request.headers.get("content-type", ""), columns,
+                                                        request.headers.get(invocations.REQUEST_ID_HEADER))
         except ScoringError as exc:
             return _raw(exc.status, exc.body())
         except BodyTooLarge as exc:
             return _raw(413, invocations.error_body(str(exc)))
         except ClientDisconnect:
             return Response(status_code=_CLIENT_GONE)
-        status, answer = await call_native(replica.predict, orjson.dumps({"inputs": rows}))
+        native = {"inputs": rows} if client_id is None else {"inputs": rows, "request_id": client_id}
+        status, answer = await call_native(replica.predict, orjson.dumps(native))
         if status != 200:
             return _raw(*invocations.native_error(status, answer))
-        return _json(200, {"predictions": orjson.loads(answer)["outputs"]})
+        return _json(200, invocations.scoring_answer(orjson.loads(answer)))
 
     def ready() -> bool:
         return replica.batcher.model is not None and not replica.draining
@@ -373,8 +377,11 @@ def install_gateway(api: FastAPI, gw: Gateway) -> None:
         try:
             invocations.check_content_type(ctype)
             body = await read_limited(request, cfg.max_body_bytes)
+            header_id = request.headers.get(invocations.REQUEST_ID_HEADER)
             if invocations.is_csv(ctype):  # upstream calls carry JSON only
-                body = orjson.dumps(invocations.csv_to_split(body))
+                body = orjson.dumps(invocations.with_request_id(invocations.csv_to_split(body), header_id))
+            elif header_id is not None:  # rare: the header's id goes upstream in the body
+                body = invocations.body_with_request_id(body, header_id)
         except ScoringError as exc:
             return _raw(exc.status, exc.body())
         except BodyTooLarge as exc:

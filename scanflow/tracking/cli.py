@@ -1,4 +1,5 @@
-"""`scanflow mlflow ...`: run the embedded MLflow tracking server. Heavy imports stay inside commands."""
+"""`scanflow mlflow ...`: run the embedded MLflow tracking server, or the authenticating proxy in front
+of any MLflow server (compose, Kubernetes). Heavy imports stay inside commands."""
 
 from __future__ import annotations
 
@@ -42,3 +43,21 @@ def up(
         except KeyboardInterrupt:
             pass
     typer.echo("mlflow server stopped")
+
+
+@app.command("proxy")
+def proxy(
+    port: Annotated[int, typer.Option(help="TCP port clients use")] = 5000,
+    host: Annotated[str, typer.Option(help="interface to bind (0.0.0.0 in containers)")] = "127.0.0.1",
+    upstream: Annotated[
+        str | None, typer.Option(help="MLflow's URL, on an address only the proxy reaches (e.g. http://127.0.0.1:5001)")
+    ] = None,
+    upstream_uds: Annotated[str | None, typer.Option(help="MLflow's Unix socket (instead of --upstream)")] = None,
+) -> None:
+    """Serve MLflow behind logins with roles (scanflow.tracking.mlflow_proxy). The logins (digests) come
+    from SCANFLOW_MLFLOW_USERS or the file SCANFLOW_MLFLOW_USERS_FILE names, never from argv."""
+    from scanflow.tracking.mlflow_proxy import serve
+
+    if (upstream is None) == (upstream_uds is None):
+        raise typer.BadParameter("give exactly one of --upstream and --upstream-uds")
+    serve(host, port, upstream, upstream_uds)

@@ -20,8 +20,10 @@ the digest of the password (random, so unsalted SHA-256 is enough). Roles (`allo
 `GET /health` is open (liveness probes). Anything else without a known login is 401, a known login
 outside its role 403; the password is never logged.
 
-Launched as `python -m scanflow.tracking.mlflow_proxy --port P --upstream-uds PATH` (or `--upstream URL`).
-Who starts it: scanflow.tracking.server.MlflowServer when given users (the embedded stack does).
+Launched as `scanflow mlflow proxy --port P --upstream URL` (compose, Kubernetes: a second container in
+MLflow's pod, MLflow bound to the pod's loopback) or `python -m scanflow.tracking.mlflow_proxy --port P
+--upstream-uds PATH` (scanflow.tracking.server.MlflowServer, when given users: the embedded stack). The
+logins come from the environment or a mounted Secret file (`SCANFLOW_MLFLOW_USERS_FILE`), never argv.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from starlette.routing import Route
 log = logging.getLogger("scanflow.tracking.mlflow_proxy")
 
 USERS_ENV = "SCANFLOW_MLFLOW_USERS"
+USERS_FILE_ENV = "SCANFLOW_MLFLOW_USERS_FILE"  # a mounted Secret file holding the same JSON
 Role = Literal["admin", "writer", "job", "reader"]
 ROLES: tuple[Role, ...] = ("admin", "writer", "job", "reader")
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -96,6 +99,35 @@ def parse_users(text: str) -> list[tuple[str, bytes, Role]]:
             raise ValueError(f"{USERS_ENV}[{i}].sha256 must be 64 hex digits")
         out.append((e["name"], digest, e["role"]))
     return out
+
+
+def load_users(env: Mapping[str, str]) -> list[tuple[str, bytes, Role]]:
+    """The logins from SCANFLOW_MLFLOW_USERS, else from the file SCANFLOW_MLFLOW_USERS_FILE names;
+    ValueError (never a secret in it) when neither names a login: every call would be refused."""
+    text = env.get(USERS_ENV, "").strip()
+    if not text and env.get(USERS_FILE_ENV):
+        try:
+            with open(env[USERS_FILE_ENV], encoding="utf-8") as f:
+                text = f.read().strip()
+        except OSError as exc:
+            raise ValueError(f"{USERS_FILE_ENV}: cannot read {env[USERS_FILE_ENV]!r} ({exc.strerror})") from None
+    users = parse_users(text or "[]")
+    if not users:
+        raise ValueError(f"{USERS_ENV} (or {USERS_FILE_ENV}) names no login: every call would be refused")
+    return users
+
+
+def serve(host: str, port: int, upstream: str | None, upstream_uds: str | None) -> None:
+    """Run the proxy in the foreground (uvicorn handles SIGINT/SIGTERM); logins from the environment."""
+    import uvicorn
+
+    try:
+        users = load_users(os.environ)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(users, upstream_client(upstream, upstream_uds))
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
 
 
 def users_json(users: Mapping[str, tuple[str, Role]]) -> str:
@@ -209,20 +241,13 @@ def upstream_client(url: str | None, uds: str | None) -> httpx.AsyncClient:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import uvicorn
-
     p = argparse.ArgumentParser(prog="python -m scanflow.tracking.mlflow_proxy")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--upstream", default=None, help="MLflow's URL (default http://localhost over --upstream-uds)")
     p.add_argument("--upstream-uds", default=None, help="MLflow's Unix socket")
     args = p.parse_args(argv)
-    users = parse_users(os.environ.get(USERS_ENV, "[]"))
-    if not users:
-        raise SystemExit(f"{USERS_ENV} names no login: every call would be refused")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(users, upstream_client(args.upstream, args.upstream_uds))
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    serve(args.host, args.port, args.upstream, args.upstream_uds)
 
 
 if __name__ == "__main__":

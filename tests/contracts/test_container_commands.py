@@ -122,20 +122,25 @@ def check_container(name: str, command: list[str], env: dict[str, str], monkeypa
         return "bootstrap"
     if command[0] == "mlflow":
         return "mlflow"  # MLflow's own CLI, not ours
+    if command[:3] == ["scanflow", "mlflow", "proxy"]:
+        ctx = _parse_cli(command[1:])
+        assert ctx.params["host"] == "0.0.0.0" and ctx.params["upstream"], name
+        assert "SCANFLOW_MLFLOW_USERS" in env, f"{name}: the proxy's logins come by env"
+        return "mlflow-proxy"
     raise AssertionError(f"{name}: unknown container command {command}")
 
 
 def test_deploy_base_commands_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     kinds = [check_container(n, c, e, monkeypatch) for n, c, e in _containers(_base_docs())]
     # no replica: the Executor creates those (test_generated_manifests_parse checks their commands)
-    assert sorted(set(kinds)) == ["agent", "bootstrap", "gateway", "mlflow"]
+    assert sorted(set(kinds)) == ["agent", "bootstrap", "gateway", "mlflow", "mlflow-proxy"]
     assert kinds.count("agent") == 4
 
 
 def test_compose_commands_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     kinds = [check_container(n, c, e, monkeypatch) for n, c, e in _compose_containers()]
     # the Executor runs the gateway and replicas inside its container (its local platform)
-    assert sorted(set(kinds)) == ["agent", "bootstrap", "mlflow"]
+    assert sorted(set(kinds)) == ["agent", "bootstrap", "mlflow", "mlflow-proxy"]
 
 
 def test_generated_manifests_parse(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +75,16 @@ def test_generated_manifests_validate_and_keep_secrets_out() -> None:
     for doc in docs:
         for c in doc["spec"].get("template", {}).get("spec", {}).get("containers", []):
             assert c["securityContext"]["allowPrivilegeEscalation"] is False
-            token = next(e for e in c["env"] if e["name"] == "SCANFLOW_TOKEN")
-            assert "value" not in token and token["valueFrom"]["secretKeyRef"]["key"] == "token"
+            env = {e["name"]: e for e in c["env"]}
+            password = env["MLFLOW_TRACKING_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"]
+            if doc["kind"] == "Job":  # a Job's own MLflow login (role job: no champion move), no agent token
+                assert "SCANFLOW_TOKEN" not in env and env["MLFLOW_TRACKING_USERNAME"]["value"] == "job"
+                assert password == "job-mlflow-password"
+            else:  # a replica: the replica's token (predictions only) and a read-only login
+                assert env["SCANFLOW_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "replica-token"
+                assert env["MLFLOW_TRACKING_USERNAME"]["value"] == "replica" and password == "replica-mlflow-password"
+                assert env["SCANFLOW_AUTH_TOKENS"]["valueFrom"]["secretKeyRef"]["key"] == "auth-tokens"
+            assert not [e for e in c["env"] if e["name"] in SECRET_VARS and "value" in e]
 
 
 def test_cli_dry_run_prints_the_generated_manifests() -> None:
@@ -100,6 +111,9 @@ K8S_SCHEMAS = ("1.33.0", "1.35.0")  # in-place resize beta (1.33) and GA (1.35);
 NAMESPACED = {"Deployment", "StatefulSet", "Service", "Secret", "ConfigMap", "ServiceAccount", "Role",
               "RoleBinding", "PersistentVolumeClaim", "PodDisruptionBudget", "NetworkPolicy", "Job"}
 AGENTS = ("tracker", "checker", "planner", "executor")
+# variables that hold a secret: only ever by secretKeyRef
+SECRET_VARS = {"SCANFLOW_TOKEN", "SCANFLOW_AUTH_TOKENS", "MLFLOW_TRACKING_PASSWORD", "POSTGRES_PASSWORD",
+               "SCANFLOW_MLFLOW_USERS"}
 
 
 def kustomize(overlay: str, tmp_path: Path | None = None) -> list[dict[str, Any]]:
@@ -113,7 +127,8 @@ def kustomize(overlay: str, tmp_path: Path | None = None) -> list[dict[str, Any]
         assert tmp_path is not None, "the dev overlay needs a tmp_path for its generated secrets"
         root = tmp_path / "deploy"
         shutil.copytree(ROOT / "deploy", root, ignore=shutil.ignore_patterns("secrets.env"))
-        subprocess.run(["sh", str(root / "overlays/dev/gen-secrets.sh")], check=True, capture_output=True)
+        subprocess.run(["sh", str(root / "overlays/dev/gen-secrets.sh")], check=True, capture_output=True,
+                       env={**os.environ, "PYTHON": sys.executable})
     out = subprocess.run([kubectl, "kustomize", str(root / "overlays" / overlay)],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     return [d for d in yaml.safe_load_all(out) if d]
@@ -143,13 +158,14 @@ def test_kustomize_overlays_validate(overlay: str, tmp_path: Path) -> None:
             assert pod["securityContext"]["runAsNonRoot"] is True, d["metadata"]["name"]
             for c in pod["containers"]:
                 for e in c.get("env", []):  # secrets only by reference
-                    if e["name"] in ("SCANFLOW_TOKEN", "POSTGRES_PASSWORD"):
+                    if e["name"] in SECRET_VARS:
                         assert "valueFrom" in e, (d["metadata"]["name"], e["name"])
                 assert not any("password" in str(a).lower() or "postgresql://" in str(a)
                                for a in c.get("command", []) + c.get("args", [])), "a secret in argv"
     mlflow = next(d for d in docs if d["metadata"]["name"] == "mlflow" and d["kind"] == "Deployment")
     ml = mlflow["spec"]["template"]["spec"]["containers"][0]
     assert any(a.startswith("--allowed-hosts=") for a in ml["args"])
+    assert "--host=127.0.0.1" in ml["args"] and not ml.get("ports")  # the pod's loopback only
     backend = next(e["value"] for e in ml["env"] if e["name"] == "MLFLOW_BACKEND_STORE_URI")
     # the driver the image installs: SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3
     assert backend.startswith("postgresql+psycopg2://")
@@ -216,9 +232,11 @@ def test_dev_overlay_has_no_default_token(tmp_path: Path) -> None:
     assert done.returncode != 0 and "secrets.env" in done.stderr  # no file, no Secret: no silent default
     docs = kustomize("dev", tmp_path / "gen")
     secret = next(d for d in docs if d["kind"] == "Secret")
-    import base64
-    token = base64.b64decode(secret["data"]["token"]).decode()
-    assert len(token) >= 32 and "change-me" not in token
+    values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert "token" not in values  # no single shared token any more
+    creds = [v for k, v in values.items() if k.endswith(("-token", "-mlflow-password"))]
+    assert len(creds) >= 10 and len(set(creds)) == len(creds)  # one each, none shared
+    assert all(len(v) >= 32 and "change-me" not in v for v in creds)
     for path in (ROOT / "deploy").rglob("*.yaml"):
         assert "change-me" not in path.read_text(), path
 
@@ -275,22 +293,23 @@ def test_docker_compose_file_parses_and_requires_its_secrets() -> None:
     compose = shutil.which("docker-compose")
     if compose is None:
         pytest.skip("docker-compose (Debian package) not installed: run `make sysdeps` as root")
-    import os
+    from scanflow.deploy_secrets import env_name, generate
 
-    base_env = {k: v for k, v in os.environ.items() if k not in ("SCANFLOW_TOKEN", "POSTGRES_PASSWORD")}
+    creds = {env_name(k): v for k, v in generate().items()}  # one per component (test_deploy_credentials)
+    base_env = {k: v for k, v in os.environ.items() if k not in creds}
     missing = subprocess.run([compose, "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
                              capture_output=True, text=True, timeout=60, cwd=ROOT, check=False, env=base_env)
     assert missing.returncode != 0 and "set " in missing.stderr  # no default token or password
     done = subprocess.run([compose, "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
-                          env={**base_env, "SCANFLOW_TOKEN": "t" * 32, "POSTGRES_PASSWORD": "p" * 24})
+                          env={**base_env, **creds})
     assert done.returncode == 0, done.stderr
     cfg = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     svcs = cfg["services"]
-    assert {"mlflow", "postgres", "bootstrap", *AGENTS} <= set(svcs)
-    assert any(a.startswith("--allowed-hosts=") for a in svcs["mlflow"]["command"])
-    assert not any("postgresql" in a for a in svcs["mlflow"]["command"])  # the password stays out of argv
-    assert svcs["mlflow"]["environment"]["MLFLOW_BACKEND_STORE_URI"].startswith("postgresql+psycopg2://")
+    assert {"mlflow", "mlflow-server", "postgres", "bootstrap", *AGENTS} <= set(svcs)
+    assert any(a.startswith("--allowed-hosts=") for a in svcs["mlflow-server"]["command"])
+    assert not any("postgresql" in a for a in svcs["mlflow-server"]["command"])  # the password stays out of argv
+    assert svcs["mlflow-server"]["environment"]["MLFLOW_BACKEND_STORE_URI"].startswith("postgresql+psycopg2://")
     env = cfg["x-scanflow"]["environment"]
     peers = dict(p.split("=", 1) for p in env["SCANFLOW_PEERS"].split(","))
     assert all(url.split("//")[1].split(":")[0] in svcs for url in peers.values())

@@ -17,7 +17,7 @@ import pytest
 from serving_helpers import free_port, wait_for
 from test_serving_replica import TrackerStub, _serve_in_thread
 
-from scanflow.serving import gateway, oip, replica
+from scanflow.serving import gateway, invocations, oip, replica
 from scanflow.serving.invocations import ScoringError, parse_invocation
 from scanflow.serving.model import as_probabilities
 
@@ -223,13 +223,35 @@ async def test_mlflow_scoring_format_probabilities_and_openapi(digits_models, la
                 {"instances": rows},
                 {"inputs": rows},
             ]
+            made: set[str] = set()
             for body in bodies:
                 resp = await http.post(url + "/invocations", json=body)
                 assert resp.status_code == 200, (url, list(body), resp.text)
-                assert resp.json() == {"predictions": expected}
+                answer = resp.json()
+                assert answer["predictions"] == expected and "client_request_id" not in answer
+                made.add(answer["request_id"])  # server-made, as on /predict
             csv = ",".join(cols) + "\n" + "\n".join(",".join(str(v) for v in row) for row in rows)
             resp = await http.post(url + "/invocations", content=csv, headers={"Content-Type": "text/csv"})
-            assert resp.status_code == 200 and resp.json() == {"predictions": expected}, resp.text
+            assert resp.status_code == 200 and resp.json()["predictions"] == expected, resp.text
+            made.add(resp.json()["request_id"])
+            # the client's own id (body, or X-Request-Id: the only way with CSV) is echoed, never the record's id
+            for kwargs, mine in (({"json": {"instances": rows, "request_id": "inv-body"}}, "inv-body"),
+                                 ({"json": {"instances": rows}, "headers": {"X-Request-Id": "inv-hdr"}}, "inv-hdr"),
+                                 ({"content": csv, "headers": {"Content-Type": "text/csv", "X-Request-Id": "inv-csv"}},
+                                  "inv-csv"),
+                                 ({"json": {"instances": rows, "request_id": "inv-wins"},
+                                   "headers": {"X-Request-Id": "ignored"}}, "inv-wins")):
+                resp = await http.post(url + "/invocations", **kwargs)
+                assert resp.status_code == 200, resp.text
+                answer = resp.json()
+                assert answer["client_request_id"] == mine and answer["request_id"] != mine
+                assert answer["predictions"] == expected
+                made.add(answer["request_id"])
+            assert len(made) == len(bodies) + 5  # one fresh id per request
+            for bad in ({"instances": rows, "request_id": ""}, {"instances": rows, "request_id": 7},
+                        {"instances": rows, "request_id": "x" * 201}):
+                resp = await http.post(url + "/invocations", json=bad)
+                assert resp.status_code == 400 and "request_id" in resp.json()["message"], resp.text
             for raw, status, fragment in [
                 (b"{}", 400, "exactly one of"),
                 (b'{"instances": [[1, 2]]}', 400, "64 features"),
@@ -326,6 +348,22 @@ def test_parse_infer_tensors() -> None:
                                                     {"name": "a", "shape": [2, 1], "datatype": "FP64", "data": [1, 2]}]}),
                            columns, max_rows=10)
     assert call.rows.tolist() == [[1, 3], [2, 4]]
+
+
+def test_invocations_request_id_pure() -> None:
+    rows, mine = invocations.parse_scoring(b'{"inputs": [[1]], "request_id": "a"}', "application/json", None, "h")
+    assert rows == [[1]] and mine == "a"  # the body's own id wins over the header's
+    assert invocations.parse_scoring(b'{"inputs": [[1]]}', "", None, "h")[1] == "h"
+    assert invocations.parse_scoring(b'{"inputs": [[1]]}', "", None)[1] is None
+    with pytest.raises(ScoringError, match="lone surrogates"):
+        invocations.parse_scoring(b'{"inputs": [[1]], "request_id": "\\ud800"}', "", None)
+    assert invocations.scoring_answer({"outputs": [1], "request_id": "r", "client_request_id": None}) == {
+        "predictions": [1], "request_id": "r"}
+    assert invocations.scoring_answer({"outputs": [1], "request_id": "r", "client_request_id": "c"})[
+        "client_request_id"] == "c"
+    assert invocations.body_with_request_id(b"nope", "h") == b"nope"
+    assert invocations.body_with_request_id(b'{"inputs": [], "request_id": "a"}', "h") == b'{"inputs":[],"request_id":"a"}'
+    assert b'"request_id":"h"' in invocations.body_with_request_id(b'{"inputs": []}', "h")
 
 
 def test_invocations_column_order_and_errors() -> None:
