@@ -219,3 +219,62 @@ def min_window(null: CombinedNull, values: NDArray[np.float64], fpr: float, *, s
             break
         smallest = n
     return smallest
+
+
+# -- per-feature two-sample KS: the shape of each column's distribution --------------------------------
+# Why a second test beside the joint z-test: a mean and a spread compare a column's first two moments,
+# against the column's *overall* variance. A column whose distribution has steep parts (a mixture of
+# narrow modes, a point mass such as the 0 of an un-inked pixel) can move a little along its axis, lose
+# or gain a point mass, and keep its mean and spread within noise while its CDF moves a lot at one point;
+# the KS statistic (the largest CDF gap) sees exactly that. Measured (docs/drift.md): a shift of every
+# tabular column by 0.05 of its overall sd, a clipped column, mild pixel noise were all caught by
+# per-feature KS and missed by the z-tests.
+@dataclass(frozen=True)
+class FeatureKS:
+    """The calibration's columns, each sorted: all a two-sample KS test per column needs."""
+
+    sorted_cal: NDArray[np.float64]  # (n, K), each column sorted ascending
+
+    @classmethod
+    def fit(cls, x_cal: NDArray[np.float64]) -> FeatureKS:
+        x = np.asarray(x_cal, dtype=np.float64)
+        if x.ndim != 2 or len(x) < 2:
+            raise ValueError(f"need a (n >= 2, K) calibration matrix, got shape {x.shape}")
+        return cls(np.sort(x, axis=0))
+
+    def statistics(self, window: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Each column's two-sample KS statistic D = max_t |F_window(t) - F_calibration(t)|, (K,).
+
+        Both empirical CDFs are right-continuous step functions that only jump at observed values, so
+        the largest gap is attained at one of the pooled values: evaluate both there. (A loop over
+        columns of two `searchsorted`s each: measured faster than one vectorised search over all
+        columns laid side by side, ~2.5 ms against ~5 ms of CPU for 500 x 64.)"""
+        w = np.sort(np.asarray(window, dtype=np.float64), axis=0)
+        cal = self.sorted_cal
+        n, m = len(cal), len(w)
+        if m < 1 or w.ndim != 2 or w.shape[1] != cal.shape[1]:
+            raise ValueError(f"window shape {w.shape} against {cal.shape[1]} calibration columns")
+        out = np.empty(cal.shape[1])
+        for j in range(cal.shape[1]):
+            pooled = np.concatenate([cal[:, j], w[:, j]])
+            gap = np.searchsorted(cal[:, j], pooled, side="right") / n - np.searchsorted(w[:, j], pooled, side="right") / m
+            out[j] = np.abs(gap).max()
+        return out
+
+    def p_values(self, d: NDArray[np.float64], m: int) -> NDArray[np.float64]:
+        """Per-column asymptotic p-values of statistics `d` for a window of m rows (scipy's two-sample
+        'asymp' method: the one-sample KS distribution at the effective size n m / (n + m)). Ties (a
+        point mass, a code column) only make it conservative."""
+        from scipy.stats import kstwo
+
+        n = len(self.sorted_cal)
+        return np.asarray(kstwo.sf(np.asarray(d, dtype=np.float64), max(1, round(n * m / (n + m)))))
+
+    def test(self, window: NDArray[np.float64]) -> tuple[NDArray[np.float64], float]:
+        """(per-column D, the window's p-value): the smallest column p-value times the columns (Bonferroni,
+        valid whatever the columns' dependence), capped at 1. Every column shares one window size, so
+        the smallest p-value is the largest D's: one tail evaluation, not one per column."""
+        d = self.statistics(window)
+        p_min = float(self.p_values(d.max(keepdims=True), len(window))[0])
+        return d, min(1.0, p_min * len(d))
+

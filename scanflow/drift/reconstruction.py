@@ -163,6 +163,7 @@ class ReconstructionDriftDetector(DriftDetector):
         self.error_threshold: float | None = None
         self.calibration_errors: NDArray[np.float64] | None = None
         self.combined: evidence.CombinedNull | None = None  # evidence "combined": the joint null
+        self.feature_ks: evidence.FeatureKS | None = None  # and the per-feature KS test beside it
         self._medians: list[NDArray[np.float64]] = []  # calibration medians of each evidence block
         self._cuts: tuple[NDArray[np.int64], NDArray[np.float64]] = (np.zeros(0, np.int64), np.zeros(0))
         self._alibi: Any = None
@@ -278,10 +279,12 @@ class ReconstructionDriftDetector(DriftDetector):
             self._cuts = evidence.ecdf_cuts(blocks[1]) if self.evidence == "full" else (np.zeros(0, np.int64), np.zeros(0))
             values = self._values(blocks)
             self.combined = evidence.CombinedNull.fit(values, self._layout(blocks), seed=self.seed)
+            self.feature_ks = evidence.FeatureKS.fit(blocks[1])
             self.min_window = evidence.min_window(self.combined, values, self.fpr, sizes=stats.WINDOW_GRID,
                                                   seed=self.seed)
         else:
             self.combined = None
+            self.feature_ks = None
             self.min_window = stats.min_window(log_errs, self.window_null, self.fpr, self.alternative,
                                                seed=self.seed)
         self.calibration_errors = errors
@@ -311,22 +314,26 @@ class ReconstructionDriftDetector(DriftDetector):
         finite = np.isfinite(window).all(axis=1)
         errors = np.full(len(window), np.nan)
         values: NDArray[np.float64] | None = None
+        inputs: NDArray[np.float64] | None = None
         if finite.any():
             errors[finite], blocks = self._scores(self._preprocess(window[finite]))
             if self.combined is not None:
                 values = np.full((len(window), len(self.combined.mean)), np.nan)
                 values[finite] = self._values(blocks)
-        return self._verdict(window, errors, checked, values)
+                inputs = np.full((len(window), blocks[1].shape[1]), np.nan)
+                inputs[finite] = blocks[1]
+        return self._verdict(window, errors, checked, values, inputs)
 
     def _predict(self, x: Array) -> DriftReport:
         """Test rows already validated and screened (all finite, in range): `predict` without the screening."""
         ok = np.ones(len(x), dtype=bool)
         errors, blocks = self._scores(self._preprocess(x))
         values = self._values(blocks) if self.combined is not None else None
-        return self._verdict(x, errors, ranges.Screen(ok, None), values)
+        return self._verdict(x, errors, ranges.Screen(ok, None), values, blocks[1])
 
     def _verdict(self, window: Array, errors: NDArray[np.float64], checked: ranges.Screen,
-                 values: NDArray[np.float64] | None = None) -> DriftReport:
+                 values: NDArray[np.float64] | None = None, inputs: NDArray[np.float64] | None = None
+                 ) -> DriftReport:
         assert self.window_null is not None and self.error_threshold is not None  # set by _calibrate
         with np.errstate(invalid="ignore"):
             critical = stats.critical_points(errors, self.error_threshold)  # NaN (not scored) is never above
@@ -348,7 +355,15 @@ class ReconstructionDriftDetector(DriftDetector):
             if self.combined is not None and values is not None:
                 ev = self.combined.test(values[tested], self.margin)
                 p_value = ev.p_value
-                meta.update(evidence_p=ev.family_p, shifted_inputs=self._shifted_inputs(ev.z))
+                family_p = dict(ev.family_p)
+                if self.feature_ks is not None and inputs is not None:
+                    # two tests of one null, each at half the rate (Bonferroni: valid whatever their
+                    # dependence); the joint z-test sees moments, the KS test shapes (evidence.FeatureKS)
+                    _, p_ks = self.feature_ks.test(inputs[tested])
+                    family_p["feature_ks"] = p_ks
+                    meta.update(p_joint=ev.p_value, p_feature_ks=p_ks)
+                    p_value = stats.bonferroni(ev.p_value, p_ks)
+                meta.update(evidence_p=family_p, shifted_inputs=self._shifted_inputs(ev.z))
             is_drift = p_value < self.fpr
         else:
             x_in = self._preprocess(window[tested])
