@@ -284,6 +284,32 @@ def report(kind: str, t: dict[str, Tally], args: argparse.Namespace, mws: list[i
     return out
 
 
+def run_kind(kind: str, args: argparse.Namespace) -> dict[str, object]:
+    """Every split of one data kind, then its tables (stdout) and figures."""
+    import torch
+
+    torch.set_num_threads(1)
+    t = {n: Tally() for n in NAMES}
+    t0 = time.perf_counter()
+    x_all = load_digits_scaled()[0] if kind == "digits" else None
+    mws = []
+    for split in range(args.splits):
+        mws.append(digits_split(split, args, x_all, t) if x_all is not None else sensors_split(split, args, t))
+        print(f"  {kind} split {split + 1}/{args.splits} at {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr, flush=True)
+    return report(kind, t, args, mws, time.perf_counter() - t0)
+
+
+def _run_kind_captured(kind: str, args: argparse.Namespace) -> tuple[str, dict[str, object]]:
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        fig = run_kind(kind, args)
+    return buf.getvalue(), fig
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer epochs and windows")
@@ -298,6 +324,7 @@ def main() -> int:
     p.add_argument("--families", nargs="+", default=None, help="only these corruption families")
     p.add_argument("--severities", nargs="+", type=int, default=list(dc.SEVERITIES), choices=list(dc.SEVERITIES))
     p.add_argument("--cell-windows", type=int, default=None, help="corrupted windows per cell and split")
+    p.add_argument("--jobs", type=int, default=1, help="data kinds run in parallel processes (latency then shares cores)")
     args = p.parse_args()
     if args.power_only:
         args.quick = True
@@ -322,16 +349,17 @@ def main() -> int:
     figures: dict[str, object] = {"quick": bool(args.quick), "power_only": bool(args.power_only),
                                   "windows": args.windows}
     t_start = time.perf_counter()
-    for kind in args.data:
-        t = {n: Tally() for n in NAMES}
-        t0 = time.perf_counter()
-        x_all = load_digits_scaled()[0] if kind == "digits" else None
-        mws = []
-        for split in range(args.splits):
-            mws.append(digits_split(split, args, x_all, t) if x_all is not None else sensors_split(split, args, t))
-            print(f"  {kind} split {split + 1}/{args.splits} at {time.perf_counter() - t0:.0f} s",
-                  file=sys.stderr, flush=True)
-        figures[kind] = report(kind, t, args, mws, time.perf_counter() - t0)
+    if args.jobs > 1 and len(args.data) > 1:  # one process per data kind; each one's tables printed whole
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(args.jobs, len(args.data))) as pool:
+            done = list(pool.map(_run_kind_captured, args.data, [args] * len(args.data)))
+        for kind, (text, fig) in zip(args.data, done, strict=True):
+            print(text, end="")
+            figures[kind] = fig
+    else:
+        for kind in args.data:
+            figures[kind] = run_kind(kind, args)
     print(f"\ntotal {time.perf_counter() - t_start:.1f} s")
     print(json.dumps(figures))
     return 0
