@@ -279,7 +279,7 @@ class ReconstructionDriftDetector(DriftDetector):
             self._cuts = evidence.ecdf_cuts(blocks[1]) if self.evidence == "full" else (np.zeros(0, np.int64), np.zeros(0))
             values = self._values(blocks)
             self.combined = evidence.CombinedNull.fit(values, self._layout(blocks), seed=self.seed)
-            self.feature_ks = evidence.FeatureKS.fit(blocks[1])
+            self.feature_ks = evidence.FeatureKS.fit(blocks[1], seed=self.seed)
             self.min_window = evidence.min_window(self.combined, values, self.fpr, sizes=stats.WINDOW_GRID,
                                                   seed=self.seed)
         else:
