@@ -49,6 +49,7 @@ from scanflow.drift.autoencoder import (
     train_autoencoder,
 )
 from scanflow.drift.base import Array, DriftDetector, NotFittedError, PreprocessFn
+from scanflow.drift.evidence import CombinedNull, FeatureKS
 from scanflow.drift.report import DriftReport
 
 Backend = Literal["ae", "mmd", "ks", "lsdd"]
@@ -162,8 +163,9 @@ class ReconstructionDriftDetector(DriftDetector):
         self.ranges: ranges.FeatureRanges | None = None
         self.error_threshold: float | None = None
         self.calibration_errors: NDArray[np.float64] | None = None
-        self.combined: evidence.CombinedNull | None = None  # evidence "combined": the joint null
-        self.feature_ks: evidence.FeatureKS | None = None  # and the per-feature KS test beside it
+        # (the `evidence` argument shadows the module here: the classes are imported by name)
+        self.combined: CombinedNull | None = None  # evidence "combined": the joint null
+        self.feature_ks: FeatureKS | None = None  # and the per-feature KS test beside it
         self._medians: list[NDArray[np.float64]] = []  # calibration medians of each evidence block
         self._cuts: tuple[NDArray[np.int64], NDArray[np.float64]] = (np.zeros(0, np.int64), np.zeros(0))
         self._alibi: Any = None
