@@ -1,7 +1,8 @@
 """One window test over several kinds of evidence, at one controlled false-positive rate. Pure numpy.
 
 Who calls it: `ReconstructionDriftDetector` (scanflow/drift/reconstruction.py) at calibration
-(`CombinedNull.fit`, `min_window`) and per window (`CombinedNull.test`); benchmarks/drift.py.
+(`CombinedNull.fit`, `FeatureKS.fit`, `min_window`) and per window (`CombinedNull.test`,
+`FeatureKS.test`: the detector takes Bonferroni over the two); benchmarks/drift.py.
 
 Why: the autoencoder's reconstruction errors see changes that move rows off what it learnt (noise,
 inverted or unfamiliar inputs) but not changes *along* the data (a mild contrast change, a dead input

@@ -15,8 +15,10 @@ How it decides (docs/drift.md has the why and the numbers):
    and `min_window`, the smallest window at which the test holds its rate (resampled from them).
 3. `predict`: windows shorter than `min_window` are refused (ValueError). Rows with non-finite
    values or values beyond the reference's range are a schema violation (reported, not tested);
-   the others' per-sample errors are tested against the null in mean and spread (`stats.window_test`:
-   z-tests with a margin for the calibration set's own error, Bonferroni combined, at p < fpr).
+   the others are tested (evidence "combined", the default): the joint z-test over the log errors,
+   the input columns and the encoder outputs (`evidence.CombinedNull`, with a margin for the
+   calibration set's own error) and the per-feature KS test (`evidence.FeatureKS`), Bonferroni over
+   the two, at p < fpr; evidence "errors": the errors' mean and spread only (`stats.window_test`).
    Critical points are the scored rows above the threshold. With backend "mmd" | "ks" | "lsdd",
    alibi-detect's test on the encoder outputs (window against the calibration set) decides instead.
 
@@ -87,7 +89,8 @@ class ReconstructionDriftDetector(DriftDetector):
     range_margin: share of a column's reference width allowed beyond its minimum and maximum before
         a value is a schema violation (`ranges.py`).
     evidence: "combined" (default): reconstruction errors, every input column and every encoder output,
-        one min-p test calibrated jointly on the null (`evidence.py`); "errors": the errors' location
+        one min-p test calibrated jointly on the null, beside a per-feature KS test on the input
+        columns (its own joint null), Bonferroni over the two (`evidence.py`); "errors": the errors' location
         and spread only (`stats.window_test`, the rule before), for comparison; "full": "combined" plus
         each input column's empirical CDF at its calibration quartiles (`evidence.ecdf_cuts`): level with
         per-feature KS on tone curves and mild noise, at the price of a larger min_window and a slower fit
