@@ -1,8 +1,10 @@
 """Drift detection benchmark: FPR per deployment, power against per-feature KS and MMD, latency; images and a table.
 
-    .venv/bin/python benchmarks/drift.py --quick     # a few minutes on 2 shared cores (counts printed)
+    .venv/bin/python benchmarks/drift.py --quick --jobs 2  # ~25 min on 2 shared cores at load 7-11
     .venv/bin/python benchmarks/drift.py             # more windows per cell and more splits with KS/MMD
-    options: --splits N, --windows 200 500, --data digits sensors, --std-splits N
+    .venv/bin/python benchmarks/drift.py --power-only  # ours vs KS only, 20 windows per cell, 3 splits: minutes
+    options: --splits N, --windows 200 500, --data digits sensors, --std-splits N (MMD), --families F ...,
+             --severities 1 2, --mmd (with --power-only)
 
 A *split* is one deployment: a fresh reference draw trains an autoencoder and ONE calibration set
 calibrates it, as in production; then fresh clean windows (that deployment's false-positive rate) and
@@ -17,14 +19,21 @@ corrupted windows (power) are tested against that fixed calibration.
   every window and a 20,000-row pool (for re-weighted mixes) come from new seeds.
 
 Corruptions: benchmarks/drift_corruptions.py, 10 families x 3 severities per data kind.
-Columns: "ours" (the default detector: errors + inputs + latent, one min-p test), "errors" (the rule
-before: the reconstruction errors' location and spread only, read from the same reports), and, on the
-first --std-splits splits, alibi-detect's KSDrift (per raw feature, Bonferroni) and MMDDrift (pytorch
-backend, 100 permutations; tabular rows standardised by the calibration's mean and sd first) with the
-split's calibration rows as their reference, on the same windows ours sees, all at p_val = fpr = 0.05.
-Power ratio per cell: our rate (all splits) / theirs; a cell where both are 0 counts as 1; the
-minimum over cells is reported. Our measured FPR is below theirs (see the clean rows), so the
-comparison is at *at most* equal FPR for us. Latency: median wall time of `predict` (1 torch thread).
+Columns: "ours" (the default detector: the joint z-test over errors + inputs + latent and the per-feature
+KS test, Bonferroni over the two), "joint" (the joint z-test alone at the full rate: the default before
+the feature KS test), "errors" (the reconstruction errors' location and spread only), the last two read
+from the same reports. Peers: alibi-detect's KSDrift (per raw feature, Bonferroni; on every split and every window ours sees: it
+is cheap) and MMDDrift (pytorch backend, 100 permutations; tabular rows standardised by the calibration's
+mean and sd first; on the first --std-splits splits and a few windows per cell: it is slow), each with
+the split's calibration rows as reference, at p_val = fpr = 0.05.
+
+Power ratio (the rule, `peer_detects` and `loses`): a cell enters the minimum ratio only where the
+peer's detection rate is significantly above the FPR (one-sided binomial test of its hits against
+p = fpr at level 0.01; with 40 windows that needs >= 7 hits, rate >= 0.175; 1 window can never qualify):
+a ratio of two rates at the FPR is noise. The ratio is our rate (all splits) / theirs. Cells where our
+rate is significantly below the peer's (one-sided Fisher exact test, p < 0.05) are listed as losses,
+whatever their ratio. Our measured FPR is at or below theirs (see the clean rows), so the comparison is
+at *at most* equal FPR for us. Latency: median wall and CPU (process) time of `predict` (1 torch thread).
 Last line: JSON.
 """
 
@@ -53,7 +62,7 @@ from workflows.sensors import data as sensors
 
 N_TRAIN, N_CAL = 720, 450
 SENSOR_REF, SENSOR_HOLDOUT, SENSOR_POOL = 1000, 1000, 20000
-NAMES = ("ours", "errors", "ks", "mmd")
+NAMES = ("ours", "joint", "errors", "ks", "mmd")
 
 
 @dataclass
@@ -63,11 +72,14 @@ class Tally:
     hits: dict[tuple[int, str], list[bool]] = field(default_factory=dict)
     per_split: dict[int, list[float]] = field(default_factory=dict)
     latency_s: dict[int, list[float]] = field(default_factory=dict)
+    cpu_s: dict[int, list[float]] = field(default_factory=dict)
 
-    def add(self, w: int, cond: str, flagged: bool, seconds: float | None = None) -> None:
+    def add(self, w: int, cond: str, flagged: bool, seconds: float | None = None, cpu: float | None = None) -> None:
         self.hits.setdefault((w, cond), []).append(bool(flagged))
         if seconds is not None:
             self.latency_s.setdefault(w, []).append(seconds)
+        if cpu is not None:
+            self.cpu_s.setdefault(w, []).append(cpu)
 
     def rate(self, w: int, cond: str) -> float:
         v = self.hits.get((w, cond), [])
@@ -84,35 +96,42 @@ class Tally:
         v = self.latency_s.get(w, [])
         return 1000 * statistics.median(v) if v else float("nan")
 
+    def cpu_ms(self, w: int) -> float:
+        v = self.cpu_s.get(w, [])
+        return 1000 * statistics.median(v) if v else float("nan")
+
 
 class Standard:
     """alibi-detect's KSDrift and MMDDrift with the split's calibration rows as reference."""
 
-    def __init__(self, cal: np.ndarray, fpr: float, standardise: bool) -> None:
+    def __init__(self, cal: np.ndarray, fpr: float, standardise: bool, mmd: bool) -> None:
         from alibi_detect.cd import KSDrift, MMDDrift
 
         mean, sd = cal.mean(axis=0), np.maximum(cal.std(axis=0), 1e-6)
         pre = (lambda x: ((np.asarray(x) - mean) / sd).astype(np.float32)) if standardise else None
         self.ks = KSDrift(cal, p_val=fpr)
-        self.mmd = MMDDrift(cal if pre is None else pre(cal), backend="pytorch", p_val=fpr, n_permutations=100,
-                            device="cpu")
+        self.mmd = (MMDDrift(cal if pre is None else pre(cal), backend="pytorch", p_val=fpr, n_permutations=100,
+                             device="cpu") if mmd else None)
         self.pre = pre
 
-    def score(self, x: np.ndarray, w: int, cond: str, t: dict[str, Tally]) -> None:
+    def score(self, x: np.ndarray, w: int, cond: str, t: dict[str, Tally], mmd: bool) -> None:
         t0 = time.perf_counter()
         t["ks"].add(w, cond, bool(self.ks.predict(x)["data"]["is_drift"]), time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        xin = x if self.pre is None else self.pre(x)
-        t["mmd"].add(w, cond, bool(self.mmd.predict(xin)["data"]["is_drift"]), time.perf_counter() - t0)
+        if mmd and self.mmd is not None:
+            t0 = time.perf_counter()
+            xin = x if self.pre is None else self.pre(x)
+            t["mmd"].add(w, cond, bool(self.mmd.predict(xin)["data"]["is_drift"]), time.perf_counter() - t0)
 
 
 def score(det: ReconstructionDriftDetector, x: np.ndarray, w: int, cond: str, t: dict[str, Tally]) -> bool:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     rep = det.predict(x)
-    dt = time.perf_counter() - t0
-    t["ours"].add(w, cond, rep.is_drift, dt)
+    dt, dc_ = time.perf_counter() - t0, time.process_time() - c0
+    t["ours"].add(w, cond, rep.is_drift, dt, dc_)
     errors_only = stats.bonferroni(rep.metadata["p_location"], rep.metadata["p_scale"]) < det.fpr
     t["errors"].add(w, cond, errors_only)
+    if "p_joint" in rep.metadata:  # the joint z-test alone at the full rate: the default before feature KS
+        t["joint"].add(w, cond, rep.metadata["p_joint"] < det.fpr)
     return rep.is_drift
 
 
@@ -120,22 +139,29 @@ def run_split(det: ReconstructionDriftDetector, draw, corrupt, families, args, s
               std: Standard | None, t: dict[str, Tally], rng: np.random.Generator) -> None:
     """Clean windows (per-split FPR of ours and errors-only) and corrupted windows, every window size."""
     for w in args.windows:
-        flags = {"ours": [], "errors": []}
+        flags: dict[str, list[bool]] = {"ours": [], "errors": [], "joint": []}
         for i in range(args.clean):
             x = draw(w)
             flags["ours"].append(score(det, x, w, "clean", t))
-            flags["errors"].append(t["errors"].hits[(w, "clean")][-1])
-            if std is not None and i < args.std_clean:
-                std.score(x, w, "clean", t)
-        for n in ("ours", "errors"):
-            t[n].per_split.setdefault(w, []).append(float(np.mean(flags[n])))
+            for n in ("errors", "joint"):
+                if t[n].hits.get((w, "clean")):
+                    flags[n].append(t[n].hits[(w, "clean")][-1])
+            if std is not None:
+                std.score(x, w, "clean", t, mmd=i < args.std_clean)
+        for n in ("ours", "errors", "joint"):
+            if flags[n]:
+                t[n].per_split.setdefault(w, []).append(float(np.mean(flags[n])))
+        if std is not None:
+            t["ks"].per_split.setdefault(w, []).append(float(np.mean(t["ks"].hits[(w, "clean")][-args.clean:])))
         for fam in families:
-            for sev in dc.SEVERITIES:
+            if args.families and fam not in args.families:
+                continue
+            for sev in args.severities:
                 for i in range(args.corrupt):
                     x = corrupt(draw(w), fam, sev, rng)
                     score(det, x, w, f"{fam}/{sev}", t)
-                    if std is not None and i < args.std_corrupt:
-                        std.score(x, w, f"{fam}/{sev}", t)
+                    if std is not None:
+                        std.score(x, w, f"{fam}/{sev}", t, mmd=i < args.std_corrupt)
 
 
 def digits_split(split: int, args: argparse.Namespace, x_all: np.ndarray, t: dict[str, Tally]) -> int:
@@ -144,7 +170,7 @@ def digits_split(split: int, args: argparse.Namespace, x_all: np.ndarray, t: dic
     population = x_all[perm[N_TRAIN:]]
     cal = population[rng.integers(0, len(population), N_CAL)]
     det = AutoencoderDriftDetector(epochs=args.epochs, seed=split).fit(x_all[perm[:N_TRAIN]], cal)
-    std = Standard(cal, det.fpr, standardise=False) if split < args.std_splits else None
+    std = Standard(cal, det.fpr, standardise=False, mmd=split < args.std_splits)
     run_split(det, lambda w: population[rng.integers(0, len(population), w)], dc.corrupt_image,
               list(dc.IMAGE_FAMILIES), args, split, std, t, rng)
     return int(det.min_window or 0)
@@ -158,7 +184,7 @@ def sensors_split(split: int, args: argparse.Namespace, t: dict[str, Tally]) -> 
     ref = make_reference(x_ref, x_hold, y_hold, task="classification", categorical=sensors.CATEGORICAL)
     det = fit_reference(ref, epochs=args.tab_epochs, seed=split)
     pool = sensors.generate(SENSOR_POOL, seed + 2)
-    std = Standard(np.asarray(det.x_cal), det.fpr, standardise=True) if split < args.std_splits else None
+    std = Standard(np.asarray(det.x_cal), det.fpr, standardise=True, mmd=split < args.std_splits)
 
     def draw(w: int) -> np.ndarray:
         return pool[0][rng.integers(0, len(pool[0]), w)]
@@ -168,10 +194,30 @@ def sensors_split(split: int, args: argparse.Namespace, t: dict[str, Tally]) -> 
     return int(det.min_window or 0)
 
 
+PEER_LEVEL = 0.01  # a peer "detects" a cell when its hits are this unlikely at its nominal FPR
+LOSS_LEVEL = 0.05  # ours "loses" a cell when a one-sided Fisher test says our rate is below the peer's
+
+
 def ratio(ours: float, theirs: float) -> float:
     if theirs == 0:
         return 1.0 if ours == 0 else float("inf")
     return ours / theirs
+
+
+def peer_detects(hits: int, n: int, fpr: float) -> bool:
+    """The peer's rate on a cell is significantly above its FPR (binomial, one-sided, PEER_LEVEL): only
+    such cells enter the power ratio; elsewhere a ratio of two rates near the FPR is noise."""
+    from scipy.stats import binomtest
+
+    return n > 0 and binomtest(hits, n, fpr, alternative="greater").pvalue < PEER_LEVEL
+
+
+def loses(ours_hits: int, ours_n: int, peer_hits: int, peer_n: int) -> float:
+    """One-sided Fisher exact p-value that our detection rate is below the peer's on a cell."""
+    from scipy.stats import fisher_exact
+
+    table = [[ours_hits, ours_n - ours_hits], [peer_hits, peer_n - peer_hits]]
+    return float(fisher_exact(table, alternative="less").pvalue)
 
 
 def report(kind: str, t: dict[str, Tally], args: argparse.Namespace, mws: list[int], seconds: float) -> dict[str, object]:
@@ -182,19 +228,32 @@ def report(kind: str, t: dict[str, Tally], args: argparse.Namespace, mws: list[i
         print(f"{'condition':<18}" + "".join(f"{n:>15}" for n in names) + f"{'ours/ks':>9}{'ours/mmd':>9}")
         conds = sorted({c for (ww, c) in t["ours"].hits if ww == w}, key=lambda c: (c != "clean", c))
         ratios: dict[str, list[tuple[float, str]]] = {"ks": [], "mmd": []}
+        lost: dict[str, list[str]] = {"ks": [], "mmd": []}
         for c in conds:
             cells = [f"{t[n].rate(w, c):>9.3f} ({t[n].n(w, c):>3})" for n in names]
             rs = ""
             for other in ("ks", "mmd"):
                 if t[other].n(w, c) and c != "clean":
+                    hits, n_other = int(sum(t[other].hits[(w, c)])), t[other].n(w, c)
                     r = ratio(t["ours"].rate(w, c), t[other].rate(w, c))
-                    ratios[other].append((r, c))
-                    rs += f"{r:>9.2f}"
+                    counted = peer_detects(hits, n_other, 0.05)
+                    if counted:
+                        ratios[other].append((r, c))
+                    if loses(int(sum(t["ours"].hits[(w, c)])), t["ours"].n(w, c), hits, n_other) < LOSS_LEVEL:
+                        lost[other].append(c)
+                        rs += f"{r:>8.2f}!"
+                    else:
+                        rs += f"{r:>8.2f}{'' if counted else '-'}"
             print(f"{c:<18}" + "".join(f"{cell:>15}" for cell in cells) + rs)
+        print("ratio marks: '-' the peer's rate is not significantly above the FPR (not counted); "
+              "'!' ours significantly below the peer's")
         print(f"{'mean power':<18}" + "".join(f"{t[n].power(w):>15.3f}" for n in names))
         print(f"{'latency ms':<18}" + "".join(f"{t[n].latency_ms(w):>15.2f}" for n in names))
-        for n in ("ours", "errors"):
-            v = t[n].per_split[w]
+        print(f"{'cpu ms (ours)':<18}{t['ours'].cpu_ms(w):>15.2f}")
+        for n in ("ours", "joint", "errors", "ks"):
+            v = t[n].per_split.get(w)
+            if not v:
+                continue
             print(f"{n} FPR per split: mean {np.mean(v):.3f}, worst {max(v):.3f} over {len(v)} splits, "
                   f"above 0.15: {sum(x > 0.15 for x in v)}")
         out[f"fpr_w{w}"] = round(float(np.mean(t["ours"].per_split[w])), 4)
@@ -202,8 +261,14 @@ def report(kind: str, t: dict[str, Tally], args: argparse.Namespace, mws: list[i
         out[f"power_w{w}"] = round(t["ours"].power(w), 4)
         out[f"errors_only_power_w{w}"] = round(t["errors"].power(w), 4)
         out[f"errors_only_fpr_worst_split_w{w}"] = round(float(max(t["errors"].per_split[w])), 3)
+        if t["joint"].hits:
+            out[f"joint_only_power_w{w}"] = round(t["joint"].power(w), 4)
         out[f"latency_ms_w{w}"] = round(t["ours"].latency_ms(w), 3)
+        out[f"cpu_ms_w{w}"] = round(t["ours"].cpu_ms(w), 3)
         for other in ("ks", "mmd"):
+            if t[other].hits:
+                out[f"losses_vs_{other}_w{w}"] = lost[other]
+                out[f"cells_counted_vs_{other}_w{w}"] = len(ratios[other])
             if ratios[other]:
                 r, c = min(ratios[other])
                 out[f"min_power_ratio_vs_{other}_w{w}"] = round(r, 3)
@@ -219,6 +284,32 @@ def report(kind: str, t: dict[str, Tally], args: argparse.Namespace, mws: list[i
     return out
 
 
+def run_kind(kind: str, args: argparse.Namespace) -> dict[str, object]:
+    """Every split of one data kind, then its tables (stdout) and figures."""
+    import torch
+
+    torch.set_num_threads(1)
+    t = {n: Tally() for n in NAMES}
+    t0 = time.perf_counter()
+    x_all = load_digits_scaled()[0] if kind == "digits" else None
+    mws = []
+    for split in range(args.splits):
+        mws.append(digits_split(split, args, x_all, t) if x_all is not None else sensors_split(split, args, t))
+        print(f"  {kind} split {split + 1}/{args.splits} at {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr, flush=True)
+    return report(kind, t, args, mws, time.perf_counter() - t0)
+
+
+def _run_kind_captured(kind: str, args: argparse.Namespace) -> tuple[str, dict[str, object]]:
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        fig = run_kind(kind, args)
+    return buf.getvalue(), fig
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer epochs and windows")
@@ -227,31 +318,48 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=None, help="digits autoencoder epochs")
     p.add_argument("--windows", type=int, nargs="+", default=[200, 500])
     p.add_argument("--data", nargs="+", default=["digits", "sensors"], choices=["digits", "sensors"])
+    p.add_argument("--power-only", action="store_true",
+                   help="ours vs KS only (MMD with --mmd), 3 splits, 40 clean and 20 windows per cell, quick epochs")
+    p.add_argument("--mmd", action="store_true", help="with --power-only: MMD too, on the first split")
+    p.add_argument("--families", nargs="+", default=None, help="only these corruption families")
+    p.add_argument("--severities", nargs="+", type=int, default=list(dc.SEVERITIES), choices=list(dc.SEVERITIES))
+    p.add_argument("--cell-windows", type=int, default=None, help="corrupted windows per cell and split")
+    p.add_argument("--jobs", type=int, default=1, help="data kinds run in parallel processes (latency then shares cores)")
     args = p.parse_args()
+    if args.power_only:
+        args.quick = True
+        args.splits = args.splits if "--splits" in sys.argv else 3
     args.epochs = args.epochs or (15 if args.quick else 30)
     args.tab_epochs = 30 if args.quick else 60
     args.clean, args.corrupt = (40, 2) if args.quick else (60, 4)
+    if args.power_only:
+        args.corrupt = 20
+    args.corrupt = args.cell_windows or args.corrupt
     args.std_splits = args.std_splits if args.std_splits is not None else (1 if args.quick else 3)
     args.std_clean, args.std_corrupt = (4, 1) if args.quick else (10, 3)
+    if args.power_only and not args.mmd:
+        args.std_splits = 0
     import torch
 
     torch.set_num_threads(1)  # the model is tiny; on 2 shared cores a second thread only contends
     print(f"drift benchmark{' --quick' if args.quick else ''}: {args.splits} splits per data kind, windows "
           f"{args.windows}; per split and window size {args.clean} clean windows and {args.corrupt} per corruption "
-          f"cell; KS and MMD on the first {args.std_splits} split(s), {args.std_clean} clean and "
+          f"cell; KS on every window; MMD on the first {args.std_splits} split(s), {args.std_clean} clean and "
           f"{args.std_corrupt} corrupted windows per cell; digits {args.epochs} epochs, sensors {args.tab_epochs}")
-    figures: dict[str, object] = {"quick": bool(args.quick), "windows": args.windows}
+    figures: dict[str, object] = {"quick": bool(args.quick), "power_only": bool(args.power_only),
+                                  "windows": args.windows}
     t_start = time.perf_counter()
-    for kind in args.data:
-        t = {n: Tally() for n in NAMES}
-        t0 = time.perf_counter()
-        x_all = load_digits_scaled()[0] if kind == "digits" else None
-        mws = []
-        for split in range(args.splits):
-            mws.append(digits_split(split, args, x_all, t) if x_all is not None else sensors_split(split, args, t))
-            print(f"  {kind} split {split + 1}/{args.splits} at {time.perf_counter() - t0:.0f} s",
-                  file=sys.stderr, flush=True)
-        figures[kind] = report(kind, t, args, mws, time.perf_counter() - t0)
+    if args.jobs > 1 and len(args.data) > 1:  # one process per data kind; each one's tables printed whole
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(args.jobs, len(args.data))) as pool:
+            done = list(pool.map(_run_kind_captured, args.data, [args] * len(args.data)))
+        for kind, (text, fig) in zip(args.data, done, strict=True):
+            print(text, end="")
+            figures[kind] = fig
+    else:
+        for kind in args.data:
+            figures[kind] = run_kind(kind, args)
     print(f"\ntotal {time.perf_counter() - t_start:.1f} s")
     print(json.dumps(figures))
     return 0

@@ -15,8 +15,10 @@ How it decides (docs/drift.md has the why and the numbers):
    and `min_window`, the smallest window at which the test holds its rate (resampled from them).
 3. `predict`: windows shorter than `min_window` are refused (ValueError). Rows with non-finite
    values or values beyond the reference's range are a schema violation (reported, not tested);
-   the others' per-sample errors are tested against the null in mean and spread (`stats.window_test`:
-   z-tests with a margin for the calibration set's own error, Bonferroni combined, at p < fpr).
+   the others are tested (evidence "combined", the default): the joint z-test over the log errors,
+   the input columns and the encoder outputs (`evidence.CombinedNull`, with a margin for the
+   calibration set's own error) and the per-feature KS test (`evidence.FeatureKS`), Bonferroni over
+   the two, at p < fpr; evidence "errors": the errors' mean and spread only (`stats.window_test`).
    Critical points are the scored rows above the threshold. With backend "mmd" | "ks" | "lsdd",
    alibi-detect's test on the encoder outputs (window against the calibration set) decides instead.
 
@@ -49,6 +51,7 @@ from scanflow.drift.autoencoder import (
     train_autoencoder,
 )
 from scanflow.drift.base import Array, DriftDetector, NotFittedError, PreprocessFn
+from scanflow.drift.evidence import CombinedNull, FeatureKS
 from scanflow.drift.report import DriftReport
 
 Backend = Literal["ae", "mmd", "ks", "lsdd"]
@@ -86,7 +89,8 @@ class ReconstructionDriftDetector(DriftDetector):
     range_margin: share of a column's reference width allowed beyond its minimum and maximum before
         a value is a schema violation (`ranges.py`).
     evidence: "combined" (default): reconstruction errors, every input column and every encoder output,
-        one min-p test calibrated jointly on the null (`evidence.py`); "errors": the errors' location
+        one min-p test calibrated jointly on the null, beside a per-feature KS test on the input
+        columns (its own joint null), Bonferroni over the two (`evidence.py`); "errors": the errors' location
         and spread only (`stats.window_test`, the rule before), for comparison; "full": "combined" plus
         each input column's empirical CDF at its calibration quartiles (`evidence.ecdf_cuts`): level with
         per-feature KS on tone curves and mild noise, at the price of a larger min_window and a slower fit
@@ -162,7 +166,9 @@ class ReconstructionDriftDetector(DriftDetector):
         self.ranges: ranges.FeatureRanges | None = None
         self.error_threshold: float | None = None
         self.calibration_errors: NDArray[np.float64] | None = None
-        self.combined: evidence.CombinedNull | None = None  # evidence "combined": the joint null
+        # (the `evidence` argument shadows the module here: the classes are imported by name)
+        self.combined: CombinedNull | None = None  # evidence "combined": the joint null
+        self.feature_ks: FeatureKS | None = None  # and the per-feature KS test beside it
         self._medians: list[NDArray[np.float64]] = []  # calibration medians of each evidence block
         self._cuts: tuple[NDArray[np.int64], NDArray[np.float64]] = (np.zeros(0, np.int64), np.zeros(0))
         self._alibi: Any = None
@@ -278,10 +284,12 @@ class ReconstructionDriftDetector(DriftDetector):
             self._cuts = evidence.ecdf_cuts(blocks[1]) if self.evidence == "full" else (np.zeros(0, np.int64), np.zeros(0))
             values = self._values(blocks)
             self.combined = evidence.CombinedNull.fit(values, self._layout(blocks), seed=self.seed)
+            self.feature_ks = evidence.FeatureKS.fit(blocks[1], seed=self.seed)
             self.min_window = evidence.min_window(self.combined, values, self.fpr, sizes=stats.WINDOW_GRID,
                                                   seed=self.seed)
         else:
             self.combined = None
+            self.feature_ks = None
             self.min_window = stats.min_window(log_errs, self.window_null, self.fpr, self.alternative,
                                                seed=self.seed)
         self.calibration_errors = errors
@@ -311,22 +319,26 @@ class ReconstructionDriftDetector(DriftDetector):
         finite = np.isfinite(window).all(axis=1)
         errors = np.full(len(window), np.nan)
         values: NDArray[np.float64] | None = None
+        inputs: NDArray[np.float64] | None = None
         if finite.any():
             errors[finite], blocks = self._scores(self._preprocess(window[finite]))
             if self.combined is not None:
                 values = np.full((len(window), len(self.combined.mean)), np.nan)
                 values[finite] = self._values(blocks)
-        return self._verdict(window, errors, checked, values)
+                inputs = np.full((len(window), blocks[1].shape[1]), np.nan)
+                inputs[finite] = blocks[1]
+        return self._verdict(window, errors, checked, values, inputs)
 
     def _predict(self, x: Array) -> DriftReport:
         """Test rows already validated and screened (all finite, in range): `predict` without the screening."""
         ok = np.ones(len(x), dtype=bool)
         errors, blocks = self._scores(self._preprocess(x))
         values = self._values(blocks) if self.combined is not None else None
-        return self._verdict(x, errors, ranges.Screen(ok, None), values)
+        return self._verdict(x, errors, ranges.Screen(ok, None), values, blocks[1])
 
     def _verdict(self, window: Array, errors: NDArray[np.float64], checked: ranges.Screen,
-                 values: NDArray[np.float64] | None = None) -> DriftReport:
+                 values: NDArray[np.float64] | None = None, inputs: NDArray[np.float64] | None = None
+                 ) -> DriftReport:
         assert self.window_null is not None and self.error_threshold is not None  # set by _calibrate
         with np.errstate(invalid="ignore"):
             critical = stats.critical_points(errors, self.error_threshold)  # NaN (not scored) is never above
@@ -348,7 +360,15 @@ class ReconstructionDriftDetector(DriftDetector):
             if self.combined is not None and values is not None:
                 ev = self.combined.test(values[tested], self.margin)
                 p_value = ev.p_value
-                meta.update(evidence_p=ev.family_p, shifted_inputs=self._shifted_inputs(ev.z))
+                family_p = dict(ev.family_p)
+                if self.feature_ks is not None and inputs is not None:
+                    # two tests of one null, each at half the rate (Bonferroni: valid whatever their
+                    # dependence); the joint z-test sees moments, the KS test shapes (evidence.FeatureKS)
+                    _, p_ks = self.feature_ks.test(inputs[tested])
+                    family_p["feature_ks"] = p_ks
+                    meta.update(p_joint=ev.p_value, p_feature_ks=p_ks)
+                    p_value = stats.bonferroni(ev.p_value, p_ks)
+                meta.update(evidence_p=family_p, shifted_inputs=self._shifted_inputs(ev.z))
             is_drift = p_value < self.fpr
         else:
             x_in = self._preprocess(window[tested])

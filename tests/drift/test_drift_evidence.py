@@ -58,17 +58,22 @@ def test_min_window_rises_with_a_far_tail() -> None:
 
 def test_the_detector_sees_a_change_along_the_data(detector: AutoencoderDriftDetector, splits: Splits) -> None:
     """A mild contrast change (pixels 10 % closer to grey) reconstructs as well as clean digits: the errors
-    alone (the rule before) miss most such windows; the input family catches them. Clean windows pass."""
+    alone (the rule before) miss most such windows; the input family catches them. Clean windows pass.
+    Windows are fresh rows (drawn without replacement): rows resampled with replacement from a 629-row
+    pool are a sample of that pool, whose own difference from the population the per-feature KS test
+    rightly sees (3 of 10 such windows flagged; 0.5 % of 200 fresh-row windows on this detector)."""
     rng = np.random.default_rng(3)
     pool = np.concatenate([splits.x_test, splits.x_feedback])
     ours, errors_only, clean = [], [], []
     for _ in range(10):
-        x = pool[rng.integers(0, len(pool), 300)]
+        x = pool[rng.permutation(len(pool))[:300]]
         clean.append(detector.predict(x).is_drift)
         rep = detector.predict(0.5 + 0.9 * (x - 0.5))
         ours.append(rep.is_drift)
         errors_only.append(min(1.0, 2 * min(rep.metadata["p_location"], rep.metadata["p_scale"])) < detector.fpr)
-        assert set(rep.metadata["evidence_p"]) == {"errors", "inputs", "latent"}
+        assert set(rep.metadata["evidence_p"]) == {"errors", "inputs", "latent", "feature_ks"}
+        # the window's p: Bonferroni over the joint z-test and the per-feature KS test
+        assert rep.p_value == min(1.0, 2 * min(rep.metadata["p_joint"], rep.metadata["p_feature_ks"]))
     assert np.mean(ours) >= 0.9 and np.mean(ours) > np.mean(errors_only)
     assert np.mean(clean) <= 0.2
     assert rep.metadata["shifted_inputs"] and all(0 <= s["column"] < 64 for s in rep.metadata["shifted_inputs"])
@@ -91,3 +96,81 @@ def test_ecdf_cuts_skip_quantiles_every_calibration_value_is_under() -> None:
     assert 0 not in cols  # a constant column has no cut strictly inside (0, 1)
     assert list(thr[cols == 1]) == [0.0]
     assert list(thr[cols == 2]) == pytest.approx([24.75, 49.5, 74.25])
+
+
+# -- the per-feature KS test ------------------------------------------------------------------------------
+def test_feature_ks_statistics_and_p_values_are_scipys() -> None:
+    """Same D and (asymptotic) p as scipy's ks_2samp per column, ties and a constant column included."""
+    from scipy.stats import ks_2samp
+
+    rng = np.random.default_rng(1)
+    cal = np.round(rng.normal(size=(450, 6)) * 2) / 2  # heavy ties
+    cal[:, 3] = 0.0
+    win = np.round(rng.normal(size=(200, 6)) * 2) / 2 + 0.1
+    win[:7, 3] = 1.0
+    ks = evidence.FeatureKS.fit(cal)
+    d = ks.statistics(win)
+    ref = [ks_2samp(cal[:, j], win[:, j], method="asymp") for j in range(6)]
+    assert d == pytest.approx([r.statistic for r in ref], abs=1e-12)
+    assert ks.p_values(d, 200) == pytest.approx([r.pvalue for r in ref], rel=1e-9)
+    # far beyond every null draw the window's p is the Bonferroni bound over the columns' p-values
+    bound = min(1.0, 6 * min(r.pvalue for r in ref))
+    assert bound < 1e-4 and ks.test(win)[1] == pytest.approx(bound, rel=1e-9)
+
+
+def test_feature_ks_joint_null_is_kolmogorovs_for_one_continuous_column() -> None:
+    """The multiplier bootstrap's 95 % point for one continuous column is the Kolmogorov
+    distribution's (1.358): the null is the supremum of a Brownian bridge, as it should be."""
+    ks = evidence.FeatureKS.fit(np.random.default_rng(4).normal(size=(1000, 1)), draws=4000)
+    assert np.quantile(ks.max_null, 0.95) == pytest.approx(1.358, abs=0.06)
+
+
+def test_feature_ks_rate_under_the_null_is_the_stated_one() -> None:
+    """20 correlated columns, two of them on a coarse grid (ties): the joint null holds the rate
+    (0.05 +- 3 binomial sd of 400 windows) where Bonferroni over the columns falls well under it."""
+    rng = np.random.default_rng(2)
+
+    def rows(n: int) -> np.ndarray:
+        x = rng.normal(size=(n, 20)) + 1.5 * rng.normal(size=(n, 1))
+        x[:, :2] = np.round(x[:, :2])
+        return x
+
+    ks = evidence.FeatureKS.fit(rows(1000))
+    joint, bonferroni = [], []
+    for _ in range(400):
+        d, p = ks.test(rows(200))
+        joint.append(p)
+        bonferroni.append(min(1.0, 20 * float(ks.p_values(d, 200).min())))
+    se = 3 * np.sqrt(0.05 * 0.95 / 400)
+    assert 0.05 - se <= float(np.mean(np.array(joint) < 0.05)) <= 0.05 + se
+    assert float(np.mean(np.array(bonferroni) < 0.05)) < float(np.mean(np.array(joint) < 0.05))
+
+
+def test_feature_ks_sees_a_sparse_change_of_shape_the_moments_miss() -> None:
+    """One column of 20, a bimodal mixture of two narrow modes, moved by 0.05 of its overall sd: its
+    mean barely moves against the overall variance (the joint z-test's view), its CDF moves a lot
+    at the steep modes. And a point mass at 0 that mild noise half empties (an un-inked pixel)."""
+    rng = np.random.default_rng(3)
+
+    def rows(n: int) -> np.ndarray:
+        x = rng.normal(size=(n, 20))
+        x[:, 5] = rng.choice([-1.0, 1.0], n) + 0.02 * rng.normal(size=n)  # overall sd ~1, modes sd 0.02
+        x[:, 9] = np.where(rng.random(n) < 0.8, 0.0, rng.random(n))  # 80 % exactly 0
+        return x
+
+    cal = rows(1000)
+    ks = evidence.FeatureKS.fit(cal)
+    null = _null(np.concatenate([cal, np.abs(cal - np.median(cal, axis=0))], axis=1))
+    shifted, noisy = rows(200), rows(200)
+    shifted[:, 5] += 0.05
+    noisy[:, 9] = np.clip(noisy[:, 9] + 0.03 * rng.normal(size=200), 0.0, None)
+    for win in (shifted, noisy):
+        assert ks.test(win)[1] < 1e-3
+        joint = null.test(np.concatenate([win, np.abs(win - np.median(cal, axis=0))], axis=1), 0.0).p_value
+        assert joint > 0.01  # what the moments alone say: not drift
+
+
+def test_feature_ks_refuses_a_window_of_another_width() -> None:
+    ks = evidence.FeatureKS.fit(np.zeros((10, 3)))
+    with pytest.raises(ValueError, match="columns"):
+        ks.statistics(np.zeros((5, 4)))
