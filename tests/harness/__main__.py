@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -69,7 +70,7 @@ def token_of(docs: list[dict[str, Any]]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--overlay", default="dev")
+    ap.add_argument("--overlay", default="dev", help="a deploy/overlays name, or `compose` for docker-compose.yml")
     ap.add_argument("--workdir", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--scenarios", default="wired,s4")
@@ -83,16 +84,32 @@ def main() -> int:
     t0 = time.monotonic()
     cluster = Cluster(args.workdir)
     try:
-        docs = render(args.overlay, args.workdir)
-        token = token_of(docs)
-        cluster.start()
-        cluster.apply(docs)
-        result["applied"] = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in docs)
-        run_wired(cluster, token, result, args.up_timeout)
+        if args.overlay == "compose":
+            config, token = render_compose()
+            cluster.start()
+            result["applied"] = up_compose(cluster, config, args.up_timeout)
+            run_wired_compose(cluster, token, result, args.up_timeout)
+            gateway = "http://executor:8090"  # SCANFLOW_SERVICE_URLS: the Executor's local platform
+            kill, routed = kill_compose_primary, compose_routed_to_backup
+        else:
+            docs = render(args.overlay, args.workdir)
+            token = token_of(docs)
+            cluster.start()
+            cluster.apply(docs)
+            result["applied"] = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in docs)
+            run_wired(cluster, token, result, args.up_timeout)
+            gateway = "http://digits-gateway:8080"
+            kill = lambda c: c.crash(("Deployment", "digits"))
+            routed = selector_on_backup
         result["phases"]["wired"] = round(time.monotonic() - t0, 1)
         if "s4" in args.scenarios:
-            run_s4(cluster, token, result)
+            run_s4(cluster, gateway, kill, routed, result)
             result["phases"]["s4"] = round(time.monotonic() - t0, 1)
+        if "s1" in args.scenarios:
+            run_s1(gateway, token, result)
+            if args.overlay != "compose":
+                s1_on_kubernetes(cluster, result)
+            result["phases"]["s1"] = round(time.monotonic() - t0, 1)
         result["ok"] = True
     except Exception as exc:  # noqa: BLE001  # the result says what failed; the logs say why
         result["error"] = f"{type(exc).__name__}: {exc}"
@@ -156,38 +173,170 @@ def run_wired(cluster: Cluster, token: str, result: dict[str, Any], timeout_s: f
     result["tracker_received"] = True
 
 
-def run_s4(cluster: Cluster, token: str, result: dict[str, Any]) -> None:
-    """S4: the primary's containers keep crashing until the `digits` Service routes to the backup."""
+def selector_on_backup(cluster: Cluster) -> bool:
+    """Kubernetes: the Planner's route is the Executor's patch of the `digits` Service's selector."""
+    svc_ = cluster.get("v1", "Service", "digits") or {}
+    return ((svc_.get("spec") or {}).get("selector") or {}).get("scanflow.io/service") == "digits-backup"
+
+
+def run_s4(cluster: Cluster, gateway: str, kill: Callable[[Cluster], int], routed: Callable[[Cluster], bool],
+           result: dict[str, Any]) -> None:
+    """S4: the primary's replicas keep crashing until the Planner's route is in force; the requests
+    through the gateway are counted (the gateway moves to the backup at once, by its own checks)."""
     from scanflow.embedded.traffic import Traffic
     from workflows.digits.s1 import traffic_pools
 
     pools = traffic_pools()
-    url = svc(cluster, "digits-gateway")
-
-    def selector() -> str | None:
-        s = cluster.get("v1", "Service", "digits") or {}
-        return ((s.get("spec") or {}).get("selector") or {}).get("scanflow.io/service")
-
-    result["s4_selector_before"] = selector()
-    with Traffic(url, pools["clean"], pools["clean"], rate=20, clients=2) as traffic:
+    result["s4_routed_before"] = routed(cluster)
+    with Traffic(gateway, pools["clean"], pools["clean"], rate=20, clients=2) as traffic:
         wait_for(lambda: traffic.count() > 20, 60, "traffic answered before the crash")
         killed_at = time.time()
 
         def routed_to_backup() -> bool:
-            cluster.crash(("Deployment", "digits"))
-            return selector() == "digits-backup"
+            kill(cluster)  # keep the primary down until the Planner has decided
+            return routed(cluster)
 
-        wait_for(routed_to_backup, 180, "the Executor routes the digits Service to the backup", interval_s=0.3)
+        wait_for(routed_to_backup, 180, "the Planner's route to the backup", interval_s=0.3)
         result["s4_failover_s"] = round(time.time() - killed_at, 1)
-        # the Service's own address now reaches the backup's pods (kube-proxy follows the selector)
-        direct = [httpx.post(f"{svc(cluster, 'digits')}/predict", json={"inputs": [pools["clean"][0][0].tolist()]},
-                             timeout=10).status_code for _ in range(10)]
-        result["s4_direct_after_route"] = direct
+        if routed is selector_on_backup:  # the `digits` Service's own address now reaches the backup's pods
+            one = {"inputs": [pools["clean"][0][0].tolist()]}
+            wait_for(lambda: httpx.post(f"{svc(cluster, 'digits')}/predict", json=one, timeout=10).status_code == 200,
+                     10, "kube-proxy follows the new selector", interval_s=0.2)
+            result["s4_direct_after_route"] = [
+                httpx.post(f"{svc(cluster, 'digits')}/predict", json=one, timeout=10).status_code for _ in range(10)]
         on_backup = traffic.count()
         wait_for(lambda: traffic.count() > on_backup + 20, 60, "traffic served after the failover")
     result["s4_requests"] = traffic.count()
     result["s4_failed"] = len(traffic.failed())
     result["s4_failed_samples"] = [str(a) for a in traffic.failed()[:5]]
+
+
+def run_s1(gateway: str, token: str, result: dict[str, Any]) -> None:
+    """S1: drifted traffic -> the Checker -> the Planner's retrain -> the Executor's training Job (run
+    by the emulated kubelet) -> promotion -> the replicas roll onto the new version; 0 failed requests."""
+    import mlflow
+
+    from scanflow.embedded.traffic import Traffic
+    from scanflow.tracking.registry import CHAMPION, get_alias_version
+    from workflows.digits.s1 import traffic_pools
+
+    mlflow.set_tracking_uri("http://mlflow:5000")  # the Service name, through the private /etc/hosts
+    pools = traffic_pools()
+    old = get_alias_version("digits", CHAMPION)
+    result["s1_old_version"] = old
+    with Traffic(gateway, pools["clean"], pools["drifted"], rate=30, clients=2,
+                 tracker_url="http://tracker:8080", token=token) as traffic:
+        wait_for(lambda: traffic.count() > 50, 60, "clean traffic answered")
+        onset = time.time()
+        traffic.drifted = True
+
+        def new_version_serves() -> str | None:
+            cur = get_alias_version("digits", CHAMPION)
+            if cur is None or cur == old:
+                return None
+            recent = [a for a in traffic.snapshot()[-20:] if a.status == 200]
+            return cur if recent and all(a.version == cur for a in recent) else None
+
+        new = wait_for(new_version_serves, 420, "a new champion serving after the drift onset", interval_s=1)
+        result["s1_new_version"] = new
+        result["s1_onset_to_served_s"] = round(min(a.t for a in traffic.snapshot() if a.version == new) - onset, 1)
+    result["s1_requests"] = traffic.count()
+    result["s1_failed"] = len(traffic.failed())
+    result["s1_failed_samples"] = [str(a) for a in traffic.failed()[:5]]
+
+
+def s1_on_kubernetes(cluster: Cluster, result: dict[str, Any]) -> None:
+    """What S1 left in the API: the training Job the Executor created, the replicas' new command."""
+    result["s1_jobs"] = [j["metadata"]["name"] for j in cluster.list("batch/v1", "Job")
+                         if j["metadata"]["name"] != "scanflow-bootstrap"]
+    dep = cluster.get("apps/v1", "Deployment", "digits") or {}
+    result["s1_digits_command"] = dep["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+# -- docker-compose.yml ------------------------------------------------------------------------------
+def render_compose() -> tuple[dict[str, Any], str]:
+    """`docker-compose config` with fresh secrets (compose refuses to start without them)."""
+    import secrets
+
+    token = secrets.token_hex(32)
+    env = {**os.environ, "SCANFLOW_TOKEN": token, "POSTGRES_PASSWORD": secrets.token_hex(24)}
+    out = subprocess.run(["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config"], env=env,
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    return yaml.safe_load(out), token
+
+
+def up_compose(cluster: Cluster, config: dict[str, Any], timeout_s: float) -> list[str]:
+    """Start the services in depends_on order, honouring each condition, as `docker compose up` does."""
+    from . import model
+
+    objs = model.compose_objects(config, cluster.namespace, str(ROOT))
+    order = model.compose_order(config)
+    for claim in (config.get("volumes") or {}):
+        (cluster.workdir / "pvc" / claim).mkdir(parents=True, exist_ok=True)
+    started: list[str] = []
+
+    def satisfied(dep: str, cond: str) -> bool:
+        if dep not in started:
+            return False
+        if cond == "service_healthy":
+            return deployment_ready(cluster, dep)
+        if cond == "service_completed_successfully":
+            job = cluster.get("batch/v1", "Job", dep) or {}
+            return any(c["type"] == "Complete" and c["status"] == "True"
+                       for c in (job.get("status") or {}).get("conditions") or [])
+        return True
+
+    deadline = time.monotonic() + timeout_s
+    while len(started) < len(objs):
+        for name, obj in objs.items():
+            if name not in started and all(satisfied(d, c) for d, c in order[name].items()):
+                cluster.apply([obj])
+                started.append(name)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"compose: {sorted(set(objs) - set(started))} not started in {timeout_s:.0f}s")
+        time.sleep(1)
+    return started
+
+
+def run_wired_compose(cluster: Cluster, token: str, result: dict[str, Any], timeout_s: float) -> None:
+    t0 = time.monotonic()
+    for name in ("tracker", "checker", "planner", "executor"):
+        wait_for(lambda n=name: deployment_ready(cluster, n), timeout_s, f"compose service {name} healthy", 1)
+    result["up_s"] = round(time.monotonic() - t0, 1)
+    hdr = {"Authorization": f"Bearer {token}"}
+    result["peers"] = {a: httpx.get(f"http://{a}:8080/status", headers=hdr, timeout=10).json()["peers"]
+                       for a in ("tracker", "checker", "planner", "executor")}
+    from workflows.digits.s1 import traffic_pools
+
+    row = traffic_pools()["clean"][0][0].tolist()
+    for _ in range(20):
+        httpx.post("http://executor:8090/predict", json={"inputs": [row]}, timeout=30).raise_for_status()
+
+    def tracker_logged() -> bool:
+        events = httpx.get("http://tracker:8080/events", headers=hdr, timeout=10).json()
+        return any(e.get("name") == "predictions.logged" for e in events)
+
+    wait_for(tracker_logged, 60, "the Tracker logs the gateway's predictions", interval_s=1)
+    result["tracker_received"] = True
+
+
+def kill_compose_primary(cluster: Cluster) -> int:
+    """SIGKILL the primary's replica processes, which the Executor's local platform runs in its container."""
+    n = 0
+    services = httpx.get("http://executor:8080/services", timeout=10).json()
+    for rep in services["digits"]["replicas"]:
+        if rep.get("pid"):
+            try:
+                os.killpg(rep["pid"], signal.SIGKILL)
+                n += 1
+            except ProcessLookupError:
+                pass
+    return n
+
+
+def compose_routed_to_backup(cluster: Cluster) -> bool:
+    """Compose: the route is the local platform's, in the gateway (`/admin/state`)."""
+    return httpx.get("http://executor:8090/admin/state", timeout=5).json().get("route") == "backup"
 
 
 if __name__ == "__main__":

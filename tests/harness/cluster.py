@@ -91,6 +91,7 @@ class Pod:
     ready: bool = False
     started: bool = False  # startupProbe passed (or none)
     restarts: int = 0
+    env: dict[str, str] = field(default_factory=dict)  # the container's, for exec probes
     restart_at: float = 0.0
     exit_code: int | None = None
     terminating: bool = False
@@ -116,6 +117,7 @@ class Cluster:
         self.http = httpx.Client(base_url=self.api, timeout=10)
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._hosts_lock = threading.Lock()
         self._veth = 0
         self._svc_servers: dict[tuple[str, int], asyncio.AbstractServer] = {}
         self._services: dict[str, dict[str, Any]] = {}
@@ -166,6 +168,7 @@ class Cluster:
         sh("mount", "-o", "remount,bind,ro", str(r / "app"))
         self.hosts.write_text(model.hosts_file([]))
         sh("mount", "--bind", str(self.hosts), str(r / "etc/hosts"))
+        sh("mount", "--bind", str(self.hosts), "/etc/hosts")  # the harness (a client in the cluster) too
         (self.workdir / "resolv.conf").write_text("# no DNS server: names are in /etc/hosts\n")
         sh("mount", "--bind", str(self.workdir / "resolv.conf"), str(r / "etc/resolv.conf"))
 
@@ -374,6 +377,8 @@ class Cluster:
         with self._lock:
             self.pods[name] = pod
         self.events.append(f"pod {name} created ({owner[0]}/{owner[1]}, {ip})")
+        if model.DNS_LABEL in labels:
+            self._write_hosts()
         self._start(pod)
         return pod
 
@@ -421,6 +426,9 @@ class Cluster:
         out: dict[str, str] = {}
         for vol in pod.spec.get("volumes") or []:
             d = pod.dir / "volumes" / vol["name"]
+            if "hostPath" in vol:
+                out[vol["name"]] = vol["hostPath"]["path"]
+                continue
             if "persistentVolumeClaim" in vol:
                 d = self.workdir / "pvc" / vol["persistentVolumeClaim"]["claimName"]
             elif "configMap" in vol or "secret" in vol:
@@ -474,6 +482,7 @@ class Cluster:
              "--", sys.executable, str(Path(__file__).with_name("podrun.py")), str(spec_file)],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         logf.close()
+        pod.env = env
         pod.ready, pod.started, pod.exit_code = False, not c.get("startupProbe"), None
         pod.stop = threading.Event()
         self._write_status(pod)
@@ -553,7 +562,7 @@ class Cluster:
         if "exec" in probe and pod.proc is not None:
             try:
                 r = subprocess.run(["nsenter", "-t", str(pod.proc.pid), "-n", "-m", "-r", "-w", "--", *probe["exec"]["command"]],
-                                   capture_output=True, timeout=timeout + 5, check=False)
+                                   capture_output=True, timeout=timeout + 5, check=False, env=pod.env)
                 return r.returncode == 0
             except (subprocess.TimeoutExpired, OSError):
                 return False
@@ -645,9 +654,19 @@ class Cluster:
         for key in [k for k in self._svc_servers if k[0] not in services]:
             self._svc_servers.pop(key).close()
         if changed:
-            entries = [(n, self.namespace, self.svc_ips.get(n)) for n in {k[0] for k in self._svc_servers}]
+            self._write_hosts()
+
+    def _write_hosts(self) -> None:
+        """Every Service's names, and the pods that carry a DNS name (compose: the service name is the
+        container's own address)."""
+        with self._hosts_lock:
+            entries = [(self.svc_ips.get(n), model.service_names(n, self.namespace))
+                       for n in sorted({k[0] for k in self._svc_servers})]
+            with self._lock:
+                entries += [(p.ip, [p.labels[model.DNS_LABEL]]) for p in self.pods.values()
+                            if model.DNS_LABEL in p.labels and not p.terminating]
             content = model.hosts_file(entries)
-            with open(self.hosts, "r+") as f:  # noqa: ASYNC230  # a small local file; in place: the bind mount holds this inode
+            with open(self.hosts, "r+") as f:  # in place: the bind mounts hold this inode
                 f.seek(0)
                 f.write(content)
                 f.truncate()

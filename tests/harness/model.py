@@ -182,11 +182,11 @@ def service_names(name: str, namespace: str) -> list[str]:
     return [name, f"{name}.{namespace}", f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"]
 
 
-def hosts_file(services: Iterable[tuple[str, str, str]]) -> str:
-    """/etc/hosts for the pods: localhost, then one line per (name, namespace, address)."""
+def hosts_file(entries: Iterable[tuple[str, list[str]]]) -> str:
+    """/etc/hosts for the pods: localhost, then one line per (address, names)."""
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-    for name, ns, addr in sorted(services, key=lambda s: (s[2], s[0])):
-        lines.append(f"{addr}\t" + " ".join(service_names(name, ns)))
+    for addr, names in sorted(entries):
+        lines.append(f"{addr}\t" + " ".join(names))
     return "\n".join(lines) + "\n"
 
 
@@ -224,3 +224,98 @@ def rollout_status(generation: int, want: int, pods: Iterable[tuple[str, bool]],
     return {"observedGeneration": generation, "replicas": len(pods), "updatedReplicas": len(updated),
             "readyReplicas": sum(r for _, r in pods), "availableReplicas": sum(r for _, r in pods),
             "unavailableReplicas": max(0, want - sum(updated))}
+
+
+# -- docker-compose.yml: each service becomes the pod a Deployment (or, `restart: on-failure`, a Job)
+# would run, so one kubelet plays both; names resolve to the pod's own address (compose has no proxy).
+DNS_LABEL = "harness.scanflow.io/dns-name"
+
+
+def duration_s(text: str | float | None, default: float) -> float:
+    """A compose duration ('10s', '1m30s', '500ms') in seconds."""
+    if text is None:
+        return default
+    if isinstance(text, (int, float)):
+        return float(text)
+    total, num = 0.0, ""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6}
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            num += ch
+            i += 1
+            continue
+        unit = text[i:i + 2] if text[i:i + 2] in ("ms", "us") else ch
+        total += float(num) * units[unit]
+        num, i = "", i + len(unit)
+    return total + (float(num) if num else 0.0)
+
+
+def compose_probe(health: Mapping[str, Any] | None) -> Obj | None:
+    """A compose healthcheck as an exec readiness probe (None: no healthcheck, or disabled)."""
+    if not health or health.get("disable"):
+        return None
+    test = list(health.get("test") or [])
+    if not test or test[0] == "NONE":
+        return None
+    command = test[1:] if test[0] == "CMD" else ["sh", "-c", " ".join(test[1:])] if test[0] == "CMD-SHELL" \
+        else ["sh", "-c", " ".join(test)]
+    return {"exec": {"command": command}, "periodSeconds": max(1, round(duration_s(health.get("interval"), 30))),
+            "timeoutSeconds": max(1, round(duration_s(health.get("timeout"), 30))),
+            "failureThreshold": int(health.get("retries", 3))}
+
+
+def compose_objects(config: Mapping[str, Any], namespace: str, project_dir: str) -> dict[str, Obj]:
+    """`docker-compose config` -> {service: Deployment or Job} with the same command, env, volumes
+    (named volume -> PVC, host path -> hostPath, tmpfs -> emptyDir) and healthcheck (exec probe)."""
+    named = set((config.get("volumes") or {}).keys())
+    out: dict[str, Obj] = {}
+    for name, svc in (config.get("services") or {}).items():
+        mounts, volumes = [], []
+        for i, spec in enumerate(svc.get("volumes") or []):
+            src, dst = str(spec).split(":")[:2]
+            vname = f"v{i}"
+            if src in named:
+                volumes.append({"name": vname, "persistentVolumeClaim": {"claimName": src}})
+            else:
+                path = src if src.startswith("/") else f"{project_dir}/{src}"
+                volumes.append({"name": vname, "hostPath": {"path": path}})
+            mounts.append({"name": vname, "mountPath": dst})
+        for i, path in enumerate(svc.get("tmpfs") or []):
+            volumes.append({"name": f"t{i}", "emptyDir": {"medium": "Memory"}})
+            mounts.append({"name": f"t{i}", "mountPath": str(path).split(":")[0]})
+        command = svc.get("command")
+        container: Obj = {"name": name, "image": svc.get("image", ""),
+                          "env": [{"name": k, "value": "" if v is None else str(v)}
+                                  for k, v in (svc.get("environment") or {}).items()],
+                          "volumeMounts": mounts}
+        if command:
+            container["command"] = command if isinstance(command, list) else ["sh", "-c", command]
+        probe = compose_probe(svc.get("healthcheck"))
+        if probe:
+            container["readinessProbe"] = probe
+        labels = {"compose.service": name, DNS_LABEL: name}
+        template = {"metadata": {"labels": labels},
+                    "spec": {"containers": [container], "volumes": volumes, "automountServiceAccountToken": False}}
+        meta = {"name": name, "namespace": namespace, "labels": labels}
+        if svc.get("restart") in ("on-failure", "no") or str(svc.get("restart", "")).startswith("on-failure"):
+            template["spec"]["restartPolicy"] = "Never"
+            out[name] = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+                         "spec": {"backoffLimit": 10, "template": template}}
+        else:
+            out[name] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                         "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
+                                  "selector": {"matchLabels": {"compose.service": name}}, "template": template}}
+    return out
+
+
+def compose_order(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """service -> {dependency: condition} (a list form of depends_on means service_started)."""
+    out: dict[str, dict[str, str]] = {}
+    for name, svc in (config.get("services") or {}).items():
+        deps = svc.get("depends_on") or {}
+        if isinstance(deps, list):
+            deps = {d: {"condition": "service_started"} for d in deps}
+        out[name] = {d: (c or {}).get("condition", "service_started") for d, c in deps.items()}
+    return out

@@ -16,7 +16,11 @@ def main(spec_file: str) -> None:
     root = spec["rootfs"]
     for src, path in spec["mounts"]:
         target = os.path.join(root, path.lstrip("/"))
-        os.makedirs(target, exist_ok=True)
+        if os.path.isfile(src):  # a single file (compose's ./init.sql:/docker-entrypoint-initdb.d/10.sql)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "a").close()
+        else:
+            os.makedirs(target, exist_ok=True)
         subprocess.run(["mount", "--bind", src, target], check=True)
     os.chroot(root)
     os.chdir(spec["workdir"])

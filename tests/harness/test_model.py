@@ -88,7 +88,7 @@ def test_addresses_are_stable_per_name_and_skip_the_gateway() -> None:
 
 
 def test_hosts_file_names_every_service_form() -> None:
-    text = model.hosts_file([("mlflow", "scanflow", "10.96.0.2")])
+    text = model.hosts_file([("10.96.0.2", model.service_names("mlflow", "scanflow"))])
     assert "10.96.0.2\tmlflow mlflow.scanflow mlflow.scanflow.svc mlflow.scanflow.svc.cluster.local" in text
     assert text.startswith("127.0.0.1\tlocalhost")
 
@@ -102,3 +102,40 @@ def test_named_ports_and_rollout_status() -> None:
     assert st == {"observedGeneration": 3, "replicas": 3, "updatedReplicas": 2, "readyReplicas": 2,
                   "availableReplicas": 2, "unavailableReplicas": 1}
     assert model.template_hash({"a": 1}) != model.template_hash({"a": 2})
+
+
+COMPOSE = {
+    "services": {
+        "postgres": {"image": "postgres:16-alpine", "environment": {"POSTGRES_PASSWORD": "p"},
+                     "volumes": ["pgdata:/var/lib/postgresql/data:rw", "./init.sql:/docker-entrypoint-initdb.d/a.sql:ro"],
+                     "healthcheck": {"test": ["CMD", "pg_isready"], "interval": "5s", "timeout": "3s", "retries": 10}},
+        "bootstrap": {"image": "scanflow", "command": ["python", "-m", "b"], "restart": "on-failure",
+                      "healthcheck": {"test": ["NONE"]}, "depends_on": {"postgres": {"condition": "service_healthy"}}},
+        "tracker": {"image": "scanflow", "command": ["scanflow", "agent"], "tmpfs": ["/tmp"],
+                    "environment": {"SCANFLOW_PEERS": "a=http://a:8080", "EMPTY": None},
+                    "depends_on": ["bootstrap"], "restart": "unless-stopped"},
+    },
+    "volumes": {"pgdata": {}},
+}
+
+
+def test_compose_services_become_pods_with_their_command_env_volumes_and_healthcheck() -> None:
+    objs = model.compose_objects(COMPOSE, "compose", "/proj")
+    assert objs["bootstrap"]["kind"] == "Job" and objs["tracker"]["kind"] == "Deployment"
+    pg = objs["postgres"]["spec"]["template"]["spec"]
+    assert pg["volumes"] == [{"name": "v0", "persistentVolumeClaim": {"claimName": "pgdata"}},
+                             {"name": "v1", "hostPath": {"path": "/proj/./init.sql"}}]
+    probe = pg["containers"][0]["readinessProbe"]
+    assert probe == {"exec": {"command": ["pg_isready"]}, "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 10}
+    tracker = objs["tracker"]["spec"]["template"]["spec"]["containers"][0]
+    assert tracker["command"] == ["scanflow", "agent"] and "readinessProbe" not in tracker
+    assert {"name": "EMPTY", "value": ""} in tracker["env"]
+    assert tracker["volumeMounts"] == [{"name": "t0", "mountPath": "/tmp"}]
+    assert "readinessProbe" not in objs["bootstrap"]["spec"]["template"]["spec"]["containers"][0]  # test: NONE
+
+
+def test_compose_order_and_durations() -> None:
+    assert model.compose_order(COMPOSE) == {"postgres": {}, "bootstrap": {"postgres": "service_healthy"},
+                                            "tracker": {"bootstrap": "service_started"}}
+    assert model.duration_s("1m30s", 0) == 90 and model.duration_s("500ms", 0) == 0.5
+    assert model.duration_s(None, 7) == 7
