@@ -174,6 +174,17 @@ class Cluster:
 
     def _start_kmock(self) -> None:
         from kmock import KubernetesEmulator, Server
+        from kmock._internal import dicts
+
+        original = dicts.patch_dict
+
+        def strategic(value: Any, patch: Any, /, **kwargs: Any) -> Any:
+            """kmock's patch with the API server's list-merge-by-name (see model.merge_named_lists)."""
+            if isinstance(value, dict) and isinstance(patch, dict):
+                patch = model.merge_named_lists(value, patch, strategic)
+            return original(value, patch, **kwargs)
+
+        dicts.patch_dict = strategic  # this process only: it runs nothing but the emulated cluster
 
         ready = threading.Event()
         box: dict[str, Any] = {}

@@ -319,3 +319,23 @@ def compose_order(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
             deps = {d: {"condition": "service_started"} for d in deps}
         out[name] = {d: (c or {}).get("condition", "service_started") for d, c in deps.items()}
     return out
+
+
+def _named(items: Any) -> bool:
+    return isinstance(items, list) and bool(items) and all(isinstance(i, dict) and "name" in i for i in items)
+
+
+def merge_named_lists(value: Mapping[str, Any], patch: Mapping[str, Any], merge: Any) -> dict[str, Any]:
+    """A patch with every list of named objects (containers, env, ports, volumes, volumeMounts) merged
+    into the stored one by `name`, as the API server's strategic merge and server-side apply do: items
+    the patch names are merged (`merge(old, new)`), the others kept, new ones appended. kmock merges
+    dicts but replaces lists, which dropped a replica's env, image and probes on `swap_model`'s patch."""
+    out = dict(patch)
+    for key, new in patch.items():
+        old = value.get(key)
+        if _named(old) and _named(new):
+            by_name = {i["name"]: i for i in new}
+            kept = [merge(i, by_name[i["name"]]) if i["name"] in by_name else i for i in old]
+            have = {i["name"] for i in old}
+            out[key] = kept + [i for i in new if i["name"] not in have]
+    return out

@@ -139,3 +139,19 @@ def test_compose_order_and_durations() -> None:
                                             "tracker": {"bootstrap": "service_started"}}
     assert model.duration_s("1m30s", 0) == 90 and model.duration_s("500ms", 0) == 0.5
     assert model.duration_s(None, 7) == 7
+
+
+def test_named_lists_merge_by_name_as_strategic_merge_does() -> None:
+    from kmock._internal import dicts
+
+    def merge(a: dict, b: dict) -> dict:
+        return dict(dicts.merge_patch_dict(a, model.merge_named_lists(a, b, merge)))
+
+    stored = {"containers": [{"name": "replica", "image": "scanflow", "env": [{"name": "A", "value": "1"}],
+                              "command": ["old"]}, {"name": "sidecar", "image": "x"}]}
+    patch = {"containers": [{"name": "replica", "command": ["new"], "env": [{"name": "B", "value": "2"}]}]}
+    got = merge(stored, patch)
+    assert got["containers"][0] == {"name": "replica", "image": "scanflow", "command": ["new"],
+                                    "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}
+    assert got["containers"][1] == {"name": "sidecar", "image": "x"}
+    assert model.merge_named_lists({"args": ["a"]}, {"args": ["b"]}, merge) == {"args": ["b"]}  # plain lists: replaced
