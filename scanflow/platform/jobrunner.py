@@ -107,9 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         mlflow.log_params(public_params(params))
         try:
             files = json.loads(os.environ.get(FILES_ENV, "").strip() or "{}")
-            tmp = tempfile.mkdtemp(prefix="scanflow-job-inputs-")
             call = localize(params, files, lambda artifact: mlflow.artifacts.download_artifacts(
-                run_id=run.info.run_id, artifact_path=artifact, dst_path=tmp))
+                run_id=run.info.run_id, artifact_path=artifact,
+                dst_path=tempfile.mkdtemp(prefix="scanflow-job-inputs-")))
             result = fn(**call)
         except Exception:  # noqa: BLE001 - the job's own failure: record it, exit 1
             traceback.print_exc()
