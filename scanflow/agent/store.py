@@ -22,10 +22,10 @@ import threading
 import time
 import uuid
 import weakref
-from pathlib import Path
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import sqlalchemy as sa
