@@ -60,7 +60,7 @@ def serve_app() -> Iterator[Callable[[Any], str]]:
 # single worker runs one after another, while the other worker takes the rest of the suite.
 STACK_GROUP = "embedded-stack"
 STACK_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/test_notebooks.py::test_02",
-               "tests/embedded/test_stack_ports.py::test_whole_stack")
+               "tests/embedded/test_stack_ports.py::test_whole_stack", "tests/harness/test_emulated_")
 
 
 # Whole-stack scenario tests (each starts MLflow, trains a bootstrap model, runs four agents and replica
@@ -68,7 +68,7 @@ STACK_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/tes
 # `make test-e2e` runs them, and CI runs both (.ci/run). Marked by path so a new scenario test under
 # tests/e2e/ cannot be forgotten.
 E2E_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/",
-             "tests/embedded/test_stack_ports.py::test_whole_stack")
+             "tests/embedded/test_stack_ports.py::test_whole_stack", "tests/harness/test_emulated_")
 
 
 def is_e2e(nodeid: str) -> bool:

@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -202,6 +203,12 @@ class Store:
             )
         else:
             self.engine = _make_engine(url)
+        path = self._file()
+        if path is not None:
+            # a fresh volume (an emptyDir mounted at /tmp while SCANFLOW_STORE_URL points at
+            # /tmp/scanflow/<agent>.db) has no directory yet: SQLite cannot create it, and the agent
+            # would crash-loop on "unable to open database file"
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._write = threading.Lock()
         self._owner_fd: int | None = None
         self._owner_conn: sa.Connection | None = None  # PostgreSQL: the session holding the owner lock

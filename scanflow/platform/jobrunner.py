@@ -8,6 +8,11 @@ The one job entry point of every platform:
 - a Kubernetes Job's container runs it (scanflow.platform.manifests.job_command) with the params in
   SCANFLOW_JOB_PARAMS (JSON) and MLFLOW_EXPERIMENT_NAME; with no MLFLOW_RUN_ID it opens a run of its
   own, named after SCANFLOW_JOB_NAME.
+A param that names a file of the caller's filesystem (the Executor's plan data) cannot be read from a
+Kubernetes Job's pod: the platform logs such files into the job's run and names them in
+SCANFLOW_JOB_FILES ({param: artifact path}); the runner downloads each one that is not on its own
+filesystem and calls the function with the local copy (the params logged stay the caller's values,
+which the Executor's retry lookup searches by).
 It logs the non-secret params, calls fn(**params), and records the return value: as the artifact
 `outputs.json` in the run, and as JSON in the file named by SCANFLOW_JOB_OUTPUT (read by the
 platform without a round trip to MLflow). Exit code 0 on success, 1 when the function raised
@@ -22,12 +27,36 @@ import importlib
 import json
 import os
 import sys
+import tempfile
 import traceback
 from typing import Any
 
 from scanflow.secrets import is_secret, mlflow_params
 
-__all__ = ["is_secret", "load_entrypoint", "main", "public_params", "to_jsonable"]
+__all__ = ["is_secret", "load_entrypoint", "localize", "main", "public_params", "shippable_files", "to_jsonable"]
+FILES_ENV = "SCANFLOW_JOB_FILES"
+
+
+def shippable_files(params: dict[str, Any]) -> dict[str, str]:
+    """Pure but for `os.path.isfile`: {param: absolute path} for each non-secret param naming an existing
+    file of this filesystem, which a job running elsewhere cannot open (ship it in the job's run)."""
+    return {k: v for k, v in params.items()
+            if isinstance(v, str) and not is_secret(k) and os.path.isabs(v) and os.path.isfile(v)}
+
+
+def artifact_path(param: str, path: str) -> str:
+    """Where a shipped file lies in the job's run."""
+    return f"inputs/{param}/{os.path.basename(path)}"
+
+
+def localize(params: dict[str, Any], files: dict[str, str], fetch: Any) -> dict[str, Any]:
+    """The params the function is called with: each shipped file that this filesystem lacks is replaced
+    by `fetch(artifact_path)` (a local copy); a file already here (the same machine) is used as is."""
+    out = dict(params)
+    for name, artifact in files.items():
+        if name in out and not os.path.exists(str(out[name])):
+            out[name] = fetch(artifact)
+    return out
 
 
 def public_params(params: dict[str, Any]) -> dict[str, str]:
@@ -77,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     with mlflow.start_run(run_id=run_id, run_name=run_name) as run:
         mlflow.log_params(public_params(params))
         try:
-            result = fn(**params)
+            files = json.loads(os.environ.get(FILES_ENV, "").strip() or "{}")
+            call = localize(params, files, lambda artifact: mlflow.artifacts.download_artifacts(
+                run_id=run.info.run_id, artifact_path=artifact,
+                dst_path=tempfile.mkdtemp(prefix="scanflow-job-inputs-")))
+            result = fn(**call)
         except Exception:  # noqa: BLE001 - the job's own failure: record it, exit 1
             traceback.print_exc()
             sys.stdout.flush()

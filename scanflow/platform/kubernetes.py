@@ -612,8 +612,9 @@ class KubernetesPlatform:
         merged = {**job.params, **(params or {})}
         tracking = self._open_job_run(job, run_name, merged)
         run_id = tracking[0].run_id if tracking else None
+        files = self._ship_files(tracking, merged) if tracking else {}
         body = mf.batch_job(job, run_name, params=params, namespace=self.namespace, image=self.image,
-                            workflow=self.workflow, tracking_uri=self.tracking_uri, run_id=run_id)
+                            workflow=self.workflow, tracking_uri=self.tracking_uri, run_id=run_id, files=files)
         started = time.monotonic()
         try:
             self._call("create", "jobs", self.batch.create_namespaced_job, self.namespace, body)
@@ -674,6 +675,24 @@ class KubernetesPlatform:
         except Exception as exc:  # noqa: BLE001  # tracking down must not stop the job
             log.warning("no MLflow run for job %s: %s", run_name, type(exc).__name__)
             return None
+
+    @staticmethod
+    def _ship_files(tracking: tuple[Any, Any], params: dict[str, Any]) -> dict[str, str]:
+        """Log the params' local files into the Job's run: its pod has another filesystem (the
+        Executor's plan data under SCANFLOW_HOME is not there). {param: artifact path}; a file that
+        cannot be logged is left out (the job then names the missing path)."""
+        from scanflow.platform.jobrunner import artifact_path, shippable_files
+
+        info, client = tracking
+        out: dict[str, str] = {}
+        for name, path in shippable_files(params).items():
+            dest = artifact_path(name, path)
+            try:
+                client.log_artifact(info.run_id, path, str(Path(dest).parent))
+                out[name] = dest
+            except Exception as exc:  # noqa: BLE001  # MLflow down: the job still runs, and says what is missing
+                log.warning("could not ship %s to the job's run: %s", name, type(exc).__name__)
+        return out
 
     def _close_job_run(
         self, tracking: tuple[Any, Any], run_name: str, succeeded: bool, duration: float, logs: str,

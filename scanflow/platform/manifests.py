@@ -538,10 +538,12 @@ def batch_job(
     ttl_after_finished_s: int = 3600,
     service_account: str = "scanflow",
     run_id: str | None = None,
+    files: dict[str, str] | None = None,
 ) -> Manifest:
     """A batch/v1 Job for one run of `job` (named `run_name`, unique per run). `run_id`: the MLflow
     run the platform opened for it; the job runner logs into that run (MLFLOW_RUN_ID) instead of
-    opening its own."""
+    opening its own. `files`: {param: artifact path in that run} of the params naming files of the
+    caller's filesystem (SCANFLOW_JOB_FILES: the runner downloads them)."""
     merged = public_params({**job.params, **(params or {})})
     job_labels = labels(job.name, workflow, component="job")
     job_labels.pop(SERVICE_LABEL)
@@ -559,6 +561,7 @@ def batch_job(
             {"name": "OMP_NUM_THREADS", "value": str(default_threads(job.resources))},
             *credential_env("job", token=False),
             *([{"name": "MLFLOW_RUN_ID", "value": run_id}] if run_id else []),
+            *([{"name": "SCANFLOW_JOB_FILES", "value": json.dumps(files, sort_keys=True)}] if files else []),
         ],
         "resources": resources_block(job.resources),
         "securityContext": container_security_context(),

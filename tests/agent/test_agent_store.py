@@ -110,3 +110,13 @@ def test_only_one_running_agent_may_own_a_store_file(tmp_path: Path) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_a_sqlite_file_in_a_directory_not_yet_created_is_opened(tmp_path: Path) -> None:
+    """A pod's fresh emptyDir at /tmp has no /tmp/scanflow: the store creates it instead of crash-looping."""
+    url = f"sqlite:///{tmp_path / 'fresh' / 'home' / 'agent.db'}"
+    s = Store(url)
+    try:
+        assert (tmp_path / "fresh" / "home" / "agent.db").exists()
+    finally:
+        s.close()

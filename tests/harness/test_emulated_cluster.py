@@ -1,0 +1,100 @@
+"""The dev overlay on the emulated cluster (tests/harness/cluster.py): every container started with the
+env and args the rendered manifests give it, Service names resolved to their own addresses, the
+Executor driving KubernetesPlatform through kmock. An emulation: it catches wiring, it is no cluster.
+
+The harness runs in `unshare -m -n` (a private mount and network namespace): the host's network and
+/etc/hosts are never touched, and everything it made vanishes with it.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.cluster import reap
+
+ROOT = Path(__file__).resolve().parents[2]
+# one install, wired + S4 + S1, on 2 shared cores: measured 340 s (dev) and 476 s (compose) at load ~12
+RUN_TIMEOUT_S = 1200
+pytestmark = pytest.mark.timeout(RUN_TIMEOUT_S + 120)  # the suite's 300 s default is for unit tests
+
+
+def _missing() -> str | None:
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return "needs root on Linux (network and mount namespaces)"
+    for tool in ("unshare", "nsenter", "ip", "mount", "runuser"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed"
+    if not glob.glob("/usr/lib/postgresql/*/bin/initdb"):
+        return "PostgreSQL server binaries not installed (Debian: apt-get install postgresql)"
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        return "psycopg2 not installed: pip install '.[postgres]'"
+    probe = subprocess.run(["unshare", "-m", "-n", "ip", "link", "add", "t0", "type", "veth", "peer", "name", "t1"],
+                           capture_output=True, check=False)
+    if probe.returncode != 0:
+        return f"cannot create veth pairs in a network namespace: {probe.stderr.decode().strip()}"
+    return None
+
+
+def run_harness(tmp_path: Path, overlay: str, scenarios: str) -> dict:
+    reason = _missing()
+    if reason:
+        pytest.skip(reason)
+    tool = "docker-compose" if overlay == "compose" else "kubectl"
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} not installed (`make sysdeps` installs docker-compose)")
+    workdir = tmp_path / "cluster"
+    out = tmp_path / "result.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    try:
+        proc = subprocess.run(["unshare", "-m", "-n", sys.executable, "-m", "tests.harness", "--overlay", overlay,
+                               "--workdir", str(workdir), "--out", str(out), "--scenarios", scenarios],
+                              cwd=ROOT, env=env, capture_output=True, timeout=RUN_TIMEOUT_S, check=False)
+    finally:
+        reap(workdir / "rootfs")  # a container the harness could not stop
+    assert out.exists(), proc.stderr.decode(errors="replace")[-5000:]
+    result = json.loads(out.read_text())
+    assert result["ok"], f"{result.get('error')}\n{result.get('events')}\n{result.get('logs', '')[-20000:]}"
+    return result
+
+
+def assert_s1_and_s4(r: dict) -> None:
+    # S4: the Planner's route is in force, and no request through the gateway failed on the way
+    assert r["s4_routed_before"] is False
+    assert r["s4_requests"] > 40
+    assert r["s4_failed"] == 0, r["s4_failed_samples"]
+    # S1: drift -> retrain -> promote -> the replicas serve the new version, with no failed request
+    assert int(r["s1_new_version"]) > int(r["s1_old_version"])
+    assert r["s1_requests"] > 100
+    assert r["s1_failed"] == 0, r["s1_failed_samples"]
+
+
+def test_dev_overlay_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> None:
+    r = run_harness(tmp_path, "dev", "wired,s4,s1")
+    # wired: the Executor created and owns the replicas, with the image of its own pod
+    assert r["digits_managed_by"] == "scanflow-executor"
+    assert r["digits_image"].startswith("scanflow")
+    assert r["peers"]["checker"] == ["executor", "planner", "tracker"]  # SCANFLOW_PEERS, less itself
+    assert r["tracker_received"]
+    assert_s1_and_s4(r)
+    # on Kubernetes: the route is the `digits` Service's selector (its own address then reaches the
+    # backup's pods); the retrain ran as a Job the emulated kubelet ran; the replicas rolled onto it
+    assert r["s4_direct_after_route"] == [200] * 10
+    assert r["s1_jobs"], "no training Job was created"
+    assert f"models:/digits/{r['s1_new_version']}" in r["s1_digits_command"]
+
+
+def test_docker_compose_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> None:
+    r = run_harness(tmp_path, "compose", "wired,s4,s1")
+    assert r["peers"]["executor"] == ["checker", "planner", "tracker"]
+    assert r["tracker_received"]
+    assert_s1_and_s4(r)
