@@ -28,6 +28,8 @@ from typing import Any
 import httpx
 import yaml
 
+from scanflow.deploy_secrets import env_name, generate, mlflow_password_key, token_key
+
 from .cluster import ROOT, Cluster
 
 NS = "scanflow"
@@ -40,7 +42,10 @@ def render(overlay: str, workdir: Path) -> list[dict[str, Any]]:
     root = workdir / "deploy"
     shutil.copytree(ROOT / "deploy", root, ignore=shutil.ignore_patterns("secrets.env"))
     if overlay == "dev":
-        subprocess.run(["sh", str(root / "overlays/dev/gen-secrets.sh")], check=True, capture_output=True)
+        # the copy has no scanflow package or .venv of its own: this interpreter and the checkout's code
+        env = {**os.environ, "PYTHON": sys.executable,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        subprocess.run(["sh", str(root / "overlays/dev/gen-secrets.sh")], check=True, capture_output=True, env=env)
     out = subprocess.run(["kubectl", "kustomize", str(root / "overlays" / overlay)], capture_output=True,
                          text=True, timeout=120, check=True).stdout
     return [d for d in yaml.safe_load_all(out) if d]
@@ -59,13 +64,22 @@ def wait_for(cond: Callable[[], Any], timeout_s: float, what: str, interval_s: f
     raise TimeoutError(f"{what}: not within {timeout_s:.0f}s")
 
 
-def token_of(docs: list[dict[str, Any]]) -> str:
+def operator_of(docs: list[dict[str, Any]]) -> tuple[str, str]:
+    """The operator's credentials in the rendered Secret: (Scanflow token, MLflow password)."""
     import base64
 
     for d in docs:
         if d["kind"] == "Secret" and d["metadata"]["name"] == "scanflow-secrets":
-            return base64.b64decode(d["data"]["token"]).decode()
+            data = d["data"]
+            return (base64.b64decode(data[token_key("operator")]).decode(),
+                    base64.b64decode(data[mlflow_password_key("operator")]).decode())
     raise KeyError("scanflow-secrets")
+
+
+def login_as_operator(password: str) -> None:
+    """The test's own MLflow calls (S1 reads the champion) go through MLflow's auth proxy as the operator."""
+    os.environ["MLFLOW_TRACKING_USERNAME"] = "operator"
+    os.environ["MLFLOW_TRACKING_PASSWORD"] = password
 
 
 def main() -> int:
@@ -85,7 +99,7 @@ def main() -> int:
     cluster = Cluster(args.workdir)
     try:
         if args.overlay == "compose":
-            config, token = render_compose()
+            config, token, password = render_compose()
             cluster.start()
             result["applied"] = up_compose(cluster, config, args.up_timeout)
             run_wired_compose(cluster, token, result, args.up_timeout)
@@ -93,7 +107,7 @@ def main() -> int:
             kill, routed = kill_compose_primary, compose_routed_to_backup
         else:
             docs = render(args.overlay, args.workdir)
-            token = token_of(docs)
+            token, password = operator_of(docs)
             cluster.start()
             cluster.apply(docs)
             result["applied"] = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in docs)
@@ -101,6 +115,7 @@ def main() -> int:
             gateway = "http://digits-gateway:8080"
             kill = lambda c: c.crash(("Deployment", "digits"))
             routed = selector_on_backup
+        login_as_operator(password)
         result["phases"]["wired"] = round(time.monotonic() - t0, 1)
         if "s4" in args.scenarios:
             run_s4(cluster, gateway, kill, routed, result)
@@ -257,15 +272,15 @@ def s1_on_kubernetes(cluster: Cluster, result: dict[str, Any]) -> None:
 
 
 # -- docker-compose.yml ------------------------------------------------------------------------------
-def render_compose() -> tuple[dict[str, Any], str]:
-    """`docker-compose config` with fresh secrets (compose refuses to start without them)."""
-    import secrets
-
-    token = secrets.token_hex(32)
-    env = {**os.environ, "SCANFLOW_TOKEN": token, "POSTGRES_PASSWORD": secrets.token_hex(24)}
+def render_compose() -> tuple[dict[str, Any], str, str]:
+    """`docker-compose config` with fresh secrets (compose refuses to start without them), as the .env
+    `python -m scanflow.deploy_secrets --format compose` writes; the operator's token for the test's calls."""
+    values = generate()
+    env = {**os.environ, **{env_name(k): v for k, v in values.items()}}
+    token, password = values[token_key("operator")], values[mlflow_password_key("operator")]
     out = subprocess.run(["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config"], env=env,
                          capture_output=True, text=True, timeout=120, check=True).stdout
-    return yaml.safe_load(out), token
+    return yaml.safe_load(out), token, password
 
 
 def up_compose(cluster: Cluster, config: dict[str, Any], timeout_s: float) -> list[str]:

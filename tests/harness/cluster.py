@@ -87,7 +87,8 @@ class Pod:
     labels: dict[str, str]
     spec: dict[str, Any]
     dir: Path
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | None = None  # the first container (probes' exec runs in its namespaces)
+    sidecars: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # the others, by name
     ready: bool = False
     started: bool = False  # startupProbe passed (or none)
     restarts: int = 0
@@ -101,6 +102,10 @@ class Pod:
     @property
     def container(self) -> dict[str, Any]:
         return self.spec["containers"][0]
+
+    def processes(self) -> list[subprocess.Popen[bytes]]:
+        """Every container's process that was started (the first container's first)."""
+        return [p for p in (self.proc, *self.sidecars.values()) if p is not None]
 
 
 class Cluster:
@@ -222,16 +227,17 @@ class Cluster:
             pods = list(self.pods.values())
         for pod in pods:  # all at once: SIGTERM, a shared grace period, then SIGKILL whatever is left
             pod.stop.set()
-            if pod.proc is not None and pod.proc.poll() is None:
-                try:
-                    os.killpg(pod.proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+            for proc in pod.processes():
+                if proc.poll() is None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
         deadline = time.monotonic() + 10
         for pod in pods:
-            if pod.proc is not None:
+            for proc in pod.processes():
                 try:
-                    pod.proc.wait(max(0.1, deadline - time.monotonic()))
+                    proc.wait(max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     pass
         reap(self.rootfs)
@@ -459,9 +465,27 @@ class Cluster:
         return out
 
     def _start(self, pod: Pod) -> None:
-        """Start (or restart) the pod's first container (the manifests have one per pod)."""
-        secrets, cms = self._refs
+        """Start (or restart) the pod: its first container, then the others (sidecars such as MLflow's auth
+        proxy) in the same network namespace, so they reach each other on the pod's loopback as on a node."""
+        proc = self._launch(pod, pod.container, "container.json")
+        if proc is None:
+            return
+        pod.proc = proc
+        pod.sidecars = {}
+        for c in pod.spec["containers"][1:]:
+            side = self._launch(pod, c, f"container-{c['name']}.json")
+            if side is not None:
+                pod.sidecars[c["name"]] = side
         c = pod.container
+        pod.ready, pod.started, pod.exit_code = False, not c.get("startupProbe"), None
+        pod.stop = threading.Event()
+        self._write_status(pod)
+        threading.Thread(target=self._probe_loop, args=(pod, pod.proc, pod.stop), name=f"probe-{pod.name}",
+                         daemon=True).start()
+
+    def _launch(self, pod: Pod, c: dict[str, Any], spec_name: str) -> subprocess.Popen[bytes] | None:
+        """One container's process in the pod's network namespace (None: its config cannot be resolved)."""
+        secrets, cms = self._refs
         obj = self._pod_object(pod)
         image = str(c.get("image") or "")
         try:
@@ -473,7 +497,7 @@ class Cluster:
         except model.ResolveError as exc:
             self.events.append(f"pod {pod.name}: CreateContainerConfigError: {exc}")
             pod.restart_at = time.monotonic() + 5
-            return
+            return None
         vols = self._volumes(pod)
         mounts = [(vols[m["name"]], m["mountPath"]) for m in c.get("volumeMounts") or [] if m["name"] in vols]
         sa_mount = pod.spec.get("automountServiceAccountToken", True) and pod.spec.get("serviceAccountName")
@@ -485,20 +509,17 @@ class Cluster:
             env["KUBECONFIG"] = "/var/run/secrets/kubernetes.io/serviceaccount/kubeconfig"
         spec = {"rootfs": str(self.rootfs), "mounts": mounts, "workdir": c.get("workingDir") or model.IMAGE_WORKDIR,
                 "argv": argv, "env": env}
-        spec_file = pod.dir / "container.json"
+        spec_file = pod.dir / spec_name
         spec_file.write_text(json.dumps(spec))
         logf = open(pod.dir / "log", "ab")  # noqa: SIM115  # held by the child
-        pod.proc = subprocess.Popen(
+        proc = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{pod.spec['_netns']}", "--", "unshare", "-m", "--propagation", "private",
              "--", sys.executable, str(Path(__file__).with_name("podrun.py")), str(spec_file)],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         logf.close()
-        pod.env = env
-        pod.ready, pod.started, pod.exit_code = False, not c.get("startupProbe"), None
-        pod.stop = threading.Event()
-        self._write_status(pod)
-        threading.Thread(target=self._probe_loop, args=(pod, pod.proc, pod.stop), name=f"probe-{pod.name}",
-                         daemon=True).start()
+        if c is pod.container:
+            pod.env = env
+        return proc
 
     def _supervise(self, pod: Pod) -> None:
         """A container that exited: a Job's pod is done; others restart after CrashLoopBackOff's delay."""
@@ -510,8 +531,16 @@ class Cluster:
             return
         code = pod.proc.poll()
         if code is None:
+            for c in pod.spec["containers"][1:]:  # a sidecar that exited restarts on its own, as the kubelet does
+                side = pod.sidecars.get(c["name"])
+                if side is not None and side.poll() is not None:
+                    self.events.append(f"pod {pod.name} container {c['name']} exited {side.returncode}: restarted")
+                    again = self._launch(pod, c, f"container-{c['name']}.json")
+                    if again is not None:
+                        pod.sidecars[c["name"]] = again
             return
         pod.stop.set()
+        self._stop_sidecars(pod)
         pod.exit_code, pod.ready = code, False
         if pod.owner[0] == "Job":
             pod.done = True
@@ -533,17 +562,19 @@ class Cluster:
         if not startup and readiness:
             stop.wait(float(readiness.get("initialDelaySeconds", 0)))
         while not stop.is_set() and proc.poll() is None:
+            checks = [(c, c["readinessProbe"]) for c in pod.spec["containers"] if c.get("readinessProbe")]
             if not pod.started:
                 probe = startup
+                checks = [(c, startup)]
             else:
-                probe = readiness
+                probe = readiness or (checks[0][1] if checks else None)
             if probe is None:
                 if not pod.ready:
                     pod.ready = True
                     self._write_status(pod)
                 stop.wait(1.0)
                 continue
-            ok = self._probe(pod, probe)
+            ok = all(self._probe(pod, p, container) for container, p in checks)  # ready: every container is
             ok_run, bad_run = (ok_run + 1, 0) if ok else (0, bad_run + 1)
             if not pod.started:
                 if ok:
@@ -560,11 +591,12 @@ class Cluster:
                     self._write_status(pod)
             stop.wait(float(probe.get("periodSeconds", 10)))
 
-    def _probe(self, pod: Pod, probe: dict[str, Any]) -> bool:
+    def _probe(self, pod: Pod, probe: dict[str, Any], container: dict[str, Any] | None = None) -> bool:
         timeout = float(probe.get("timeoutSeconds", 1))
+        container = container or pod.container
         if "httpGet" in probe:
             g = probe["httpGet"]
-            port = model.container_port(pod.container, g["port"])
+            port = model.container_port(container, g["port"])
             try:
                 r = httpx.get(f"http://{pod.ip}:{port}{g.get('path', '/')}", timeout=timeout)
                 return 200 <= r.status_code < 400
@@ -580,7 +612,7 @@ class Cluster:
         if "tcpSocket" in probe:
             import socket
             try:
-                socket.create_connection((pod.ip, model.container_port(pod.container, probe["tcpSocket"]["port"])),
+                socket.create_connection((pod.ip, model.container_port(container, probe["tcpSocket"]["port"])),
                                          timeout=timeout).close()
                 return True
             except OSError:
@@ -593,9 +625,20 @@ class Cluster:
         self.events.append(f"pod {pod.name} terminating")
         threading.Thread(target=self._kill, args=(pod,), daemon=True).start()
 
+    def _stop_sidecars(self, pod: Pod) -> None:
+        for side in pod.sidecars.values():
+            if side.poll() is None:
+                try:
+                    os.killpg(side.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                side.wait(10)
+        pod.sidecars = {}
+
     def _kill(self, pod: Pod, grace_s: float = 30.0) -> None:
         pod.stop.set()
         self._write_status(pod)
+        self._stop_sidecars(pod)
         if pod.proc is not None and pod.proc.poll() is None:
             try:
                 os.killpg(pod.proc.pid, signal.SIGTERM)
@@ -690,7 +733,7 @@ class Cluster:
         upstream = None
         for ip, pod in targets:
             try:
-                cport = model.container_port((pod["spec"]["containers"] or [{}])[0], port.get("targetPort", port["port"]))
+                cport = model.pod_port(pod["spec"]["containers"] or [{}], port.get("targetPort", port["port"]))
                 upstream = await asyncio.wait_for(asyncio.open_connection(ip, cport), 2)
                 break
             except (TimeoutError, OSError, model.ResolveError):

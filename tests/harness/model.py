@@ -205,6 +205,17 @@ def container_port(container: Obj, port: int | str) -> int:
     raise ResolveError(f"container {container.get('name')!r} has no port named {port!r}")
 
 
+def pod_port(containers: list[Obj], port: int | str) -> int:
+    """A Service's targetPort on a pod: a number, or a port named by any of its containers (a sidecar's,
+    e.g. MLflow's auth proxy in front of MLflow)."""
+    for c in containers:
+        try:
+            return container_port(c, port)
+        except ResolveError:
+            continue
+    raise ResolveError(f"no container of the pod has a port named {port!r}")
+
+
 def pick_target(service: Obj, pods: Iterable[Obj]) -> list[tuple[str, Obj]]:
     """The ready endpoints of a Service: (pod IP, pod) for each ready pod its selector matches now."""
     selector = (service.get("spec") or {}).get("selector")

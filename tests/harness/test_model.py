@@ -155,3 +155,12 @@ def test_named_lists_merge_by_name_as_strategic_merge_does() -> None:
                                     "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}
     assert got["containers"][1] == {"name": "sidecar", "image": "x"}
     assert model.merge_named_lists({"args": ["a"]}, {"args": ["b"]}, merge) == {"args": ["b"]}  # plain lists: replaced
+
+
+def test_a_service_port_named_by_a_sidecar_resolves_on_the_pod() -> None:
+    mlflow = {"name": "mlflow", "ports": []}
+    proxy = {"name": "proxy", "ports": [{"name": "http", "containerPort": 5000}]}
+    assert model.pod_port([mlflow, proxy], "http") == 5000
+    assert model.pod_port([mlflow, proxy], 5001) == 5001
+    with pytest.raises(model.ResolveError):
+        model.pod_port([mlflow, proxy], "grpc")
