@@ -43,10 +43,10 @@ DRAWS = 4000  # null draws: p-values resolve to 1/4001, the family rates to ~0.3
 # out. A pixel that is 0 in every calibration image then moves z by ~1 per clean row that inks it,
 # instead of making any such row infinitely significant.
 VAR_FLOOR_ROWS = 1.0
-TOP_COMPONENTS = 5
+TOP_COMPONENTS = 5  # the report names this many most-shifted input columns
 # null draws of the feature KS test: ~1 s of fit per 450 x 64 calibration on a busy core; p-values
 # resolve to 1/2001 (the Bonferroni bound takes over beyond every draw)
-KS_DRAWS = 2000  # the report names this many most-shifted input columns
+KS_DRAWS = 2000
 
 
 @dataclass(frozen=True)
