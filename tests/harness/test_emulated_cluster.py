@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.cluster import reap
+from tests.harness.cluster import REPLACED, reap
 
 ROOT = Path(__file__).resolve().parents[2]
 # one install, wired + S4 + S1, on 2 shared cores: measured 340 s (dev) and 476 s (compose) at load ~12
@@ -32,6 +32,11 @@ def _missing() -> str | None:
     for tool in ("unshare", "nsenter", "ip", "mount", "runuser"):
         if shutil.which(tool) is None:
             return f"{tool} not installed"
+    for what, path in (("the checkout", ROOT), ("the interpreter", Path(sys.prefix)), ("its base", Path(sys.base_prefix))):
+        top = path.resolve().parts[1:2]
+        if top and top[0] in REPLACED:
+            return (f"{what} lies under /{top[0]} ({path}), which the containers' image root replaces with a fresh "
+                    "directory: clone and install under another path (e.g. /srv or $HOME) to run the emulated cluster")
     if not glob.glob("/usr/lib/postgresql/*/bin/initdb"):
         return "PostgreSQL server binaries not installed (Debian: apt-get install postgresql)"
     try:
