@@ -14,8 +14,8 @@ Two cases on the running EmbeddedStack, the same open-loop load in both:
    higher latency serves the same answers per second).
 2. right-sized: the service starts at the size the Planner settled on in case 1 (`settled`: no move for
    15 s, no shrink pending), under a load that fits that size (`right_rate`: the need the Planner
-   observed there, moved to the middle of the policy's hold band); passes only if nothing changed: the Planner looked (autoscale decisions were made on observations during the window) and
-   held, the Executor changed neither resources nor replicas, and the load was served.
+   observed there, moved to the middle of the policy's hold band); passes only if nothing changed: the
+   Planner looked (autoscale decisions were made on observations during the window) and held, the Executor changed neither resources nor replicas, and the load was served.
 Afterwards the strategy is removed, the SLO override cleared and the declared resources and replica
 count restored. No stack (agents) or no cgroup CPU quota: the scenario reports why and does not pass.
 Who calls: scanflow.demo.runner; tests/e2e/test_s3_tune.py.
@@ -131,19 +131,24 @@ def settled(plans: list[dict[str, Any]], since: float, now: float) -> bool:
 
 def right_rate(rate: float, plans: list[dict[str, Any]], cpu: float, config: Any) -> float | None:
     """Pure: the load (requests/s) at which a replica of `cpu` cores is right-sized for the Planner: its
-    per-replica need in the middle of the policy's hold band (`elastic.hold_band`), scaled from the need
-    the Planner itself observed at `rate` in its last decisions (`plans`, at that size); None without one.
-    Why not the same rate as case 1: the size it settled on sits anywhere in its band, often near an edge
-    (a need of 0.22-0.31 cores measured at one rate in different runs, around the 0.25 -> 0.5 step), and a
-    start at a band's edge moves on noise alone; the scenario owns the load, so it offers one that fits."""
+    per-replica need in the middle of the band where every tick holds (`elastic.hold_band(calm=False)`:
+    a tick with latency above the low band grows on any need over `cpu`), scaled from the need the
+    Planner itself observed at `rate` in its last decisions (`plans`, at that size); None without one.
+    The middle is geometric (the need's noise is a ratio): sqrt(lo * cpu), or cpu / 2 at the smallest
+    size (no shrink below it). Why not the same rate as case 1: the size it settled on sits anywhere in
+    its band, often near an edge (a need of 0.22-0.31 cores measured at one rate in different runs,
+    around the 0.25 -> 0.5 step), and a start at a band's edge moves on noise alone; the scenario owns
+    the load, so it offers one that fits. Why the strict band, not the calm one: on a busy machine the
+    latency leaves the low band now and then, and a load at 80% of a 0.25-core replica's calm band
+    (measured: a need of 0.26 at 167 rps where 0.13 was seen at 108) grew it twice."""
     from scanflow.policies import elastic
 
     needs = sorted(float(p["inputs"]["need_cores"]) / max(1, int(p.get("current") or 1))
                    for p in plans[-SETTLED_LOOKS:] if (p.get("inputs") or {}).get("need_cores"))
     if not needs:
         return None
-    lo, hi = elastic.hold_band(cpu, config)
-    target = (lo + hi) / 2 if lo else hi / (1 + config.grow_margin) * 0.8
+    lo, hi = elastic.hold_band(cpu, config, calm=False)
+    target = math.sqrt(lo * hi) if lo else hi / 2
     return round(min(MAX_RATE, max(5.0, rate * target / needs[len(needs) // 2])), 1)
 
 

@@ -268,13 +268,15 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
                             threads=threads_for(target, ctx.node_cpus), action=action), new)
 
 
-def hold_band(cpu: float, config: ElasticConfig) -> tuple[float, float]:
-    """Pure: (lo, hi) such that a calm tick (low latency, not saturated, replicas unchanged) holds a replica
-    of `cpu` cores when every recent per-replica need lies in (lo, hi]: above hi it grows
-    (`grow_margin`), at or under lo it shrinks (`shrink_margin`, in `cpu_step` multiples, never under
-    `min_cpu`; lo is 0 where no shrink is possible). What a "right-sized" replica means to this policy:
-    a load whose need sits inside the band, away from its edges, is one it leaves alone."""
-    hi = cpu * (1 + config.grow_margin)
+def hold_band(cpu: float, config: ElasticConfig, calm: bool = True) -> tuple[float, float]:
+    """Pure: (lo, hi) such that a tick holds a replica of `cpu` cores (replicas unchanged) when every
+    recent per-replica need lies in (lo, hi]: above hi it grows, at or under lo it shrinks
+    (`shrink_margin`, in `cpu_step` multiples, never under `min_cpu`; lo is 0 where no shrink is
+    possible). A calm tick (low latency, not saturated) grows only past `grow_margin` on top of `cpu`;
+    with `calm=False` (latency between the low band and the SLO, or a saturated replica) any need above
+    `cpu` grows it, so the band ends at `cpu`. What a "right-sized" replica means to this policy: a load
+    whose need sits inside the band, away from its edges, is one it leaves alone."""
+    hi = cpu * (1 + config.grow_margin) if calm else cpu
     lo = quantize_down(cpu * (1 - config.shrink_margin), config.cpu_step)
     return (lo if lo >= config.min_cpu and lo < cpu else 0.0), hi
 

@@ -3,6 +3,8 @@ not happen, when the gain was not measured, or (right-sized) when anything chang
 
 from __future__ import annotations
 
+import math
+
 from scanflow.demo.load import Second
 from scanflow.demo.s3_tune import (
     GAIN_MIN,
@@ -97,15 +99,16 @@ def test_right_rate_moves_the_observed_need_to_the_middle_of_the_hold_band() -> 
     from scanflow.policies.elastic import ElasticConfig, hold_band
 
     cfg = ElasticConfig(min_cpu=0.25, cpu_step=0.25)
-    lo, hi = hold_band(0.5, cfg)  # (0.25, 0.6]
+    lo, hi = hold_band(0.5, cfg, calm=False)  # (0.25, 0.5]: any tick holds there
 
     def looks(need: float) -> list[dict]:
         return [{**_plan("hold", 100.0 + i), "current": 1, "inputs": {"need_cores": need}} for i in range(6)]
 
-    # at 100 rps the Planner saw 0.26 cores needed: at the band's bottom edge; the middle is 0.425
-    assert right_rate(100.0, looks(0.26), 0.5, cfg) == round(100.0 * (lo + hi) / 2 / 0.26, 1)
-    # at the smallest size there is no shrink: 80% of the grow edge's base
-    assert right_rate(100.0, looks(0.31), 0.25, cfg) == round(100.0 * 0.25 * 0.8 / 0.31, 1)
+    # at 100 rps the Planner saw 0.26 cores needed: at the band's bottom edge; the (geometric) middle is 0.354
+    assert right_rate(100.0, looks(0.26), 0.5, cfg) == round(100.0 * math.sqrt(lo * hi) / 0.26, 1)
+    assert lo < 0.26 * right_rate(100.0, looks(0.26), 0.5, cfg) / 100.0 < hi
+    # at the smallest size there is no shrink: half the size (measured: 0.13 at 108 rps -> 104 rps, not 167)
+    assert right_rate(108.0, looks(0.13), 0.25, cfg) == round(108.0 * 0.125 / 0.13, 1)
     # per replica: 2 replicas needing 0.52 in all are 0.26 each
     two = [{**p, "current": 2, "inputs": {"need_cores": 0.52}} for p in looks(0.0)]
     assert right_rate(100.0, two, 0.5, cfg) == right_rate(100.0, looks(0.26), 0.5, cfg)

@@ -142,3 +142,20 @@ def test_hold_band_is_where_calm_ticks_hold_and_its_edges_move(cpu: float) -> No
         assert run(lo * 0.95)[-1].cpu < cpu  # at or under the bottom edge: shrinks
     else:
         assert cpu * (1 - CFG.shrink_margin) < CFG.min_cpu + CFG.cpu_step  # no smaller size to go to
+
+
+@pytest.mark.parametrize("cpu", [0.25, 0.5, 0.75, 1.0, 1.5])
+def test_hold_band_when_not_calm_ends_at_the_present_size(cpu: float) -> None:
+    # latency between the low band and the SLO (35 ms of 50), not saturated: a need above the present
+    # size grows at once (no margin, no second tick), one inside (lo, cpu] holds
+    lo, hi = elastic.hold_band(cpu, CFG, calm=False)
+    assert hi == cpu and lo == elastic.hold_band(cpu, CFG)[0]
+
+    def run(need: float) -> list[elastic.ElasticDecision]:
+        tick = replace(CALM_600, latency_ms=35.0, arrival_rate=need * CFG.scale.target_utilization * 1000.0,
+                       cpu_per_request_ms=1.0)
+        return replay_elastic([tick] * 40, CFG, cpu=cpu, node_cpus=4.0)
+
+    for need in ((lo + hi) / 2, hi * 0.97):
+        assert {(d.cpu, d.replicas) for d in run(need)} == {(cpu, 1)}, need
+    assert run(hi * 1.05)[0].action == "grow"  # just over: the first tick grows
