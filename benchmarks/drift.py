@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/drift.py             # more windows per cell and more splits with KS/MMD
     .venv/bin/python benchmarks/drift.py --power-only  # ours vs KS only, 20 windows per cell, 3 splits: minutes
     options: --splits N, --windows 200 500, --data digits sensors, --std-splits N (MMD), --families F ...,
-             --severities 1 2, --mmd (with --power-only)
+             --severities 1 2, --mmd (with --power-only), --mmd-windows N (MMD's windows per cell)
+    .venv/bin/python benchmarks/drift.py --power-only --mmd --mmd-windows 20 --jobs 2  # the MMD ratio
 
 A *split* is one deployment: a fresh reference draw trains an autoencoder and ONE calibration set
 calibrates it, as in production; then fresh clean windows (that deployment's false-positive rate) and
@@ -321,6 +322,9 @@ def main() -> int:
     p.add_argument("--power-only", action="store_true",
                    help="ours vs KS only (MMD with --mmd), 3 splits, 40 clean and 20 windows per cell, quick epochs")
     p.add_argument("--mmd", action="store_true", help="with --power-only: MMD too, on the first split")
+    p.add_argument("--mmd-windows", type=int, default=None,
+                   help="MMD's windows per corrupted cell (and at least as many clean) on its splits: a cell "
+                        "enters min_power_ratio_vs_mmd only with enough of them (1, the --quick default, never does)")
     p.add_argument("--families", nargs="+", default=None, help="only these corruption families")
     p.add_argument("--severities", nargs="+", type=int, default=list(dc.SEVERITIES), choices=list(dc.SEVERITIES))
     p.add_argument("--cell-windows", type=int, default=None, help="corrupted windows per cell and split")
@@ -337,6 +341,9 @@ def main() -> int:
     args.corrupt = args.cell_windows or args.corrupt
     args.std_splits = args.std_splits if args.std_splits is not None else (1 if args.quick else 3)
     args.std_clean, args.std_corrupt = (4, 1) if args.quick else (10, 3)
+    if args.mmd_windows:
+        args.std_corrupt = min(args.mmd_windows, args.corrupt)
+        args.std_clean = min(max(args.std_clean, args.mmd_windows), args.clean)
     if args.power_only and not args.mmd:
         args.std_splits = 0
     import torch
