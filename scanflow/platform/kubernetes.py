@@ -12,7 +12,8 @@ How each operation maps onto the API (docs/kubernetes.md has the why):
   threads, affinity) so a restarted Executor re-applies what runs instead of resetting it;
 - deploy: Deployment + Service per service by server-side apply (created when missing); an
   existing Service keeps its selector (a failover route survives a restart); plus `<name>-own`, a
-  Service that always selects the service's own pods (the gateway's upstream, manifests.own_service);
+  headless Service that always selects the service's own pods (the gateway's upstream, resolved to
+  one address per ready pod: manifests.own_service);
 - scale: the `deployments/scale` subresource (merge patch); when an HPA targets the Deployment the
   Planner's count becomes the HPA's floor (manifests.hpa_bounds) instead, since the HPA would
   overwrite replicas within 15 s;
@@ -366,6 +367,13 @@ class KubernetesPlatform:
         self._apply("services", self.core.patch_namespaced_service, self.core.create_namespaced_service,
                     service.name, svc)
         own = mf.own_service(service, namespace=self.namespace, workflow=self.workflow)
+        old_own = self._read_or_none("services", self.core.read_namespaced_service, own["metadata"]["name"])
+        if old_own is not None and (old_own.get("spec") or {}).get("clusterIP") not in (None, "None"):
+            # made by an earlier version with a ClusterIP: a Service's clusterIP is immutable, so the
+            # headless one replaces it (the gateway re-resolves the name within its health interval)
+            self._call("delete", "services", self.core.delete_namespaced_service, own["metadata"]["name"],
+                       self.namespace)
+            notes.append(f"service {own['metadata']['name']!r} re-created headless")
         self._apply("services", self.core.patch_namespaced_service, self.core.create_namespaced_service,
                     own["metadata"]["name"], own)
         self._wait_ready(service.name, None if "replicas" not in dep["spec"] else service.replicas)

@@ -431,15 +431,19 @@ def own_service_name(service: str) -> str:
 
 
 def own_service(service: Service, *, namespace: str = DEFAULT_NAMESPACE, workflow: str | None = None) -> Manifest:
-    """A ClusterIP Service on the service's own pods only, whatever the routable Service selects.
+    """A headless Service on the service's own pods only, whatever the routable Service selects.
 
-    Why: the gateway must see the primary's replicas as they are. Behind the routable Service a
+    Why its own: the gateway must see the primary's replicas as they are. Behind the routable Service a
     failover (selector switched to the backup) shows the gateway, and the Checker that reads it,
     healthy replicas while the primary's own pods may be down, and the Planner would route back
-    too early. The gateway names this one as its upstream and the backup's as its SCANFLOW_BACKUP."""
+    too early. The gateway names this one as its upstream and the backup's as its SCANFLOW_BACKUP.
+    Why headless (clusterIP None): its DNS name resolves to each ready pod's address, and the gateway
+    (SCANFLOW_UPSTREAM_DISCOVERY=dns, scanflow.serving.discovery) balances over the pods themselves;
+    through a ClusterIP its kept-alive connections would pin traffic to the pods they first reached."""
     out = k8s_service(service, namespace=namespace, workflow=workflow)
     out["metadata"]["name"] = own_service_name(service.name)
     out["metadata"].pop("annotations")
+    out["spec"]["clusterIP"] = "None"
     return out
 
 

@@ -11,8 +11,10 @@ routing.choose_attempt): predict is idempotent, so scale-down and crashes do not
 Health checks (`GET /ready`) run every interval; a failing replica leaves
 the set and comes back when healthy. With no healthy primary replica, traffic fails over to the backup
 URL (another service's gateway or replica) and fails back when one is healthy again; `PUT /admin/route`
-overrides. The standard protocols (/v2, /invocations: scanflow.serving.protocols) are forwarded with
-the same retries and failover. Who uses it: the platforms (local processes, Kubernetes), the Executor agent (admin API).
+overrides. With `--upstream-discovery dns` the replica URLs are names, each standing for one replica
+per address it resolves to (a Kubernetes headless Service; scanflow.serving.discovery says why). The
+standard protocols (/v2, /invocations: scanflow.serving.protocols) are forwarded with the same retries
+and failover. Who uses it: the platforms (local processes, Kubernetes), the Executor agent (admin API).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
-from scanflow.serving import batchwire
+from scanflow.serving import batchwire, discovery
 from scanflow.serving.asgi import (
     JSON_HEADERS,
     BodyDeadlines,
@@ -101,6 +103,9 @@ class GatewayConfig:
     coalesce_max_bytes: int = 1 << 20
     coalesce_item_bytes: int = 64 << 10
     batches_per_replica: int = 1
+    # "static": `replicas` are the replicas; "dns": each is a name standing for one replica per address
+    # it resolves to, re-resolved every health interval (a Kubernetes headless Service: see discovery)
+    discovery: str = "static"
 
 
 class _Metrics:
@@ -154,7 +159,15 @@ class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.metrics = _Metrics()
-        self.replicas: tuple[Upstream, ...] = tuple(Upstream(normalize_url(u)) for u in config.replicas)
+        if config.discovery not in ("static", "dns"):
+            raise ValueError(f"discovery {config.discovery!r}: use static or dns")
+        # dns: the configured URLs are names to resolve; the replicas are what they resolve to (at start-up
+        # and every health interval), none until the first resolution
+        self.sources: tuple[str, ...] = tuple(normalize_url(u) for u in config.replicas)
+        self.discovered: dict[str, list[str]] = {}
+        self.resolver: discovery.Resolver = discovery.resolve_host
+        self.replicas: tuple[Upstream, ...] = () if config.discovery == "dns" else tuple(
+            Upstream(u) for u in self.sources)
         self.backup: Upstream | None = Upstream(normalize_url(config.backup)) if config.backup else None
         self.mode: RouteMode = "auto"
         self.routed_to: Target | None = None
@@ -186,6 +199,7 @@ class Gateway:
         self._health_session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=60),
         )
+        await self._discover()
         await self.check_health(self.replicas + ((self.backup,) if self.backup else ()))
         self._health_task = asyncio.create_task(self._health_loop(), name="health-checks")
         try:
@@ -225,7 +239,21 @@ class Gateway:
     async def _health_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.health_interval_s)
+            await self._discover()
             await self.check_health(self.replicas + ((self.backup,) if self.backup else ()))
+
+    async def _discover(self) -> None:
+        """dns discovery: re-resolve the sources; a changed address set replaces the replicas (new ones
+        health-checked first, removed ones drain: `set_replicas`)."""
+        if self.config.discovery != "dns":
+            return
+        found = await discovery.discover(self.sources, self.discovered, self.resolver)
+        urls = [u for src in self.sources for u in found.get(src, [])]
+        if found != self.discovered:
+            log.info("service %s: %s resolve to %s", self.config.service, ", ".join(self.sources), urls or "nothing")
+        self.discovered = found
+        if urls != [r.url for r in self.replicas]:
+            await self._replace_replicas(urls)
 
     def _update_route(self, route: Target | None = None) -> None:
         """Record where traffic goes now; count failovers and failbacks on each change."""
@@ -493,7 +521,16 @@ class Gateway:
 
     # ---- admin ------------------------------------------------------------------------------
     async def set_replicas(self, urls: list[str]) -> dict[str, object]:
-        """Atomic replace: new URLs are health-checked first; removed ones finish what they have."""
+        """Atomic replace: new URLs are health-checked first; removed ones finish what they have. With dns
+        discovery the URLs are the names to resolve (resolved at once)."""
+        if self.config.discovery == "dns":
+            self.sources = tuple(urls)
+            await self._discover()
+            self._update_route()
+            return self.state()
+        return await self._replace_replicas(urls)
+
+    async def _replace_replicas(self, urls: list[str]) -> dict[str, object]:
         current = {r.url: r for r in self.replicas}
         new = tuple(current.get(u) or Upstream(u) for u in urls)
         await self.check_health(tuple(r for r in new if r.url not in current))
@@ -538,6 +575,8 @@ class Gateway:
         self.draining = {u: r for u, r in self.draining.items() if r.outstanding}
         return {
             "service": self.config.service,
+            "discovery": {"mode": self.config.discovery, "sources": list(self.sources)}
+            if self.config.discovery == "dns" else {"mode": "static"},
             "route": self.mode,
             "routed_to": self.routed_to,
             "replicas": [r.snapshot() for r in self.replicas],
@@ -594,7 +633,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
 def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> argparse.Namespace:
     """Flags, with env defaults (flags win): SCANFLOW_PORT, SCANFLOW_HOST, SCANFLOW_SERVICE,
     SCANFLOW_UPSTREAM (replica URLs, comma-separated; used when no --replica is given),
-    SCANFLOW_BACKUP, SCANFLOW_LOG_LEVEL."""
+    SCANFLOW_BACKUP, SCANFLOW_UPSTREAM_DISCOVERY, SCANFLOW_LOG_LEVEL."""
     env = os.environ if env is None else env
     p = argparse.ArgumentParser(prog="python -m scanflow.serving.gateway", description=__doc__.split("\n")[0])
     p.add_argument("--port", type=int, default=None, help="env SCANFLOW_PORT")
@@ -616,6 +655,10 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
                    help="asgi (default): every request through uvicorn's ASGI cycle; fast: the common POST "
                         "/predict answered from the HTTP protocol, no ASGI cycle (scanflow.serving.fastfront; "
                         "opt-in until S2 is understood with it, docs/serving.md) (env SCANFLOW_GATEWAY_FRONT)")
+    p.add_argument("--upstream-discovery", choices=("static", "dns"), default=None,
+                   help="static (default): the --replica URLs are the replicas; dns: each names a set of replicas, "
+                        "one per address it resolves to, re-resolved every health interval (a Kubernetes headless "
+                        "Service) (env SCANFLOW_UPSTREAM_DISCOVERY)")
     p.add_argument("--allow-anonymous", action="store_true")
     p.add_argument("--log-level", default=None, help="env SCANFLOW_LOG_LEVEL, else INFO")
     args = p.parse_args(argv)
@@ -632,6 +675,10 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
     args.front = args.front or env.get("SCANFLOW_GATEWAY_FRONT", "").strip() or "asgi"
     if args.front not in ("fast", "asgi"):
         p.error(f"SCANFLOW_GATEWAY_FRONT={args.front!r}: use fast or asgi")
+    args.upstream_discovery = (args.upstream_discovery or env.get("SCANFLOW_UPSTREAM_DISCOVERY", "").strip()
+                               or "static")
+    if args.upstream_discovery not in ("static", "dns"):
+        p.error(f"SCANFLOW_UPSTREAM_DISCOVERY={args.upstream_discovery!r}: use static or dns")
     return args
 
 
@@ -654,6 +701,7 @@ def main(argv: list[str] | None = None) -> None:
             upstream_timeout_s=args.upstream_timeout_s,
             coalesce_max=args.coalesce_max,
             batches_per_replica=max(1, args.batches_per_replica),
+            discovery=args.upstream_discovery,
         )
     except ValueError as exc:
         raise SystemExit(str(exc)) from None

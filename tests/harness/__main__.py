@@ -186,6 +186,17 @@ def run_wired(cluster: Cluster, token: str, result: dict[str, Any], timeout_s: f
 
     wait_for(tracker_logged, 60, "the Tracker logs the gateway's predictions", interval_s=1)
     result["tracker_received"] = True
+    if cluster.get("apps/v1", "Deployment", "digits-gateway"):
+        # Kubernetes: the gateway balances over the pods themselves (digits-own is headless), not over
+        # one ClusterIP: its replicas are the ready digits pods' addresses
+        pods = [p for p in cluster.list("v1", "Pod")
+                if (p["metadata"].get("labels") or {}).get("scanflow.io/service") == "digits"]
+        result["digits_pod_ips"] = sorted((p.get("status") or {}).get("podIP") or "" for p in pods)
+        state = httpx.get(f"{svc(cluster, 'digits-gateway')}/admin/state", headers=hdr, timeout=10)
+        result["gateway_state_status"] = state.status_code
+        if state.status_code == 200:
+            result["gateway_replicas"] = sorted(r["url"] for r in state.json()["replicas"])
+            result["gateway_discovery"] = state.json().get("discovery")
 
 
 def selector_on_backup(cluster: Cluster) -> bool:

@@ -127,6 +127,7 @@ class Cluster:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._hosts_lock = threading.Lock()
+        self._hosts_content = ""
         self._veth = 0
         self._svc_servers: dict[tuple[str, int], asyncio.AbstractServer] = {}
         self._services: dict[str, dict[str, Any]] = {}
@@ -694,8 +695,9 @@ class Cluster:
         return self.svc_ips.get(name)
 
     async def _listen(self, services: dict[str, dict[str, Any]]) -> None:
-        changed = False
         for name, svc in services.items():
+            if model.headless(svc):
+                continue  # no address of its own, no proxy: its name resolves to its ready pods
             ip = self.svc_ips.get(name)
             for port in (svc.get("spec") or {}).get("ports") or []:
                 key = (name, int(port["port"]))
@@ -703,7 +705,6 @@ class Cluster:
                     continue
                 if not any(k[0] == name for k in self._svc_servers):
                     sh("ip", "addr", "add", f"{ip}/32", "dev", "lo")
-                    changed = True
 
                 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                  name: str = name, port: dict[str, Any] = port) -> None:
@@ -711,19 +712,26 @@ class Cluster:
                 self._svc_servers[key] = await asyncio.start_server(handle, ip, int(port["port"]))
         for key in [k for k in self._svc_servers if k[0] not in services]:
             self._svc_servers.pop(key).close()
-        if changed:
-            self._write_hosts()
+        self._write_hosts()  # (when it changed) new Services, and headless ones' ready pods
 
     def _write_hosts(self) -> None:
-        """Every Service's names, and the pods that carry a DNS name (compose: the service name is the
-        container's own address)."""
+        """Every Service's names, a headless Service's once per ready pod it selects (cluster DNS answers
+        its name with their addresses), and the pods that carry a DNS name (compose: the service name is
+        the container's own address). Written only when it changed."""
         with self._hosts_lock:
             entries = [(self.svc_ips.get(n), model.service_names(n, self.namespace))
                        for n in sorted({k[0] for k in self._svc_servers})]
+            for name, svc in sorted(self._services.items()):
+                if model.headless(svc):
+                    entries += [(ip, model.service_names(name, self.namespace))
+                                for ip, _ in model.pick_target(svc, self._api_pods)]
             with self._lock:
                 entries += [(p.ip, [p.labels[model.DNS_LABEL]]) for p in self.pods.values()
                             if model.DNS_LABEL in p.labels and not p.terminating]
             content = model.hosts_file(entries)
+            if content == self._hosts_content:
+                return
+            self._hosts_content = content
             with open(self.hosts, "r+") as f:  # in place: the bind mounts hold this inode
                 f.seek(0)
                 f.write(content)

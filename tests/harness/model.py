@@ -216,6 +216,11 @@ def pod_port(containers: list[Obj], port: int | str) -> int:
     raise ResolveError(f"no container of the pod has a port named {port!r}")
 
 
+def headless(service: Obj) -> bool:
+    """A Service with clusterIP None: no virtual address, its DNS name answers with its ready pods."""
+    return (service.get("spec") or {}).get("clusterIP") == "None"
+
+
 def pick_target(service: Obj, pods: Iterable[Obj]) -> list[tuple[str, Obj]]:
     """The ready endpoints of a Service: (pod IP, pod) for each ready pod its selector matches now."""
     selector = (service.get("spec") or {}).get("selector")

@@ -90,6 +90,9 @@ def test_dev_overlay_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> None
     assert r["digits_image"].startswith("scanflow")
     assert r["peers"]["checker"] == ["executor", "planner", "tracker"]  # SCANFLOW_PEERS, less itself
     assert r["tracker_received"]
+    # the gateway's replicas are the digits pods (digits-own is headless, resolved per pod), not a ClusterIP
+    assert r["gateway_state_status"] == 200, r
+    assert r["gateway_replicas"] == [f"http://{ip}:8080" for ip in r["digits_pod_ips"]], r
     assert_s1_and_s4(r)
     # on Kubernetes: the route is the `digits` Service's selector (its own address then reaches the
     # backup's pods); the retrain ran as a Job the emulated kubelet ran; the replicas rolled onto it

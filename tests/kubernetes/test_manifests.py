@@ -216,6 +216,7 @@ def test_agents_are_wired_by_configuration_and_single_instance(overlay: str, tmp
     gw_env = {e["name"]: e.get("value") for e in gw["env"]}
     assert gw_env["SCANFLOW_UPSTREAM"] == "http://digits-own:8080"  # the Services the Executor creates
     assert gw_env["SCANFLOW_BACKUP"] == "http://digits-backup-own:8080"
+    assert gw_env["SCANFLOW_UPSTREAM_DISCOVERY"] == "dns"  # digits-own is headless: one upstream per pod
     # the postgres init script creates every agent's database
     init = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("postgres-init"))
     assert all(f"agents_{r}" in init["data"]["10-agents.sql"] for r in AGENTS)

@@ -209,3 +209,19 @@ def test_the_own_service_keeps_selecting_the_primary_through_a_failover(kmock_se
     plat.delete("digits")
     with pytest.raises(KeyError):
         stored(kmock_server, "v1/services", "digits-own")
+
+
+def test_an_own_service_with_a_cluster_ip_is_recreated_headless(kmock_server, make_platform):
+    # made by an earlier version: a ClusterIP Service (clusterIP is immutable: an apply cannot change it)
+    plat = make_platform(workflow="digits")
+    old = mf.own_service(PRIMARY, namespace=plat.namespace, workflow="digits")
+    old["spec"]["clusterIP"] = "10.96.0.50"
+    old["metadata"]["labels"]["made-by"] = "an-earlier-version"  # an apply would keep it, a re-create drops it
+    plat.core.create_namespaced_service(plat.namespace, old)
+    status = plat.deploy(PRIMARY)
+    own = stored(kmock_server, "v1/services", "digits-own")
+    assert own["spec"]["clusterIP"] == "None"  # headless: its DNS name answers with each ready pod
+    assert "made-by" not in own["metadata"]["labels"]
+    assert any("re-created headless" in n for n in status.notes)
+    plat.deploy(PRIMARY)  # already headless: left as it is
+    assert stored(kmock_server, "v1/services", "digits-own")["spec"]["clusterIP"] == "None"
