@@ -15,8 +15,8 @@ How each operation maps onto the API (docs/kubernetes.md has the why):
   headless Service that always selects the service's own pods (the gateway's upstream, resolved to
   one address per ready pod: manifests.own_service);
 - scale: the `deployments/scale` subresource (merge patch); when an HPA targets the Deployment the
-  Planner's count becomes the HPA's floor (manifests.hpa_bounds) instead, since the HPA would
-  overwrite replicas within 15 s;
+  Planner's count becomes the HPA's floor, under its ceiling (manifests.hpa_bounds) instead, since
+  the HPA would overwrite replicas within 15 s;
 - set_resources: `pods/resize` on clusters >= 1.33 then the template is brought in line; rolling
   update (maxUnavailable 0) where in-place cannot work (older cluster, QoS change, static CPU manager);
 - route: the Service selector is switched to the backup's pods, and back;
@@ -435,6 +435,7 @@ class KubernetesPlatform:
                 f"HPA {name!r} targets this Deployment: moved its bounds from "
                 f"[{old.get('minReplicas', 1)}, {old.get('maxReplicas')}] to [{lo}, {hi}] (the Planner "
                 "sets the floor, the HPA scales above it) instead of patching replicas"
+                + (f"; asked for {replicas}, the HPA's ceiling {hi} stays" if lo < replicas else "")
             )
         else:
             self._call(

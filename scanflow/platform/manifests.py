@@ -473,15 +473,19 @@ def rollout_complete(dep: Manifest, want: int | None = None) -> bool:
 
 
 def hpa_bounds(current_min: int | None, current_max: int, wanted: int) -> tuple[int, int]:
-    """The HPA rule (pure): the Planner's replica count becomes the HPA's floor, the HPA keeps the rest.
+    """The HPA rule (pure): the Planner's replica count becomes the HPA's floor; the ceiling stays the
+    team's, and the floor stays under it so the HPA keeps a replica to decide on.
 
-    (min, max) after the Planner asks for `wanted` replicas of a Deployment an HPA targets: min =
-    wanted, max = max(current max, wanted). The HPA still scales between them on its own metric, so
-    it is never disabled (min == max would); a Planner scale-down lowers the floor and leaves the
-    ceiling, letting the HPA shrink the Deployment when its metric agrees."""
+    (min, max) after the Planner asks for `wanted` replicas of a Deployment an HPA targets: max = the
+    current max (a budget someone set: an agent does not raise it), min = wanted, at most max - 1. The
+    HPA still scales between them on its own metric, so it is never disabled (min == max would); a
+    Planner that asks for the ceiling or more gets max - 1 and the HPA decides the last replica. A
+    scale-down lowers the floor, letting the HPA shrink the Deployment when its metric agrees. An HPA
+    whose max is 1 stays at [1, 1]: its owner pinned it."""
     if wanted < 1:
         raise ValueError("an HPA cannot scale to 0: delete it first")
-    return wanted, max(int(current_max), wanted)
+    ceiling = max(1, int(current_max))
+    return min(wanted, max(1, ceiling - 1)), ceiling
 
 
 def running_service(dep: Manifest) -> dict[str, Any]:

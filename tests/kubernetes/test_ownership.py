@@ -143,13 +143,15 @@ def test_rollout_complete_waits_for_the_whole_rollout(state, done) -> None:
 @pytest.mark.parametrize(("cur_min", "cur_max", "wanted", "bounds"), [
     (1, 10, 4, (4, 10)),  # scale out: the floor rises, the HPA may go higher
     (4, 10, 2, (2, 10)),  # scale in: the floor drops, the HPA shrinks when its metric agrees
-    (1, 3, 5, (5, 5)),  # beyond the ceiling: the ceiling follows (never min > max)
+    (1, 3, 5, (2, 3)),  # beyond the ceiling: the ceiling stays, the HPA decides the last replica
+    (1, 3, 3, (2, 3)),  # at the ceiling: the same
     (None, 6, 1, (1, 6)),
+    (1, 1, 4, (1, 1)),  # its owner pinned it at 1: nothing to leave to the HPA
 ])
 def test_hpa_rule_sets_the_floor_and_never_pins(cur_min, cur_max, wanted, bounds) -> None:
     lo, hi = mf.hpa_bounds(cur_min, cur_max, wanted)
-    assert (lo, hi) == bounds and lo <= hi
-    if cur_max > wanted:
+    assert (lo, hi) == bounds and lo <= hi and hi == cur_max  # the owner's ceiling is never moved
+    if cur_max > 1:
         assert lo < hi  # min == max would disable the HPA
 
 

@@ -123,6 +123,11 @@ def test_scale_moves_hpa_bounds_instead_of_fighting_it(kmock_server, make_platfo
         "/apis/autoscaling/v2/namespaces/scanflow/horizontalpodautoscalers/digits-hpa", MERGE,
         {"spec": {"minReplicas": 4, "maxReplicas": 10}})]  # the Planner's floor; the HPA keeps its ceiling
     assert any("HPA 'digits-hpa'" in n and "[1, 10] to [4, 10]" in n for n in st.notes)
+    kmock_server.mark()
+    st = plat.scale("digits", 12)  # past the HPA's ceiling: the ceiling is its owner's, the HPA keeps one
+    assert [r.data for r in kmock_server.requests() if r.method.value == "PATCH"] == [
+        {"spec": {"minReplicas": 9, "maxReplicas": 10}}]
+    assert any("[4, 10] to [9, 10]" in n and "asked for 12" in n for n in st.notes), st.notes
     with pytest.raises(PlatformError, match="cannot scale to 0"):
         plat.scale("digits", 0)
 
