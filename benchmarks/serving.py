@@ -23,7 +23,6 @@ rounds of the best rps / that round's limit. The LAST line printed is one JSON o
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -121,50 +120,6 @@ def run_wrk(url: str, body: str, concurrency: int, seconds: float, workdir: Path
     }
 
 
-async def _asyncio_load(url: str, body: bytes, concurrency: int, seconds: float) -> dict[str, float]:
-    """Closed loop over raw keep-alive sockets (HTTP/1.1, Content-Length bodies only)."""
-    from urllib.parse import urlsplit
-
-    u = urlsplit(url)
-    request = (
-        f"POST {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    latencies: list[float] = []
-    errors = 0
-    stop_at = time.perf_counter() + seconds
-
-    async def client() -> None:
-        nonlocal errors
-        reader, writer = await asyncio.open_connection(u.hostname, u.port)
-        try:
-            while time.perf_counter() < stop_at:
-                t0 = time.perf_counter()
-                writer.write(request)
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                await reader.readexactly(length)
-                if not head.startswith(b"HTTP/1.1 200"):
-                    errors += 1
-                latencies.append(time.perf_counter() - t0)
-        finally:
-            writer.close()
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - t0
-    latencies.sort()
-    return {
-        "rps": len(latencies) / elapsed,
-        "p50_ms": latencies[len(latencies) // 2] * 1000,
-        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
-        "errors": errors,
-    }
-
-
 def run_load(url: str, body: str, concurrency: int, seconds: float, workdir: Path) -> dict[str, float]:
     if shutil.which("wrk"):
         return run_wrk(url, body, concurrency, seconds, workdir)
@@ -242,7 +197,9 @@ def main() -> None:
     args = p.parse_args()
     if args.loadgen:
         url, c, s = args.loadgen
-        print(json.dumps(asyncio.run(_asyncio_load(url, sys.stdin.read().encode(), int(c), float(s)))))
+        from scanflow.loadgen import measure_closed_loop
+
+        print(json.dumps(measure_closed_loop(url, sys.stdin.read().encode(), int(c), float(s), warmup_s=0.0)))
         return
     if args.empty_server:
         from scanflow.serving.server import run_server

@@ -23,7 +23,6 @@ Usage: .venv/bin/python benchmarks/tuning.py [--quick] [--clients 16] [--seconds
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
@@ -32,8 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
-
+from scanflow.loadgen import measure_closed_loop
 from scanflow.platform.local import LocalPlatform
 from scanflow.platform.topology import Config, candidate_configs, default_config, read_topology
 from scanflow.spec import Affinity, Resources, Service
@@ -65,50 +63,11 @@ def save_model(path: Path, hidden: int = HIDDEN) -> str:
     return str(path)
 
 
-async def closed_loop(url: str, clients: int, seconds: float, warmup_s: float = 0.5) -> dict[str, float]:
-    """C clients each send the next request when the last one answered; count per 1-second window."""
+def closed_loop(url: str, clients: int, seconds: float, warmup_s: float = 0.5) -> dict[str, float]:
+    """`clients` back to back against url/predict (scanflow.loadgen's closed loop): median rps of the
+    measured seconds, p50/p99 and errors."""
     body = json.dumps({"inputs": [[0.25] * 64]}).encode()
-    latencies: list[float] = []
-    done_at: list[float] = []
-    errors = 0
-    conn = aiohttp.TCPConnector(limit=clients, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=10)
-    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
-        start = time.perf_counter()
-        end = start + warmup_s + seconds
-
-        async def worker() -> None:
-            nonlocal errors
-            while (t0 := time.perf_counter()) < end:
-                try:
-                    async with session.post(url + "/predict", data=body,
-                                            headers={"Content-Type": "application/json"}) as r:
-                        await r.read()
-                        ok = r.status == 200
-                except (TimeoutError, aiohttp.ClientError):
-                    ok = False
-                t1 = time.perf_counter()
-                if t0 >= start + warmup_s:
-                    if ok:
-                        latencies.append(t1 - t0)
-                        done_at.append(t1)
-                    else:
-                        errors += 1
-
-        await asyncio.gather(*(worker() for _ in range(clients)))
-    t_begin = start + warmup_s
-    windows = [0] * max(1, int(seconds))
-    for t in done_at:
-        k = int(t - t_begin)
-        if 0 <= k < len(windows):
-            windows[k] += 1
-    lat = sorted(latencies) or [float("nan")]
-    return {
-        "rps": float(statistics.median(windows)),
-        "p50_ms": 1000 * lat[len(lat) // 2],
-        "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
-        "errors": errors,
-    }
+    return measure_closed_loop(url + "/predict", body, clients, seconds, warmup_s=warmup_s)
 
 
 @dataclass(frozen=True)
@@ -140,7 +99,7 @@ def apply(platform: LocalPlatform, name: str, cfg: Setting) -> None:
 
 def measure(pf: LocalPlatform, endpoint: str, cfg: Setting, clients: int, seconds: float) -> dict[str, float]:
     apply(pf, "tune", cfg)
-    return asyncio.run(closed_loop(endpoint, clients, seconds))
+    return closed_loop(endpoint, clients, seconds)
 
 
 def main() -> int:

@@ -6,6 +6,7 @@ The server is the standard library's threading HTTP server answering /predict li
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import threading
@@ -19,7 +20,21 @@ from fastapi import FastAPI
 
 from scanflow.demo.load import Load
 from scanflow.embedded.traffic import Traffic
-from scanflow.loadgen import LoadGenerator, Outcome, Request, due_count
+from scanflow.loadgen import (
+    Engine,
+    LoadGenerator,
+    Outcome,
+    ProtocolError,
+    Request,
+    Second,
+    apply_command,
+    due_count,
+    http_request,
+    parse_head,
+    parse_second,
+    percentile,
+    read_body,
+)
 from scanflow.tracking.feedback import FeedbackLog
 from scanflow.tracking.feedback_api import feedback_router
 
@@ -74,6 +89,65 @@ def test_the_open_loop_schedule_never_restarts() -> None:
     assert due_count(0.0, 0.0, 5.0, 0) == 0
 
 
+def test_request_and_response_heads() -> None:
+    raw = http_request("http://127.0.0.1:8000/predict?x=1", b'{"inputs": [[1]]}', {"x-request-id": "a"})
+    assert raw.startswith(b"POST /predict?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nContent-Length: 17\r\n")
+    assert raw.endswith(b"x-request-id: a\r\n\r\n" + b'{"inputs": [[1]]}')
+    assert parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 12\r\nX-Up: r0\r\n\r\n") == (
+        200, {"content-length": "12", "x-up": "r0"}, True)
+    assert parse_head(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n\r\n")[2] is False
+    assert parse_head(b"HTTP/1.0 200 OK\r\n\r\n")[2] is False  # HTTP/1.0 closes unless it says keep-alive
+    assert parse_head(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n")[2] is True
+    for garbage in (b"garbage\r\n\r\n", b"HTTP/2 200\r\n\r\n", b"HTTP/1.1 abc\r\n\r\n"):
+        with pytest.raises(ProtocolError):
+            parse_head(garbage)
+    assert percentile([], 0.99) is None and percentile([5.0, 1.0, 3.0], 0.5) == 3.0
+
+
+@pytest.mark.parametrize(("status", "headers", "wire", "body", "framed"), [
+    (200, {"content-length": "5"}, b"hello+next", b"hello", True),
+    (200, {"transfer-encoding": "chunked"}, b"3\r\nhel\r\n2;ext=1\r\nlo\r\n0\r\nTrailer: x\r\n\r\n", b"hello", True),
+    (200, {}, b"to the end", b"to the end", False),  # close-delimited: the connection cannot be reused
+    (204, {}, b"", b"", True),
+])
+def test_bodies_are_read_by_their_framing(status, headers, wire, body, framed) -> None:  # type: ignore[no-untyped-def]
+    async def read() -> tuple[bytes, bool]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(wire)
+        reader.feed_eof()
+        return await read_body(reader, status, headers)
+
+    assert asyncio.run(read()) == (body, framed)
+
+
+def test_a_bad_framing_is_a_protocol_error() -> None:
+    async def read(headers: dict[str, str], wire: bytes) -> tuple[bytes, bool]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(wire)
+        reader.feed_eof()
+        return await read_body(reader, 200, headers)
+
+    with pytest.raises(ProtocolError):
+        asyncio.run(read({"transfer-encoding": "chunked"}, b"zz\r\n"))
+    with pytest.raises(ProtocolError):
+        asyncio.run(read({"content-length": "-1"}, b""))
+
+
+def test_the_child_hosts_protocol_lines() -> None:
+    engine = Engine("http://127.0.0.1:1/predict", lambda c, n: Request(b"{}"), lambda r, o: True,
+                    clients=4, timeout_s=1.0)
+    assert apply_command(engine, '{"rate": 25}') and (engine.rate, engine.concurrency) == (25.0, 0)
+    assert apply_command(engine, '{"closed": 9}') and (engine.rate, engine.concurrency) == (0.0, 4)  # capped
+    assert apply_command(engine, "not json") and engine.concurrency == 4  # ignored, said on stderr
+    assert not apply_command(engine, '{"stop": true}')
+    s = Second(12.5, 40.0, 40, 39, 1, 0, 1.5, 9.0, 2, 0)
+    from scanflow.loadgen import _second_line
+
+    assert parse_second(_second_line(s)) == s
+    with pytest.raises(ValueError):
+        parse_second('{"t": 1}')
+
+
 def test_open_loop_counts_arrivals_it_could_not_send_and_times_from_the_schedule() -> None:
     """A server that accepts connections and never answers: one slot, so every later arrival is unsent."""
     import socket
@@ -115,9 +189,12 @@ def test_bad_arguments_are_refused() -> None:
         LoadGenerator("http://127.0.0.1:1/", lambda i, n: Request(b"{}"), judge, clients=0)
     with pytest.raises(ValueError, match="rate"):
         LoadGenerator("http://127.0.0.1:1/", lambda i, n: Request(b"{}"), judge, clients=1, rate=0)
-    with pytest.raises(ValueError, match="active"):
-        LoadGenerator("http://127.0.0.1:1/", lambda i, n: Request(b"{}"), judge, clients=1, rate=5,
-                      active=lambda i: True)
+    with pytest.raises(ValueError, match="concurrency"):
+        LoadGenerator("http://127.0.0.1:1/", lambda i, n: Request(b"{}"), judge, clients=1, rate=5, concurrency=1)
+    with pytest.raises(ValueError, match="concurrency"):
+        LoadGenerator("http://127.0.0.1:1/", lambda i, n: Request(b"{}"), judge, clients=2, concurrency=3)
+    with pytest.raises(ValueError, match="plain http"):
+        LoadGenerator("https://127.0.0.1:1/", lambda i, n: Request(b"{}"), judge, clients=1)
     with pytest.raises(ValueError, match="concurrency"):
         Load("http://127.0.0.1:1", np.zeros((2, 64)), concurrency=5, max_clients=2)
 

@@ -1,9 +1,11 @@
-"""A closed-loop load generator whose concurrency can change while it runs (the S2 step, S3 probes, S4).
+"""The demo's two uses of the load generator (scanflow.loadgen), both sending one-row predict requests.
 
-Each of up to `max_clients` workers sends one-row predict requests back to back while its index is
-below `concurrency`; every answer is kept as a `Sample` (when, latency, status, which upstream served
-it, model version). It runs on `scanflow.loadgen.LoadGenerator` (its own thread and event loop), so
-scenario code stays synchronous. Window statistics are pure functions over samples, testable without a server.
+- `Load`: a closed loop whose concurrency can change while it runs; every answer is kept as a `Sample`
+  (when, latency, status, which upstream served it, model version), so S4 can see when traffic moved to
+  the backup. It runs the engine in a thread of this process. Window statistics are pure functions over
+  samples, testable without a server.
+- `OpenLoad`: the engine in a child process (`python -m scanflow.loadgen`), steered over its stdin: an
+  open-loop rate (S2's step, S3's load) or a closed-loop capacity probe, reported per second.
 Who calls: scanflow.demo.s2_inprocess, s4_failover (Load); s2_autoscale, s3_tune (OpenLoad); notebooks.
 """
 
@@ -23,7 +25,7 @@ from typing import Self
 
 import numpy as np
 
-from scanflow.loadgen import GeneratorOwner, LoadGenerator, Outcome, Request
+from scanflow.loadgen import GeneratorOwner, LoadGenerator, Outcome, Request, Second, parse_second
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,8 @@ def window(samples: Sequence[Sample], t0: float, t1: float, q: float = 0.99) -> 
 class Load(GeneratorOwner):
     """`with Load(url, rows, concurrency=2) as load: ...; load.concurrency = 16; load.window(...)`
 
-    A `scanflow.loadgen.LoadGenerator` with `max_clients` workers, of which those below `concurrency`
-    send (closed loop, no rate cap); each answer is kept as a `Sample`.
+    A closed-loop `scanflow.loadgen.LoadGenerator` of up to `max_clients` clients, of which
+    `concurrency` send back to back (no rate cap); each answer is kept as a `Sample`.
     """
 
     def __init__(self, url: str, rows: np.ndarray, *, concurrency: int = 1, max_clients: int = 32,
@@ -72,12 +74,20 @@ class Load(GeneratorOwner):
             raise ValueError(f"need 0 <= concurrency <= max_clients >= 1, got {concurrency}, {max_clients}")
         self.url = url.rstrip("/") + "/predict"
         self.bodies = [orjson_body(r) for r in np.asarray(rows, dtype=np.float32)[:512]]
-        self.concurrency = concurrency
         self.max_clients = max_clients
         self.timeout_s = timeout_s
         self._gen: LoadGenerator[Sample] = LoadGenerator(
             self.url, self._request, _sample, clients=max_clients, timeout_s=timeout_s,
-            active=lambda i: i < self.concurrency, error_pause_s=0.05, name="demo-load")
+            concurrency=concurrency, error_pause_s=0.05, name="demo-load")
+
+    @property
+    def concurrency(self) -> int:
+        """Clients sending now (changeable while the load runs)."""
+        return self._gen.concurrency
+
+    @concurrency.setter
+    def concurrency(self, n: int) -> None:
+        self._gen.concurrency = n
 
     @property
     def in_flight(self) -> int:
@@ -112,25 +122,9 @@ def orjson_body(row: np.ndarray) -> bytes:
     return orjson.dumps({"inputs": [row.tolist()]})
 
 
-@dataclass(frozen=True)
-class Second:
-    """One second of the open-loop generator's report (scanflow.demo.openload); latencies in ms from the
-    scheduled send time, `unsent`: arrivals it could not send (every connection busy)."""
-
-    t: float  # time.monotonic() of the report (same clock as this process on Linux)
-    rate: float
-    sent: int
-    ok: int
-    failed: int
-    unsent: int
-    p50_ms: float | None
-    p99_ms: float | None
-    in_flight: int
-
-
 class OpenLoad:
     """`with OpenLoad(url, rows) as load: load.rate(200); ...; load.seconds()`: an open-loop arrival-rate
-    generator in a child process (scanflow.demo.openload), steered over its stdin; its per-second reports
+    generator in a child process (`python -m scanflow.loadgen`), steered over its stdin; its per-second reports
     are collected by a reader thread. `closed(n)` runs n connections back to back instead (a capacity probe).
     """
 
@@ -140,7 +134,7 @@ class OpenLoad:
         self.bodies_path = Path(workdir) / "openload-rows.npy"
         self.bodies_path.parent.mkdir(parents=True, exist_ok=True)
         np.save(self.bodies_path, np.asarray(rows, dtype=np.float32)[:512])
-        self.argv = [sys.executable, "-m", "scanflow.demo.openload", self.url, str(self.bodies_path),
+        self.argv = [sys.executable, "-m", "scanflow.loadgen", self.url, str(self.bodies_path),
                      "--max-connections", str(max_connections), "--timeout-s", str(timeout_s)]
         self._proc: subprocess.Popen[str] | None = None
         self._seconds: list[Second] = []
@@ -160,10 +154,8 @@ class OpenLoad:
         assert self._proc is not None and self._proc.stdout is not None
         for line in self._proc.stdout:
             try:
-                d = json.loads(line)
-                s = Second(float(d["t"]), float(d["rate"]), int(d["sent"]), int(d["ok"]), int(d["failed"]),
-                           int(d["unsent"]), d["p50_ms"], d["p99_ms"], int(d["in_flight"]))
-            except (ValueError, KeyError, TypeError):
+                s = parse_second(line)
+            except ValueError:
                 continue
             with self._lock:
                 self._seconds.append(s)

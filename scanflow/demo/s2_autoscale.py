@@ -10,7 +10,8 @@ closed loop of Python clients never overloaded it (the gateway p99 the Checker j
 SLO and the Planner rightly never scaled). Here the scenario gives each replica a small CPU limit through
 the Executor (`set_resources`: a cgroup CFS quota, as a pod's CPU limit on Kubernetes, 1 thread), so
 one replica serves only a few hundred requests/s, and sends requests on a schedule from a child process
-(scanflow.demo.openload): the arrivals do not slow down when the service does.
+(the load generator's child-process host, `python -m scanflow.loadgen`): the arrivals do not slow down
+when the service does.
 
 Steps, on the running EmbeddedStack (S1 and S4 ran with autoscale off):
 1. CPU limit `REPLICA_CPU` on the primary service via the Executor; no cgroup support -> the in-process
@@ -48,9 +49,10 @@ from typing import Any
 import httpx
 
 from scanflow.demo.common import DemoContext, clean_rows, reversals, wait_for
-from scanflow.demo.load import OpenLoad, Second
+from scanflow.demo.load import OpenLoad
 from scanflow.demo.report import ScenarioResult
 from scanflow.demo.sim import SimConfig, Trace, compare
+from scanflow.loadgen import Second
 
 SLO_MS = 50.0  # the digits service's SLO (p99)
 SLO_BASELINE_FACTOR = 2.0  # the histogram buckets grow ~2-2.5x: over the SLO = 2 buckets above the baseline
@@ -454,13 +456,13 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
     directions = [str(p["action"]) for p in plans]
     ups = [p for p in plans if direction(p["action"]) == "up" and step_wall <= float(p["at"]) <= fall_wall + 2.0]
     downs = [p for p in plans if direction(p["action"]) == "down" and float(p["at"]) > fall_wall]
-    last = [p for p in stack.get("planner", "/plans") if p.get("policy") == "autoscale"][-1:]
+    final_plan = [p for p in stack.get("planner", "/plans") if p.get("policy") == "autoscale"][-1:]
     requests = sum(s.sent for s in seconds)
     failed = sum(s.failed for s in seconds)
     unsent = sum(s.unsent for s in seconds)
     res.decisions = [f"t={float(p['at']) - wall0:.0f}s {p['action']} replicas {p.get('current')}->{p.get('replicas')}"
                      f" cpu {p.get('current_cpu')}->{p.get('cpu')}: {str(p.get('reason', ''))[:70]}" for p in plans]
-    res.decisions += [f"last decision: {str(p.get('reason', ''))[:160]}" for p in last]  # why it stopped there
+    res.decisions += [f"last decision: {str(lp.get('reason', ''))[:160]}" for lp in final_plan]  # why it stopped there
     high_p99 = [p for p, r in zip(p99s, load_rps, strict=True) if r == plan.high and p is not None]
     sim = compare(Trace(), SimConfig(slo_ms=SLO_MS, max_replicas=8))
     pf, hf = sim["planner"].figures(), sim["hpa"].figures()

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from scanflow.demo.common import DemoContext, clean_rows, wait_for
-from scanflow.demo.load import OpenLoad, Second
+from scanflow.demo.load import OpenLoad
 from scanflow.demo.report import ScenarioResult
 from scanflow.demo.s2_autoscale import (
     MAX_RATE,
@@ -46,6 +46,7 @@ from scanflow.demo.s2_autoscale import (
     limited_replicas,
     median,
 )
+from scanflow.loadgen import Second
 
 # cores: the mis-sized start (a CFS quota), with one thread. Not 0.3: the gateway batches requests, so a
 # replica of the digits model costs little per request, and at 0.3 of a core it served 400 rps (the most
@@ -159,7 +160,9 @@ def _elastic_config() -> Any:
 
     planner = next(a for a in workflow.agents if a.role == "planner")
     auto = dict(planner.settings.get("autoscale", {}))
-    return elastic.ElasticConfig(**{k: float(auto[k]) for k in ("min_cpu", "cpu_step") if k in auto})
+    config = elastic.ElasticConfig()
+    return replace(config, min_cpu=float(auto.get("min_cpu", config.min_cpu)),
+                   cpu_step=float(auto.get("cpu_step", config.cpu_step)))
 
 
 def right_sized_verdict(c: Chain, offered: float, got: float | None) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-from scanflow.demo.load import Second
 from scanflow.demo.s3_tune import (
     GAIN_MIN,
     MIN_LOOKS,
@@ -17,6 +16,7 @@ from scanflow.demo.s3_tune import (
     served,
     settled,
 )
+from scanflow.loadgen import Second
 
 OK = {"a": {"status": "ok"}}
 

@@ -1,5 +1,5 @@
 """Helpers for the serving tests (imported by conftest.py and the test modules): free ports, our
-server processes, a closed-loop load generator and a poll-until helper."""
+server processes, a closed-loop load (scanflow.loadgen's engine) and a poll-until helper."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import orjson
 
+from scanflow.loadgen import Engine, Outcome, Request
 from scanflow.platform.processes import free_port  # noqa: F401 - re-exported for the serving tests
 
 
@@ -64,28 +66,30 @@ class LoadResult:
 async def closed_loop(
     url: str, body: dict, clients: int, stop: asyncio.Event, result: LoadResult | None = None
 ) -> LoadResult:
-    """`clients` concurrent clients, each sending its next request when the previous one answered.
+    """`clients` concurrent clients, each sending its next request when the previous one answered (the
+    load generator's engine, on the test's event loop).
 
     Pass `result` to watch progress (result.ok) while the load runs.
     """
     result = result or LoadResult()
     result.per_client = [[] for _ in range(clients)]
+    content = orjson.dumps(body)
 
-    async def client(i: int, http: httpx.AsyncClient) -> None:
-        while not stop.is_set():
-            try:
-                resp = await http.post(url + "/predict", json=body)
-            except httpx.HTTPError as exc:
-                result.failures.append(f"{type(exc).__name__}: {exc}")
-                continue
-            if resp.status_code != 200:
-                result.failures.append(f"HTTP {resp.status_code}: {resp.text[:200]}")
-                continue
-            result.ok += 1
-            result.per_client[i].append({**resp.json(), "upstream": resp.headers.get("x-scanflow-upstream")})
+    def answered(req: Request, out: Outcome) -> bool:
+        r = out.response
+        if r is None:
+            result.failures.append(f"{type(out.error).__name__}: {out.error}")
+            return False
+        if r.status_code != 200:
+            result.failures.append(f"HTTP {r.status_code}: {r.text[:200]}")
+            return True
+        result.ok += 1
+        result.per_client[req.meta].append({**r.json(), "upstream": r.headers.get("x-scanflow-upstream")})
+        return True
 
-    async with httpx.AsyncClient(timeout=10.0) as http:
-        await asyncio.gather(*(client(i, http) for i in range(clients)))
+    engine = Engine(url + "/predict", lambda c, n: Request(content, meta=c), answered, clients=clients,
+                    timeout_s=10.0, concurrency=clients, error_pause_s=0.0)
+    await engine.run(stop.is_set)
     return result
 
 
