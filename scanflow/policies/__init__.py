@@ -11,11 +11,13 @@ context, so a restarted Planner resumes with the same hysteresis.
 - hpa: the Kubernetes HPA algorithm, the baseline autoscale must beat
 - retrain: retrain on drift, promote challenger vs champion (S1)
 - failover: primary <-> backup routing with hysteresis (S4)
+- pinning: whether a `resources` plan pins its replicas to exclusive cores (CPUMEM), opt-in
 - tune: replicas x threads x pinning for a machine (S3)
 - guardrails: bounds, cold start, hysteresis, cooldown, max step shared by the replica policies
 """
 
-from scanflow.policies import autoscale, elastic, failover, guardrails, hpa, retrain, tune
+from scanflow.policies import autoscale, elastic, failover, guardrails, hpa, pinning, retrain, tune
 from scanflow.policies.types import Decision, Streak
 
-__all__ = ["Decision", "Streak", "autoscale", "elastic", "failover", "guardrails", "hpa", "retrain", "tune"]
+__all__ = ["Decision", "Streak", "autoscale", "elastic", "failover", "guardrails", "hpa", "pinning", "retrain",
+           "tune"]
