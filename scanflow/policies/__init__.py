@@ -14,6 +14,8 @@ context, so a restarted Planner resumes with the same hysteresis.
 - pinning: whether a `resources` plan pins its replicas to exclusive cores (CPUMEM), opt-in
 - tune: replicas x threads x pinning for a machine (S3)
 - guardrails: bounds, cold start, hysteresis, cooldown, max step shared by the replica policies
+- simulated: what the policies observe in a simulation (windowed, delayed, noisy) and the controllers
+  reading it, for benchmarks/scaling.py and scanflow/demo/sim.py (imported from there, not here)
 """
 
 from scanflow.policies import autoscale, elastic, failover, guardrails, hpa, pinning, retrain, tune
