@@ -601,7 +601,9 @@ def set_resources(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     else a rollout) and says what the replicas must show (`ResourceChange.wanted`); its status is then
     read until they show it (`readback_s`, 15 s). A replica that still differs fails the step with what
     differs (PermanentError: applying the same plan again would not change the kernel's or the
-    kubelet's answer), so an audit log never shows a resources plan as done that did not happen."""
+    kubelet's answer), so an audit log never shows a resources plan as done that did not happen. A
+    platform that cannot say what to read back (`wanted` None) fails the step too, saying it applied
+    the change unverified: success is only ever a change read back."""
     from scanflow.platform.readback import compare
     from scanflow.spec import Affinity, Resources
 
@@ -619,7 +621,12 @@ def set_resources(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     out = dataclasses.asdict(change)
     out.pop("wanted", None)
     if change.wanted is None:
-        return {**out, "verified": None, "readback": "the platform cannot say what to read back"}
+        # nothing to compare with: the change may or may not have taken effect, and a step reported done
+        # must mean it did, so the step fails and says so (the platform applied what it could)
+        raise PermanentError(
+            f"set_resources on {service!r}: applied ({change.method}) but NOT verified: the platform "
+            f"{type(platform()).__name__} did not say what its replicas must show (ResourceChange.wanted is "
+            "None), so nothing could be read back" + (f" (notes: {'; '.join(change.notes)})" if change.notes else ""))
     deadline = time.monotonic() + float(_setting("readback_s", READBACK_S))
     while True:
         got = compare(change.wanted, platform().status(service))

@@ -10,7 +10,8 @@
   checks, return after M healthy ones) -> a `route` plan for the Executor.
 - `plan_scale` (on `latency.checked`): the scaling policy (scanflow.policies.elastic; vertical-first
   when `autoscale.mode` says so: grow a throttled replica in place, add replicas past the per-replica
-  ceiling) on the Checker's observations only -> `resources` (cores, threads) and/or `scale`. It
+  ceiling) on the Checker's observations only -> `resources` (cores, threads; with `autoscale.pin`
+  on, pinning too: scanflow.policies.pinning) and/or `scale`. It
   decides from the replica count the Checker observed at the gateway (the platform may have restored
   or lost replicas), not from its own earlier plans; only a scale it asked for that has not shown yet
   (within `pending_s`) counts, as replicas still starting (`scale_view`).
@@ -32,10 +33,10 @@ from fastapi import Depends
 from scanflow.agent import Agent, Context, PermanentError, get_context
 from scanflow.embedded import outbox
 from scanflow.embedded.env import agent_spec, current_workflow, primary_service, quick
-from scanflow.policies import autoscale, elastic, failover, retrain
+from scanflow.policies import autoscale, elastic, failover, pinning, retrain
 from scanflow.policies.guardrails import Guardrails, GuardState
 from scanflow.policies.types import Streak
-from scanflow.spec import Service
+from scanflow.spec import Affinity, Service
 from scanflow.tracking import monitoring
 
 SPEC = agent_spec("planner")
@@ -291,6 +292,44 @@ def elastic_config(settings: dict[str, Any], svc: Service) -> tuple[elastic.Elas
     return elastic.ElasticConfig(scale=scale, **kw), pending_s
 
 
+def pin_config(settings: dict[str, Any]) -> pinning.PinConfig:
+    """The pinning policy's config from the planner's `autoscale` settings: `pin` ("none", the default:
+    plans never touch affinity; "pinned"; "numa": CPUMEM) and `pin_reserved_cores` (1). ValueError on
+    a bad value (the caller turns it into a clear error)."""
+    return pinning.PinConfig(mode=str(settings.get("pin", "none")),  # type: ignore[arg-type]
+                             reserved_cores=float(settings.get("pin_reserved_cores", 1.0)))
+
+
+def resources_plan(svc: Service, cpu: float, threads: int, pin: pinning.PinDecision, reason: str,
+                   key: str | None) -> dict[str, Any]:
+    """Pure: the `resources` plan for the Executor's `set_resources`. With a pinning decision (pinning
+    on), the plan carries the service's declared affinity (its node selector and spread kept) with the
+    decided policy, and says why it pinned or not; pinning off, no affinity (the platform keeps its own)."""
+    plan: dict[str, Any] = {"plan": "resources", "service": svc.name,
+                            "resources": {"cpu": cpu, "memory": svc.resources.memory}, "threads": threads,
+                            "reason": reason, "decision_key": key}
+    if pin.affinity is not None:
+        aff = Affinity.model_validate({**svc.affinity.model_dump(), "policy": pin.affinity})
+        plan["affinity"] = aff.model_dump()
+        plan["pinning"] = pin.reason
+        plan["reason"] = f"{reason}; {pin.reason}"
+    return plan
+
+
+def plan_resources(svc: Service, decision: elastic.ElasticDecision, cpu_now: float, replicas: int,
+                   node_cpus: float | None, pin_cfg: pinning.PinConfig, pinned_now: str,
+                   key: str | None) -> tuple[dict[str, Any] | None, pinning.PinDecision]:
+    """Pure: (the `resources` plan this tick asks for, or None; the pinning decision). A plan goes out when
+    the cores per replica change, or (pinning on) when the pinning for the size and replica count after
+    this tick differs from the one asked last (`pinned_now`): e.g. replicas added that no longer fit the
+    exclusive cores are unpinned by a plan queued before the `scale` one."""
+    pin = pinning.decide(pinning.PinContext(cpu=decision.cpu, replicas=replicas, node_cpus=node_cpus, config=pin_cfg))
+    repin = pin.affinity is not None and pin.affinity != pinned_now
+    if decision.cpu == cpu_now and not repin:
+        return None, pin
+    return resources_plan(svc, decision.cpu, decision.threads, pin, decision.reason, key), pin
+
+
 def cpu_view(observed: float | None, asked: float | None, asked_at: float | None, now: float, pending_s: float,
              declared: float) -> float:
     """Pure: the cores per replica the policy starts from. What the replicas report as their limit wins
@@ -331,7 +370,12 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     # the strategy's own args may override the vertical knobs (e.g. a scenario about horizontal scaling
     # at a fixed replica size posts the strategy with {"mode": "horizontal"})
     overrides = {k: v for k, v in args.items() if k in SCALE_OVERRIDES}
-    config, pending_s = elastic_config({**dict(CFG.get("autoscale", {})), **overrides}, svc)
+    settings = {**dict(CFG.get("autoscale", {})), **overrides}
+    config, pending_s = elastic_config(settings, svc)
+    try:
+        pin_cfg = pin_config(settings)
+    except ValueError as exc:
+        raise PermanentError(f"planner setting autoscale.pin / pin_reserved_cores: {exc}") from None
     now = ctx.now()
     asked = ctx.state.get("autoscale_asked") or {}
     observed = p.get("replicas")
@@ -355,23 +399,27 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         ready_replicas=ready, config=config, state=state))
     ctx.state["autoscale"] = _autoscale_json(new.scale)
     ctx.state["elastic"] = _elastic_json(new)
-    if decision.cpu != cpu:
-        ctx.state["resources_asked"] = {"cpu": decision.cpu, "at": now}
-        await outbox.enqueue(ctx, "executor", "plan.approved", {
-            "plan": "resources", "service": svc.name,
-            "resources": {"cpu": decision.cpu, "memory": svc.resources.memory},
-            "threads": decision.threads, "reason": decision.reason, "decision_key": ctx.key})
     want = max(svc.min_replicas, min(svc.max_replicas, int(decision.replicas or current)))
+    # pinning (opt-in) for the size and count after this tick: its own change is a resources plan too
+    res_plan, pin = plan_resources(svc, decision, cpu, want, _opt(p, "node_cpus"), pin_cfg,
+                                   str(ctx.state.get("affinity_asked", svc.affinity.policy)), ctx.key)
+    if res_plan is not None:
+        ctx.state["resources_asked"] = {"cpu": decision.cpu, "at": now}
+        if pin.affinity is not None:
+            ctx.state["affinity_asked"] = pin.affinity
+        await outbox.enqueue(ctx, "executor", "plan.approved", res_plan)
     if want != current:
         ctx.state["autoscale_asked"] = {"replicas": want, "at": now}
         await outbox.enqueue(ctx, "executor", "plan.approved",
                              {"plan": "scale", "service": svc.name, "replicas": want, "reason": decision.reason})
-    _record(ctx, "autoscale", decision, quick=quick(), observed_replicas=observed)
+    _record(ctx, "autoscale", decision, quick=quick(), observed_replicas=observed, pinning=pin.reason,
+            affinity=pin.affinity)
     monitoring.WRITER.submit(ctx.state, _monitor(ctx), {"plan/replicas": float(want), "plan/replicas_current":
                                                         float(current), "plan/cpu": float(decision.cpu)},
                              monitoring.next_step(ctx.state, "autoscale"))
     return {"replicas": want, "current": current, "observed": observed, "cpu": decision.cpu, "current_cpu": cpu,
-            "threads": decision.threads, "action": decision.action, "reason": decision.reason}
+            "threads": decision.threads, "action": decision.action, "reason": decision.reason,
+            "affinity": pin.affinity, "pinning": pin.reason}
 
 
 @agent.router.get("/plans")

@@ -5,7 +5,8 @@ inference replicas on the same arrival trace (Poisson, low -> high -> low step),
 time-scale factor. Who runs it: people and CI (`python benchmarks/scaling.py --quick`).
 
 What the controllers see is exactly what the deployed agents send (scanflow.embedded.observe, the
-Checker's `latency.checked`), never the trace's true rate or service time:
+Checker's `latency.checked`), never the trace's true rate or service time; the observation model and
+the controllers are scanflow.policies.simulated, shared with the demo's comparison (scanflow/demo/sim.py):
 - measured over the Checker's interval (1 s nominal): the arrival rate (arrivals / interval), CPU per
   request (CPU used / requests answered), the replicas' CPU utilization of their limit, throttling, the
   requests in flight, the node's unallocated cores, and the p99 latency of the requests answered, as
@@ -38,59 +39,36 @@ within 60 s nominal), max replicas, max cores per replica. Last line: one JSON o
 from __future__ import annotations
 
 import argparse
-import bisect
 import heapq
-import itertools
 import json
 import math
 import statistics
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scanflow.policies import elastic, hpa
-from scanflow.serving.server import LATENCY_BUCKETS
+from scanflow.policies.simulated import (
+    STEP_TRACE,
+    TICK_S,
+    Controller,
+    Observer,
+    count_flaps,
+    elastic_controller,
+    hpa_controller,
+    throttled_share,
+)
 
-NOMINAL_TRACE = ((60.0, 600.0), (120.0, 3600.0), (360.0, 600.0))  # (seconds, requests/s)
+NOMINAL_TRACE = STEP_TRACE  # (seconds, requests/s)
 STARTUP_S = 10.0
 RESIZE_S = 2.0
-TICK_S = 1.0
 FLAP_WINDOW_S = 60.0
 VIOLATION_WINDOW_S = 1.0
 DECLARED_CPU = 1.0
-BUCKETS_MS = [b * 1000.0 for b in LATENCY_BUCKETS]
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One interval as the Checker reports it (fields of `latency.checked`)."""
-
-    p99_ms: float | None
-    p99_lower_bound: bool
-    in_flight: float
-    arrival_rate: float
-    cpu_per_request_ms: float | None
-    cpu_utilization: float | None
-    throttled_ratio: float | None
-    headroom_cores_per_replica: float
-
-
-@dataclass(frozen=True)
-class View:
-    """What a controller gets at a tick: its own present size and the (delayed) observations."""
-
-    now: float
-    replicas: int
-    ready: int
-    cpu: float
-    obs: Observation | None  # the interval before last (None at the very start)
-    recent: tuple[Observation, ...]  # every delayed observation so far, newest last (the HPA averages)
 
 
 @dataclass
@@ -105,55 +83,15 @@ class RunResult:
     moves: list[tuple[float, float, float]] = field(default_factory=list)  # (time, cores before, after)
 
 
-Controller = Callable[[View], tuple[int, float]]  # -> (replicas, cores per replica)
-
-
-def bucketed(p_ms: float) -> tuple[float, bool]:
-    """The gateway histogram's answer for a latency: its bucket's upper bound, or the top bound + above."""
-    i = bisect.bisect_left(BUCKETS_MS, p_ms - 1e-9)
-    return (BUCKETS_MS[i], False) if i < len(BUCKETS_MS) else (BUCKETS_MS[-1], True)
-
-
 def make_policy(slo_ms: float, max_replicas: int, time_scale: float, node_cpus: float, *,
                 vertical: bool) -> Controller:
     """The Planner's policy with its shipped defaults (the digits workflow's settings); only the bounds,
     the time scale and vertical on/off are the benchmark's."""
-    base = elastic.ElasticConfig()
-    scale = replace(base.scale, guardrails=replace(base.scale.guardrails, min_replicas=1,
-                                                   max_replicas=max_replicas, time_scale=time_scale))
-    cfg = replace(base, scale=scale, vertical=vertical)
-    state = elastic.ElasticState()
-
-    def step(v: View) -> tuple[int, float]:
-        nonlocal state
-        o = v.obs
-        if o is None:
-            return v.replicas, v.cpu
-        d, state = elastic.decide(elastic.ElasticContext(
-            now=v.now, current_replicas=v.replicas, ready_replicas=v.ready, cpu=v.cpu, slo_latency_ms=slo_ms,
-            latency_ms=o.p99_ms, latency_lower_bound=o.p99_lower_bound, in_flight=o.in_flight,
-            arrival_rate=o.arrival_rate, cpu_per_request_ms=o.cpu_per_request_ms,
-            cpu_utilization=o.cpu_utilization, throttled_ratio=o.throttled_ratio, node_cpus=node_cpus,
-            headroom_cores_per_replica=o.headroom_cores_per_replica, config=cfg, state=state))
-        return d.replicas, d.cpu
-
-    return step
+    return elastic_controller(slo_ms, max_replicas, time_scale, node_cpus, vertical=vertical)
 
 
 def make_hpa(max_replicas: int, time_scale: float) -> Controller:
-    cfg = hpa.HpaConfig(min_replicas=1, max_replicas=max_replicas, target=0.7, time_scale=time_scale)
-    period = max(1, round(cfg.sync_period_s / TICK_S))
-    state = hpa.HpaState()
-
-    def step(v: View) -> tuple[int, float]:
-        nonlocal state
-        window = [o.cpu_utilization for o in v.recent[-period:] if o.cpu_utilization is not None]
-        metric = sum(window) / len(window) if window else 0.0
-        d, state = hpa.decide(hpa.HpaContext(now=v.now, current_replicas=v.replicas, ready_replicas=v.ready,
-                                             metric=metric, config=cfg, state=state))
-        return d.replicas, v.cpu
-
-    return step
+    return hpa_controller(max_replicas, time_scale, tick_s=TICK_S)
 
 
 def make_trace(seed: int, time_scale: float, service_ms: float) -> tuple[np.ndarray, np.ndarray, float]:
@@ -198,18 +136,10 @@ class _Replica:
         return self.cost_s + self.cpu * max(0.0, t - self.cpu_since)
 
 
-def throttled_share(used: float, cpu: float) -> float:
-    """Share of CFS periods (100 ms) a replica is throttled in, a stand-in for the kernel's count: none
-    while its mean use stays under 80% of its quota, then rising linearly to every period at 100% (with
-    ~1 ms requests a period holds tens of them, so the use within one period stays near the mean)."""
-    util = min(1.0, used / cpu) if cpu > 0 else 1.0
-    return min(1.0, max(0.0, (util - 0.8) / 0.2))
-
-
 def simulate(controller: Controller, name: str, arrivals: np.ndarray, service: np.ndarray, end: float, *,
              slo_ms: float, time_scale: float, node_cpus: float = 8.0, noise: float = 0.1, seed: int = 0,
              start_cpu: float = DECLARED_CPU) -> RunResult:
-    rng = np.random.default_rng(10_000 + seed)
+    observer = Observer(noise=noise, seed=seed)
     tick = TICK_S / time_scale
     startup, resize = STARTUP_S / time_scale, RESIZE_S / time_scale
     n_ticks = math.ceil(end / tick)
@@ -221,12 +151,8 @@ def simulate(controller: Controller, name: str, arrivals: np.ndarray, service: n
     next_id = 1
     retired_cost, retired_rs = 0.0, 0.0
     moves: list[tuple[float, float, float]] = []
-    observations: list[Observation] = []
     completed_before, i, n = 0, 0, len(arrivals)
     target_cpu, max_replicas, max_cpu = start_cpu, 1, start_cpu
-
-    def noisy(x: float) -> float:
-        return float(x * math.exp(rng.normal(0.0, noise))) if noise > 0 else x
 
     for k in range(n_ticks):
         t0, t_end = k * tick, (k + 1) * tick
@@ -253,24 +179,15 @@ def simulate(controller: Controller, name: str, arrivals: np.ndarray, service: n
             i += 1
         done_now = comp[k]
         completed_before += len(done_now)
-        p99, above = (None, False)
-        if done_now:
-            p99, above = bucketed(float(np.percentile([d for d, _ in done_now], 99)) * 1000.0)
-        cap = sum(reps[rid].cpu for rid in ready) * tick
-        used = sum(rep_busy.values())
-        throttled = [throttled_share(rep_busy[rid] / tick, reps[rid].cpu) for rid in ready]
-        observations.append(Observation(
-            p99_ms=p99, p99_lower_bound=above, in_flight=float(i - completed_before),
-            arrival_rate=noisy((i - first) / tick),
-            cpu_per_request_ms=noisy(sum(c for _, c in done_now) / len(done_now) * 1000.0) if done_now else None,
-            cpu_utilization=min(1.0, noisy(used / cap)) if cap > 0 else None,
-            throttled_ratio=max(throttled) if throttled else None,
-            headroom_cores_per_replica=max(0.0, node_cpus - max((reps[rid].cpu for rid in ready), default=0.0)),
-        ))
-        view = View(now=t_end, replicas=len(reps), ready=len(ready), cpu=target_cpu,
-                    obs=observations[-2] if len(observations) >= 2 else None,
-                    recent=tuple(observations[:-1]))
-        want_r, want_cpu = controller(view)
+        observer.observe(
+            interval_s=tick, arrivals=i - first,
+            p99_ms=float(np.percentile([d for d, _ in done_now], 99)) * 1000.0 if done_now else None,
+            in_flight=float(i - completed_before),
+            cpu_per_request_ms=sum(c for _, c in done_now) / len(done_now) * 1000.0 if done_now else None,
+            cpu_used_s=sum(rep_busy.values()), cpu_capacity_s=sum(reps[rid].cpu for rid in ready) * tick,
+            throttled=[throttled_share(rep_busy[rid] / tick, reps[rid].cpu) for rid in ready],
+            headroom_cores_per_replica=max(0.0, node_cpus - max((reps[rid].cpu for rid in ready), default=0.0)))
+        want_r, want_cpu = controller(observer.view(t_end, len(reps), len(ready), target_cpu))
         before = len(reps) * target_cpu
         if want_cpu != target_cpu:
             for r in reps.values():
@@ -310,15 +227,6 @@ def simulate(controller: Controller, name: str, arrivals: np.ndarray, service: n
                    and np.percentile(chunk, 99) * 1000.0 > slo_ms)
     return RunResult(name, violated * win * time_scale, core_s * time_scale, replica_s * time_scale,
                      count_flaps(moves, FLAP_WINDOW_S / time_scale), max_replicas, max_cpu, moves)
-
-
-def count_flaps(events: list[tuple[float, float, float]], window_s: float) -> int:
-    """A move followed, within `window_s`, by a move in the opposite direction."""
-    flaps = 0
-    for (t1, a1, b1), (t2, a2, b2) in itertools.pairwise(events):
-        if (b1 - a1) * (b2 - a2) < 0 and t2 - t1 < window_s:
-            flaps += 1
-    return flaps
 
 
 CONTROLLERS = ("hpa", "horizontal", "vertical")

@@ -127,17 +127,18 @@ def latency_and_replicas(t: Sequence[float], latency_ms: Sequence[float | None],
     return fig
 
 
-def controllers(series: Mapping[str, tuple[Sequence[float], Sequence[int], Sequence[float]]],
+def controllers(series: Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]],
                 slo_ms: float) -> Figure:
-    """Side by side: for each controller name, (t, replicas, latency_ms) on the same trace."""
+    """Side by side: for each controller name, (t, cores allocated, latency_ms) on the same trace (cores:
+    replicas x cores each, so a vertical-first controller's resizes show as well as replicas)."""
     fig = _figure(7.0, 4.4)
     ax_r, ax_l = fig.subplots(2, 1, sharex=True)
-    for i, (name, (t, reps, lat)) in enumerate(series.items()):
-        ax_r.step(t, reps, where="post", color=f"C{i}", label=name)
+    for i, (name, (t, cores, lat)) in enumerate(series.items()):
+        ax_r.step(t, cores, where="post", color=f"C{i}", label=name)
         ax_l.plot(t, lat, color=f"C{i}", label=name)
     ax_l.axhline(slo_ms, color="tab:red", ls="--", lw=1, label="SLO")
     ax_l.set_yscale("log")
-    ax_r.set_ylabel("replicas")
+    ax_r.set_ylabel("cores allocated")
     ax_l.set_ylabel("latency (ms)")
     ax_l.set_xlabel("time (s)")
     ax_r.legend(fontsize=8)

@@ -31,8 +31,9 @@ Steps, on the running EmbeddedStack (S1 and S4 ran with autoscale off):
    inputs), its strategy decisions and the Executor's (`stack.decisions(role)`). Afterwards the strategy
    is removed, the SLO override cleared and the declared resources and replica count restored.
 The guardrail durations are divided by the demo workflow's `time_scale` (runner.DEMO_AUTOSCALE).
-Comparison part: scanflow.demo.sim runs the same policy and the HPA algorithm on one trace; those
-figures are labelled `sim_*` (a simulation, not this run).
+Comparison part: scanflow.demo.sim runs the same policy (vertical-first) and the HPA algorithm on one
+trace, on the agents' observations (delayed, noisy: scanflow.policies.simulated); those figures are
+labelled `sim_*` (a simulation, not this run).
 Who calls: scanflow.demo.runner; tests/e2e/test_s2_autoscale.py.
 """
 
@@ -483,12 +484,13 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
         "sim_planner_slo_violation_s": pf["slo_violation_s"], "sim_hpa_slo_violation_s": hf["slo_violation_s"],
         "sim_planner_replica_s": pf["replica_s"], "sim_hpa_replica_s": hf["replica_s"],
         "sim_planner_reversals": pf["reversals"], "sim_hpa_reversals": hf["reversals"],
+        "sim_planner_core_s": pf["core_s"], "sim_hpa_core_s": hf["core_s"], "sim_planner_flaps": pf["flaps"],
     }
     res.passed = (bool(ups) and bool(downs) and flaps(directions) == 0 and bool(reps)
                   and reps[-1] == svc.min_replicas and failed == 0 and unsent == 0
                   and applied >= plans_expected(plans) and exec_failed == 0)
     res.series = {"t": t_series, "p99": p99s, "replicas": reps, "clients": load_rps,
-                  "sim": {k: (v.t, v.replicas, v.latency_ms) for k, v in sim.items()},
+                  "sim": {k: (v.t, v.cores, v.latency_ms) for k, v in sim.items()},
                   "slo_ms": slo, "sim_slo_ms": SLO_MS}
     return res
 

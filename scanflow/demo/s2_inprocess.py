@@ -7,7 +7,8 @@ client count steps low -> high -> low, and a control loop ticking once a second 
 Planner's pure policy (`scanflow.policies.autoscale.decide`) the observed p99 latency and requests in
 flight, and applies its decision with `Platform.scale` (new replicas join when ready, removed ones
 drain). Durations of the guardrails are divided by `time_scale` so it fits in a demo. Comparison
-part: scanflow.demo.sim runs the same policy and the HPA algorithm on one trace with real timings.
+part: scanflow.demo.sim runs the digits workflow's Planner policy (vertical-first) and the HPA
+algorithm on one trace with real timings, on the agents' observations (delayed, noisy).
 Who calls: scanflow.demo.s2_autoscale.run (no stack, or no cgroup CPU limits).
 """
 
@@ -139,10 +140,11 @@ def run(ctx: DemoContext, note: str = "") -> ScenarioResult:
         "sim_planner_slo_violation_s": pf["slo_violation_s"], "sim_hpa_slo_violation_s": hf["slo_violation_s"],
         "sim_planner_replica_s": pf["replica_s"], "sim_hpa_replica_s": hf["replica_s"],
         "sim_planner_reversals": pf["reversals"], "sim_hpa_reversals": hf["reversals"],
+        "sim_planner_core_s": pf["core_s"], "sim_hpa_core_s": hf["core_s"], "sim_planner_flaps": pf["flaps"],
     }
     res.passed = (first_up is not None and first_up <= 10.0 and reps[-1] == 1 and reversals(reps) <= 1
                   and failed == 0 and sim["planner"].violation_s <= sim["hpa"].violation_s)
     res.series = {"t": t_series, "p99": p99s, "replicas": reps, "clients": clients,
-                  "sim": {k: (v.t, v.replicas, v.latency_ms) for k, v in sim.items()}, "slo_ms": slo,
+                  "sim": {k: (v.t, v.cores, v.latency_ms) for k, v in sim.items()}, "slo_ms": slo,
                   "sim_slo_ms": SLO_MS}
     return res

@@ -1,16 +1,26 @@
-"""S2's side-by-side comparison: the Planner's autoscale policy vs the Kubernetes HPA algorithm, simulated.
+"""S2's side-by-side comparison: the Planner's scaling policy vs the Kubernetes HPA algorithm, simulated.
 
-Both controllers (scanflow.policies.autoscale and .hpa, the very functions the Planner and the
-baseline use) drive the same fluid queue model on the same load trace, tick by tick, with real
-Kubernetes timings (15 s HPA sync, 300 s scale-down stabilisation) and the same `time_scale` for both.
-A real run with these timings would take many minutes per controller on a 2-core machine, so the
-comparison is simulated; the real-platform part of S2 (scanflow.demo.s2_autoscale) shows the Planner
-on real processes. The model: each ready replica serves `mu` requests/s; arrivals beyond capacity
-queue; latency = queueing + service time; a new replica is ready after `cold_start_s`. HPA sees CPU
-utilisation (busy share of the ready replicas, capped at 1), the Planner what the Checker measures
-(latency, in flight, arrival rate, service time per request) one interval late, as the deployed loop
-sees it: never the trace's rate of the moment. Pure and deterministic; benchmarks/scaling.py adds
-measurement noise, the vertical-first policy and a request-level model. Who calls: s2_autoscale, tests/demo.
+Both controllers (scanflow.policies.elastic vertical-first, as the digits workflow's Planner runs it,
+and scanflow.policies.hpa, the baseline) drive the same fluid queue model on the same load trace, tick
+by tick, with real Kubernetes timings (15 s HPA sync, 300 s scale-down stabilisation) and the same
+`time_scale` for both. A real run with these timings would take many minutes per controller on a
+2-core machine, so the comparison is simulated; the real-platform part of S2
+(scanflow.demo.s2_autoscale) shows the Planner on real processes.
+
+What the controllers see is what the deployed agents send, through the observation model the S2
+benchmark uses (scanflow.policies.simulated): each Checker interval's arrival rate, CPU per request,
+CPU utilization, throttling, requests in flight, the node's unallocated cores and the p99 as the
+gateway's histogram gives it, one interval late, with a 10% lognormal error on the rates and CPU
+figures (`noise`, seeded). Never the trace's rate of the moment nor the model's service time.
+
+The model: a replica given c cores serves `mu`·c requests/s (ceil(c) threads at speed c/ceil(c), so
+its service time is 1000/mu·ceil(c)/c ms); arrivals beyond the ready replicas' capacity queue (one
+shared backlog, the gateway's); latency = queueing + service time (a fluid model: its p99 is its
+mean); a new replica is ready after `cold_start_s`, an in-place resize lands after `resize_s`; each
+replica has a node of `node_cpus` to itself (its vertical ceiling). Throttling follows the use of the
+quota (scanflow.policies.simulated.throttled_share). benchmarks/scaling.py runs the same controllers
+and observations on a request-level queue with Poisson arrivals over several seeds.
+Who calls: s2_autoscale, s2_inprocess, notebooks/03_operations.ipynb, tests/demo.
 """
 
 from __future__ import annotations
@@ -18,15 +28,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from scanflow.policies import autoscale, hpa
-from scanflow.policies.guardrails import Guardrails
+from scanflow.policies import simulated
+
+CONTROLLERS = ("planner", "horizontal", "hpa")
+FLAP_WINDOW_S = 60.0
 
 
 @dataclass(frozen=True)
 class Trace:
     """Arrival rate (requests/s) by phase: ((duration_s, rate), ...)."""
 
-    phases: tuple[tuple[float, float], ...] = ((60.0, 300.0), (300.0, 2400.0), (600.0, 300.0))
+    phases: tuple[tuple[float, float], ...] = simulated.STEP_TRACE
 
     def rate(self, t: float) -> float:
         end = 0.0
@@ -43,13 +55,24 @@ class Trace:
 
 @dataclass(frozen=True)
 class SimConfig:
-    mu: float = 1000.0  # requests/s one replica serves
+    mu: float = 1000.0  # requests/s one core serves (1 ms of CPU per request)
     cold_start_s: float = 10.0
+    resize_s: float = 2.0
     slo_ms: float = 50.0
     min_replicas: int = 1
     max_replicas: int = 8
+    declared_cpu: float = 1.0  # cores per replica at the start (the HPA's replicas keep it)
+    node_cpus: float = 8.0
+    noise: float = 0.1
+    seed: int = 0
     dt: float = 1.0
     time_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.mu <= 0 or self.dt <= 0 or self.time_scale <= 0 or self.declared_cpu <= 0 or self.node_cpus <= 0:
+            raise ValueError("mu, dt, time_scale, declared_cpu and node_cpus must be > 0")
+        if not 1 <= self.min_replicas <= self.max_replicas:
+            raise ValueError("need 1 <= min_replicas <= max_replicas")
 
 
 @dataclass
@@ -57,90 +80,118 @@ class SimResult:
     name: str
     t: list[float] = field(default_factory=list)
     replicas: list[int] = field(default_factory=list)
+    cores: list[float] = field(default_factory=list)  # cores allocated in all (replicas x cores each)
     latency_ms: list[float] = field(default_factory=list)
     violation_s: float = 0.0  # seconds with latency above the SLO
     replica_s: float = 0.0  # cost: replica-seconds
-    changes: int = 0  # scale actions
-    reversals: int = 0  # direction changes (flapping)
+    core_s: float = 0.0  # cost: core-seconds allocated
+    changes: int = 0  # capacity moves (scale or resize)
+    reversals: int = 0  # direction changes of the capacity
+    flaps: int = 0  # a move followed within 60 s (nominal) by one the other way
+    max_replicas: int = 0
+    max_cpu: float = 0.0  # the most cores one replica had
     time_to_meet_slo_s: float | None = None  # after the step up, until latency is back under the SLO
 
     def figures(self) -> dict[str, float | int | None]:
         return {"slo_violation_s": round(self.violation_s, 1), "replica_s": round(self.replica_s, 1),
-                "scale_actions": self.changes, "reversals": self.reversals,
+                "core_s": round(self.core_s, 1), "scale_actions": self.changes, "reversals": self.reversals,
+                "flaps": self.flaps, "max_replicas": self.max_replicas, "max_cpu": self.max_cpu,
                 "time_to_meet_slo_s": self.time_to_meet_slo_s}
 
 
-def _planner(cfg: SimConfig) -> autoscale.AutoscaleConfig:
-    return autoscale.AutoscaleConfig(guardrails=Guardrails(
-        min_replicas=cfg.min_replicas, max_replicas=cfg.max_replicas, up_ticks=1, down_ticks=5,
-        down_delay_s=30.0, cooldown_down_s=60.0, max_step_down=1, cold_start_s=30.0,
-        time_scale=cfg.time_scale))
+@dataclass
+class _Replica:
+    cpu: float
+    ready_at: float
+    # resizes asked and not landed yet, (lands at, new cores) in order: each lands `resize_s` after its
+    # plan, a later plan never postpones an earlier one (the Executor applies them one after the other)
+    pending: list[tuple[float, float]] = field(default_factory=list)
+
+
+def _controller(name: str, cfg: SimConfig) -> simulated.Controller:
+    if name == "hpa":
+        return simulated.hpa_controller(cfg.max_replicas, cfg.time_scale, min_replicas=cfg.min_replicas,
+                                        tick_s=cfg.dt)
+    return simulated.elastic_controller(cfg.slo_ms, cfg.max_replicas, cfg.time_scale, cfg.node_cpus,
+                                        vertical=name == "planner", min_replicas=cfg.min_replicas)
 
 
 def simulate(controller: str, trace: Trace, cfg: SimConfig = SimConfig()) -> SimResult:
-    """Run 'planner' or 'hpa' on the trace; time in (scaled) seconds."""
-    if controller not in ("planner", "hpa"):
-        raise ValueError(f"controller must be 'planner' or 'hpa', got {controller!r}")
+    """Run 'planner' (vertical-first), 'horizontal' (the same policy, replicas only) or 'hpa' on the
+    trace; time in (scaled) seconds. Deterministic for a given `cfg.seed`."""
+    if controller not in CONTROLLERS:
+        raise ValueError(f"controller must be one of {CONTROLLERS} ('planner' is vertical-first), got {controller!r}")
+    ts = cfg.time_scale
+    decide = _controller(controller, cfg)
+    observer = simulated.Observer(noise=cfg.noise, seed=cfg.seed)
     res = SimResult(controller)
-    pcfg = _planner(cfg)
-    hcfg = hpa.HpaConfig(min_replicas=cfg.min_replicas, max_replicas=cfg.max_replicas, target=0.7,
-                         time_scale=cfg.time_scale)
-    pstate, hstate = autoscale.AutoscaleState(), hpa.HpaState()
-    replicas = cfg.min_replicas
-    starting: list[float] = []  # ready times of replicas being started
+    reps = [_Replica(cfg.declared_cpu, 0.0) for _ in range(cfg.min_replicas)]
+    target = cfg.declared_cpu
     backlog = 0.0
     last_dir = 0
-    seen: tuple[float, float, float] | None = None  # the last interval's (latency, in flight, rate), as measured
-    step_at = trace.phases[0][0] / cfg.time_scale
-    duration = trace.duration / cfg.time_scale
-    t = 0.0
-    while t < duration:
-        starting = [r for r in starting if r > t]
-        ready = replicas - len(starting)
-        rate = trace.rate(t * cfg.time_scale)
-        cap = max(ready, 0) * cfg.mu
-        backlog = max(0.0, backlog + (rate - cap) * cfg.dt)
-        service_ms = 1000.0 / cfg.mu
+    moves: list[tuple[float, float, float]] = []
+    step_at = trace.phases[0][0] / ts
+    n_ticks = math.ceil(trace.duration / ts / cfg.dt - 1e-9)
+    for k in range(n_ticks):
+        t, t_end = k * cfg.dt, (k + 1) * cfg.dt
+        for r in reps:  # resizes that landed by now
+            while r.pending and r.pending[0][0] <= t + 1e-12:
+                r.cpu = r.pending.pop(0)[1]
+        ready = [r for r in reps if r.ready_at <= t + 1e-12]
+        rate = trace.rate(t * ts)
+        cores_ready = sum(r.cpu for r in ready)
+        cap = cores_ready * cfg.mu  # requests/s
+        served = min(cap * cfg.dt, backlog + rate * cfg.dt)
+        backlog = max(0.0, backlog + rate * cfg.dt - served)
+        # a request's service time on the ready replicas (the slowest thread speed of any of them)
+        service_ms = 1000.0 / cfg.mu * max((math.ceil(r.cpu - 1e-9) / r.cpu for r in ready), default=1.0)
         latency = (backlog / cap * 1000.0 if cap else 1e4) + service_ms
-        util = min(1.0, rate / cap) if cap else 1.0
-        d: autoscale.ScaleDecision | hpa.HpaDecision
-        if controller == "planner":
-            # what the Checker sends: the interval before this one (scrape, forward, decide), measured
-            # at the gateway and the replicas; the trace's own rate is never read here
-            d, pstate = autoscale.decide(autoscale.AutoscaleContext(
-                now=t, current_replicas=replicas, ready_replicas=ready, slo_latency_ms=cfg.slo_ms,
-                latency_ms=seen[0] if seen else None, in_flight=seen[1] if seen else 0.0,
-                arrival_rate=seen[2] if seen else None, service_time_ms=service_ms if seen else None,
-                config=pcfg, state=pstate))
-        else:
-            d, hstate = hpa.decide(hpa.HpaContext(now=t, current_replicas=replicas, ready_replicas=ready,
-                                                  metric=util, config=hcfg, state=hstate))
-        seen = (latency, backlog + rate * service_ms / 1000.0, rate)
-        target = d.replicas
-        if target != replicas:
-            direction = 1 if target > replicas else -1
+        used = served / cfg.mu  # core-seconds
+        observer.observe(
+            interval_s=cfg.dt, arrivals=rate * cfg.dt, p99_ms=latency if served > 0 else None,
+            in_flight=backlog + min(rate, cap) * service_ms / 1000.0,
+            cpu_per_request_ms=1000.0 / cfg.mu if served > 0 else None, cpu_used_s=used,
+            cpu_capacity_s=cores_ready * cfg.dt,
+            throttled=[simulated.throttled_share(used * r.cpu / cores_ready / cfg.dt, r.cpu) for r in ready],
+            headroom_cores_per_replica=max(0.0, cfg.node_cpus - max((r.cpu for r in ready), default=0.0)))
+        res.t.append(t)
+        res.replicas.append(len(reps))
+        res.cores.append(sum(r.cpu for r in reps))
+        res.latency_ms.append(latency)
+        if latency > cfg.slo_ms:
+            res.violation_s += cfg.dt * ts
+        elif t >= step_at and res.time_to_meet_slo_s is None and res.violation_s > 0:
+            res.time_to_meet_slo_s = round((t - step_at) * ts, 1)
+        res.replica_s += len(reps) * cfg.dt * ts
+        res.core_s += sum(r.cpu for r in reps) * cfg.dt * ts
+        want_r, want_cpu = decide(observer.view(t_end, len(reps), len(ready), target))
+        want_r = max(cfg.min_replicas, min(cfg.max_replicas, want_r))
+        before = len(reps) * target
+        if want_cpu != target:
+            for r in reps:
+                if r.ready_at <= t_end:
+                    r.pending.append((t_end + cfg.resize_s / ts, want_cpu))
+                else:  # still starting: it starts with the new size
+                    r.cpu = want_cpu
+            target = want_cpu
+        if want_r > len(reps):
+            reps += [_Replica(target, t_end + cfg.cold_start_s / ts) for _ in range(want_r - len(reps))]
+        elif want_r < len(reps):  # replicas still starting go first, then the newest
+            reps = sorted(reps, key=lambda r: r.ready_at)[:want_r]
+        after = len(reps) * target
+        if abs(after - before) > 1e-9:
+            direction = 1 if after > before else -1
             res.changes += 1
             res.reversals += int(last_dir != 0 and direction != last_dir)
             last_dir = direction
-            if target > replicas:
-                starting += [t + cfg.cold_start_s / cfg.time_scale] * (target - replicas)
-            else:
-                starting = starting[: max(0, len(starting) - (replicas - target))]
-            replicas = target
-        res.t.append(t)
-        res.replicas.append(replicas)
-        res.latency_ms.append(latency)
-        if latency > cfg.slo_ms:
-            res.violation_s += cfg.dt
-        elif t >= step_at and res.time_to_meet_slo_s is None and res.violation_s > 0:
-            res.time_to_meet_slo_s = round(t - step_at, 1)
-        res.replica_s += replicas * cfg.dt
-        t += cfg.dt
-    if not math.isfinite(res.violation_s):  # pragma: no cover - defensive
-        res.violation_s = float("inf")
+            moves.append((t_end, before, after))
+        res.max_replicas = max(res.max_replicas, len(reps))
+        res.max_cpu = max(res.max_cpu, target)
+    res.flaps = simulated.count_flaps(moves, FLAP_WINDOW_S / ts)
     return res
 
 
-def compare(trace: Trace = Trace(), cfg: SimConfig = SimConfig()) -> dict[str, SimResult]:
-    """Both controllers on the same trace and model."""
-    return {name: simulate(name, trace, cfg) for name in ("planner", "hpa")}
+def compare(trace: Trace = Trace(), cfg: SimConfig = SimConfig(),
+            controllers: tuple[str, ...] = ("planner", "hpa")) -> dict[str, SimResult]:
+    """The controllers on the same trace, model and measurement noise."""
+    return {name: simulate(name, trace, cfg) for name in controllers}

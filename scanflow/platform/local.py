@@ -57,7 +57,7 @@ from scanflow.platform.base import (
 from scanflow.platform.cgroups import CgroupManager, CgroupSupport, detect
 from scanflow.platform.jobrunner import public_params
 from scanflow.platform.readback import Wanted
-from scanflow.platform.topology import Placement, Topology, place_replicas, read_topology
+from scanflow.platform.topology import Placement, Topology, allowed_topology, place_replicas
 from scanflow.spec import Affinity, Job, Resources, Service
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ class LocalPlatform:
         self._token = token
         self.allow_anonymous = allow_anonymous
         self.python = python
-        self.topology = topology or read_topology()
+        self.topology = topology or allowed_topology()  # the cores its cpuset allows, by socket
         self.cgroup_support = cgroups or detect()
         self._cg = CgroupManager(self.cgroup_support, prefix=f"scanflow-{os.getpid()}")
         self._written = ""  # the state last written (a write happens only when it changed)

@@ -77,11 +77,32 @@ class Topology:
                 return node
         return None
 
+    def restricted(self, allowed: set[int] | frozenset[int] | tuple[int, ...]) -> Topology:
+        """Only the cores in `allowed` (e.g. os.sched_getaffinity(0): what this process's cpuset lets it
+        use, inside a container or a cgroup with `cpuset.cpus`): placing a replica on a core outside it
+        would fail, and pinning must count only cores it can really give. Sockets left empty go; an
+        `allowed` sharing no core with the machine leaves the topology as it is (nothing better known)."""
+        keep = set(allowed)
+        sockets = tuple(s for s in (tuple(c for c in sock if c in keep) for sock in self.sockets) if s)
+        if not sockets:
+            return self
+        nodes = {n: tuple(c for c in cpus if c in keep) for n, cpus in self.nodes.items()}
+        return Topology(sockets=sockets, nodes={n: c for n, c in nodes.items() if c})
+
     @classmethod
     def synthetic(cls, sockets: int, cores_per_socket: int) -> Topology:
         """Regular machine for tests and planning: socket s holds cpus [s*P, (s+1)*P)."""
         socks = tuple(tuple(range(s * cores_per_socket, (s + 1) * cores_per_socket)) for s in range(sockets))
         return cls(sockets=socks, nodes={s: socks[s] for s in range(sockets)})
+
+
+def allowed_topology(sys_root: Path = Path("/sys")) -> Topology:
+    """The machine's topology (`read_topology`) restricted to the cores this process may run on (its
+    affinity mask, which a cgroup cpuset bounds): what the local platform places replicas on."""
+    import os
+
+    t = read_topology(sys_root)
+    return t.restricted(frozenset(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else t
 
 
 def read_topology(sys_root: Path = Path("/sys")) -> Topology:

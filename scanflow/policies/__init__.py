@@ -11,11 +11,15 @@ context, so a restarted Planner resumes with the same hysteresis.
 - hpa: the Kubernetes HPA algorithm, the baseline autoscale must beat
 - retrain: retrain on drift, promote challenger vs champion (S1)
 - failover: primary <-> backup routing with hysteresis (S4)
+- pinning: whether a `resources` plan pins its replicas to exclusive cores (CPUMEM), opt-in
 - tune: replicas x threads x pinning for a machine (S3)
 - guardrails: bounds, cold start, hysteresis, cooldown, max step shared by the replica policies
+- simulated: what the policies observe in a simulation (windowed, delayed, noisy) and the controllers
+  reading it, for benchmarks/scaling.py and scanflow/demo/sim.py (imported from there, not here)
 """
 
-from scanflow.policies import autoscale, elastic, failover, guardrails, hpa, retrain, tune
+from scanflow.policies import autoscale, elastic, failover, guardrails, hpa, pinning, retrain, tune
 from scanflow.policies.types import Decision, Streak
 
-__all__ = ["Decision", "Streak", "autoscale", "elastic", "failover", "guardrails", "hpa", "retrain", "tune"]
+__all__ = ["Decision", "Streak", "autoscale", "elastic", "failover", "guardrails", "hpa", "pinning", "retrain",
+           "tune"]

@@ -66,6 +66,10 @@ def test_bad_plans_are_refused_before_anything_is_applied(monkeypatch: pytest.Mo
     assert plat.calls == []
 
 
-def test_a_platform_that_cannot_say_is_reported_unverified(monkeypatch: pytest.MonkeyPatch) -> None:
-    out = _run(monkeypatch, FakePlatform([GOOD], None))
-    assert out["verified"] is None
+def test_a_platform_that_cannot_say_what_to_read_back_fails_the_step_and_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    plat = FakePlatform([GOOD], None)
+    with pytest.raises(PermanentError, match=r"applied \(affinity\+cgroup\) but NOT verified: the platform "
+                                             r"FakePlatform did not say.*\(notes: a note\)"):
+        _run(monkeypatch, plat)
+    assert plat.calls == [("digits", 0.3, None, 1)]  # it was applied: the failure says what is unknown

@@ -150,3 +150,60 @@ def test_resources_plan_payload_is_what_the_executor_accepts() -> None:
             "threads": d.threads, "reason": d.reason}
     assert Resources.model_validate(plan["resources"]).cpu == 1.5 and plan["threads"] == 1
     assert plan.get("affinity") is None or Affinity.model_validate(plan["affinity"])
+
+
+def test_pin_config_is_off_unless_the_workflow_asks() -> None:
+    import pytest
+
+    from agents.planner import pin_config
+
+    assert pin_config({}).mode == "none" and pin_config({}).reserved_cores == 1.0
+    cfg = pin_config({"pin": "numa", "pin_reserved_cores": 2})
+    assert (cfg.mode, cfg.reserved_cores) == ("numa", 2.0)
+    with pytest.raises(ValueError, match="pin mode"):
+        pin_config({"pin": "yes"})
+
+
+def test_resources_plan_carries_the_pinning_with_the_declared_placement_kept() -> None:
+    from agents.planner import resources_plan
+    from scanflow.policies import pinning
+    from scanflow.spec import Affinity, Resources, Service
+
+    svc = Service(name="digits", model_uri="models:/m@champion", resources=Resources(cpu=0.5, memory="1Gi"),
+                  affinity=Affinity(node_selector={"pool": "inference"}, spread_across_nodes=True))
+    off = pinning.decide(pinning.PinContext(cpu=2.0, replicas=1, node_cpus=8))
+    plan = resources_plan(svc, 2.0, 2, off, "grow", "k1")
+    assert "affinity" not in plan and plan["resources"] == {"cpu": 2.0, "memory": "1Gi"} and plan["reason"] == "grow"
+    on = pinning.PinConfig(mode="numa")
+    pinned = resources_plan(svc, 2.0, 2, pinning.decide(pinning.PinContext(2.0, 1, 8, on)), "grow", "k1")
+    aff = Affinity.model_validate(pinned["affinity"])
+    assert aff.policy == "numa" and aff.node_selector == {"pool": "inference"} and aff.spread_across_nodes
+    assert pinned["reason"].startswith("grow; numa: 1 x 2 exclusive cores") and pinned["pinning"] in pinned["reason"]
+    loose = resources_plan(svc, 1.5, 1, pinning.decide(pinning.PinContext(1.5, 1, 8, on)), "shrink", None)
+    assert loose["affinity"]["policy"] == "none" and "not a whole number" in loose["pinning"]
+
+
+def test_plan_resources_on_a_resize_or_a_change_of_pinning_only() -> None:
+    from agents.planner import plan_resources
+    from scanflow.policies import elastic, pinning
+    from scanflow.spec import Service
+
+    svc = Service(name="digits", model_uri="models:/m@champion", max_replicas=8)
+    on, off = pinning.PinConfig(mode="numa"), pinning.PinConfig()
+
+    def dec(cpu: float, replicas: int) -> elastic.ElasticDecision:
+        return elastic.ElasticDecision("r", replicas=replicas, cpu=cpu, threads=max(1, int(cpu)))
+
+    # a grow to 2 whole cores on an 8-CPU node: pinned in the same plan
+    plan, pin = plan_resources(svc, dec(2.0, 1), 1.0, 1, 8.0, on, "none", "k")
+    assert plan is not None and plan["affinity"]["policy"] == "numa" and pin.affinity == "numa"
+    # nothing changes: no plan
+    assert plan_resources(svc, dec(2.0, 1), 2.0, 1, 8.0, on, "numa", "k")[0] is None
+    # replicas 1 -> 4 at 2 cores (8 > 7 exclusive): the size stays, but a plan unpins before the scale
+    plan, pin = plan_resources(svc, dec(2.0, 4), 2.0, 4, 8.0, on, "numa", "k")
+    assert plan is not None and plan["affinity"]["policy"] == "none" and plan["resources"]["cpu"] == 2.0
+    assert "4 x 2 cores > 7 exclusive" in plan["reason"]
+    # pinning off: a resize without affinity, and no plan without a resize
+    plan, pin = plan_resources(svc, dec(2.0, 1), 1.0, 1, 8.0, off, "none", "k")
+    assert plan is not None and "affinity" not in plan and pin.affinity is None
+    assert plan_resources(svc, dec(2.0, 4), 2.0, 4, 8.0, off, "numa", "k")[0] is None

@@ -45,17 +45,34 @@ def test_quantile_and_window() -> None:
 
 
 def test_simulation_planner_beats_hpa_on_the_step_and_comes_back_down() -> None:
-    res = compare(Trace(), SimConfig())
-    p, h = res["planner"], res["hpa"]
-    assert p.violation_s < h.violation_s  # acts on latency at once, HPA waits for syncs and CPU saturates
+    res = compare(Trace(), SimConfig(), controllers=("planner", "horizontal", "hpa"))
+    p, hz, h = res["planner"], res["horizontal"], res["hpa"]
+    # vertical-first grows in place (lands in 2 s), horizontal-only waits 10 s for replicas, the HPA
+    # climbs one 15 s sync at a time on a CPU utilization capped at 100%
+    assert p.violation_s < hz.violation_s < h.violation_s
+    assert p.core_s < h.core_s and p.max_replicas == 1 and p.max_cpu > 3 and hz.max_cpu == h.max_cpu == 1.0
     assert p.replicas[-1] == h.replicas[-1] == 1  # both come back down after the load falls
-    assert p.reversals <= 1  # up, then down: no flapping
+    assert p.cores[-1] < max(p.cores) / 3  # the grown replica shrank again
+    assert p.flaps == hz.flaps == h.flaps == 0 and p.reversals <= 1  # up, then down: no flapping
     assert len(p.t) == len(h.t) == int(Trace().duration)
+    assert p.figures()["core_s"] == round(p.core_s, 1) and p.figures()["flaps"] == 0
 
 
-def test_simulation_refuses_unknown_controller() -> None:
+def test_simulation_decides_on_noisy_observations_seeded() -> None:
+    short = Trace(((20.0, 600.0), (40.0, 3600.0), (60.0, 600.0)))
+    a, b = simulate("planner", short, SimConfig(seed=1)), simulate("planner", short, SimConfig(seed=1))
+    assert (a.cores, a.latency_ms) == (b.cores, b.latency_ms)  # the same seed, the same run
+    runs = {tuple(simulate("planner", short, SimConfig(seed=s)).cores) for s in range(4)}
+    assert len(runs) > 1  # the measurement noise changes what the Planner sees, and so its moves
+    # without noise, nothing varies between seeds: the noise is the only random input
+    assert len({tuple(simulate("planner", short, SimConfig(seed=s, noise=0.0)).cores) for s in range(3)}) == 1
+
+
+def test_simulation_refuses_unknown_controller_and_bad_config() -> None:
     with pytest.raises(ValueError, match="planner"):
         simulate("magic", Trace())
+    with pytest.raises(ValueError, match="min_replicas"):
+        SimConfig(min_replicas=3, max_replicas=2)
 
 
 def test_reversals_counts_direction_changes() -> None:

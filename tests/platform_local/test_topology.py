@@ -8,6 +8,7 @@ import pytest
 
 from scanflow.platform.topology import (
     Topology,
+    allowed_topology,
     candidate_configs,
     cpumem_range,
     default_config,
@@ -111,3 +112,18 @@ def test_read_topology_on_this_machine() -> None:
     topo = read_topology()
     assert set(topo.cpus) >= set(os.sched_getaffinity(0))
     assert topo.total >= 1
+
+
+def test_a_cpuset_restricts_what_placement_may_use() -> None:
+    import os
+
+    machine = Topology.synthetic(2, 4)  # cpus 0-3 on socket 0, 4-7 on socket 1
+    # a cpuset of 2-5 (a container's --cpuset-cpus): two cores on each socket, CPUMEM within them
+    topo = machine.restricted({2, 3, 4, 5})
+    assert topo.sockets == ((2, 3), (4, 5)) and topo.nodes == {0: (2, 3), 1: (4, 5)}
+    assert [p.cpus for p in place_replicas(topo, 2, 2, "numa")] == [(2, 3), (4, 5)]
+    assert [p.node for p in place_replicas(topo, 2, 2, "numa")] == [0, 1]
+    assert place_replicas(topo, 3, 2, "pinned")[2].shared  # a third 2-core replica does not fit: says so
+    assert machine.restricted({6, 7}).sockets == ((6, 7),)  # an empty socket goes
+    assert machine.restricted({42}) == machine  # nothing in common: nothing better known
+    assert set(allowed_topology().cpus) == set(os.sched_getaffinity(0))  # this process's own cpuset

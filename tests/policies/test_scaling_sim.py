@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scanflow.policies import simulated
+
 _PATH = Path(__file__).parents[2] / "benchmarks" / "scaling.py"
 
 
@@ -23,17 +25,17 @@ def scaling():  # type: ignore[no-untyped-def]
     return mod
 
 
-def test_count_flaps(scaling) -> None:  # type: ignore[no-untyped-def]
+def test_count_flaps() -> None:
     events = [(0.0, 1, 3), (5.0, 3, 2), (100.0, 2, 1), (130.0, 1, 2)]
-    assert scaling.count_flaps(events, 60.0) == 2  # up->down at 5 s, down->up 30 s apart
-    assert scaling.count_flaps(events, 4.0) == 0
-    assert scaling.count_flaps([(0.0, 1.0, 1.5), (10.0, 1.5, 1.25)], 60.0) == 1  # resizes count too
+    assert simulated.count_flaps(events, 60.0) == 2  # up->down at 5 s, down->up 30 s apart
+    assert simulated.count_flaps(events, 4.0) == 0
+    assert simulated.count_flaps([(0.0, 1.0, 1.5), (10.0, 1.5, 1.25)], 60.0) == 1  # resizes count too
 
 
-def test_p99_is_what_the_gateway_histogram_says(scaling) -> None:  # type: ignore[no-untyped-def]
-    assert scaling.bucketed(7.0) == (7.5, False)
-    assert scaling.bucketed(50.0) == (50.0, False)
-    assert scaling.bucketed(5000.0) == (1000.0, True)  # past the top bucket: a lower bound
+def test_p99_is_what_the_gateway_histogram_says() -> None:
+    assert simulated.bucketed(7.0) == (7.5, False)
+    assert simulated.bucketed(50.0) == (50.0, False)
+    assert simulated.bucketed(5000.0) == (1000.0, True)  # past the top bucket: a lower bound
 
 
 def test_fixed_capacity_matches_queueing_theory(scaling) -> None:  # type: ignore[no-untyped-def]
