@@ -117,7 +117,10 @@ class _Replica:
     workers: list[float] = field(default_factory=list)  # free-at time of each worker thread
     cost_s: float = 0.0  # core-seconds up to `cpu_since`
     cpu_since: float = 0.0
-    pending: tuple[float, float] | None = None  # (takes effect at, new cores)
+    # resizes asked and not yet in effect, in the order asked: (takes effect at, new cores). Each lands
+    # on its own time, as the Executor applies plans one after another (a later ask never postpones an
+    # earlier one).
+    pending: list[tuple[float, float]] = field(default_factory=list)
 
     def set_cpu(self, cpu: float, now: float) -> None:
         self.cost_s += self.cpu * (now - self.cpu_since)
@@ -157,9 +160,9 @@ def simulate(controller: Controller, name: str, arrivals: np.ndarray, service: n
     for k in range(n_ticks):
         t0, t_end = k * tick, (k + 1) * tick
         for r in reps.values():  # resizes that take effect by now
-            if r.pending is not None and r.pending[0] <= t0 + 1e-12:
-                r.set_cpu(r.pending[1], r.pending[0])
-                r.pending = None
+            while r.pending and r.pending[0][0] <= t0 + 1e-12:
+                at, cores = r.pending.pop(0)
+                r.set_cpu(cores, at)
         ready = [rid for rid, r in reps.items() if r.ready_at <= t0]
         heap = [(f, rid, w) for rid in ready for w, f in enumerate(reps[rid].workers)]
         heapq.heapify(heap)
@@ -192,7 +195,7 @@ def simulate(controller: Controller, name: str, arrivals: np.ndarray, service: n
         if want_cpu != target_cpu:
             for r in reps.values():
                 if r.ready_at <= t_end:
-                    r.pending = (t_end + resize, want_cpu)
+                    r.pending.append((t_end + resize, want_cpu))
                 else:  # still starting: it starts with the new size
                     r.set_cpu(want_cpu, t_end)
             target_cpu = want_cpu
