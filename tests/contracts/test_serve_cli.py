@@ -17,8 +17,8 @@ import typer
 from typer.testing import CliRunner
 
 from scanflow.cli import app
-from scanflow.platform.processes import free_port
 from scanflow.platform import manifests as mf
+from scanflow.platform.processes import free_port
 from scanflow.serving import cli as serve_cli
 from scanflow.serving import cliargs, gateway, replica
 from scanflow.spec import load_workflow
