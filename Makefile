@@ -25,16 +25,23 @@ setup: $(VENV)/.installed-core
 setup-test: $(VENV)/.installed-test sysdeps
 
 # Debian tools some tests use (compose file parser, a throwaway PostgreSQL); tests skip with a reason where absent.
+# Each install is tried from the package lists as they are, then once more after `apt-get update` (a
+# fresh container has none). kubectl (for `kubectl kustomize`) is not a Debian package: only a note.
+# PG_BINDIRS: where Debian puts PostgreSQL's programs (initdb is not on PATH there).
+PG_BINDIRS ?= /usr/lib/postgresql/*/bin
 sysdeps:
 	@command -v docker-compose >/dev/null 2>&1 || \
 	  (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 	   (apt-get install -y -qq docker-compose >/dev/null 2>&1 || \
 	    (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq docker-compose >/dev/null 2>&1)) || \
 	   echo "note: docker-compose not installed; the compose test will skip")
-	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	@command -v initdb >/dev/null 2>&1 || ls $(PG_BINDIRS)/initdb >/dev/null 2>&1 || \
 	  (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
-	   apt-get install -y -qq postgresql >/dev/null 2>&1) || \
-	   echo "note: postgresql not installed; tests/postgres will skip"
+	   (apt-get install -y -qq postgresql >/dev/null 2>&1 || \
+	    (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq postgresql >/dev/null 2>&1)) || \
+	   echo "note: postgresql not installed; tests/postgres will skip")
+	@command -v kubectl >/dev/null 2>&1 || \
+	  echo "note: kubectl not installed; the kustomize tests (tests/kubernetes) will skip"
 
 # The dev overlay's Secret comes from deploy/overlays/dev/secrets.env (random values, never committed).
 dev-secrets: $(VENV)/.installed-core

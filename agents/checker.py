@@ -277,7 +277,8 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
         if latency is not None:
             events.append(("latency.checked", latency))
             monitoring.WRITER.submit(ctx.state, _monitor(ctx), monitoring.latency_metrics(
-                latency, svc.slo.percentile), monitoring.next_step(ctx.state, "latency"))
+                latency, svc.slo.percentile) | monitoring.resource_metrics(latency),
+                monitoring.next_step(ctx.state, "latency"))
     return events
 
 

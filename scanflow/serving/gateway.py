@@ -52,7 +52,7 @@ from scanflow.serving.asgi import (
     send_error_and_close,
     send_raw,
 )
-from scanflow.serving.cliargs import env_value, url_list
+from scanflow.serving.cliargs import GATEWAY_PROG, env_value, gateway_parser, url_list
 from scanflow.serving.hotmetrics import HotCounter, HotHistogram
 from scanflow.serving.protocols import install_gateway
 from scanflow.serving.routing import (
@@ -630,37 +630,13 @@ def create_app(config: GatewayConfig) -> GatewayApp:
     return GatewayApp(gw, api)
 
 
-def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = None,
+               prog: str = GATEWAY_PROG) -> argparse.Namespace:
     """Flags, with env defaults (flags win): SCANFLOW_PORT, SCANFLOW_HOST, SCANFLOW_SERVICE,
     SCANFLOW_UPSTREAM (replica URLs, comma-separated; used when no --replica is given),
-    SCANFLOW_BACKUP, SCANFLOW_UPSTREAM_DISCOVERY, SCANFLOW_LOG_LEVEL."""
+    SCANFLOW_BACKUP, SCANFLOW_UPSTREAM_DISCOVERY, SCANFLOW_LOG_LEVEL. `prog` names the command in errors."""
     env = os.environ if env is None else env
-    p = argparse.ArgumentParser(prog="python -m scanflow.serving.gateway", description=__doc__.split("\n")[0])
-    p.add_argument("--port", type=int, default=None, help="env SCANFLOW_PORT")
-    p.add_argument("--host", default=None, help="env SCANFLOW_HOST, else 127.0.0.1")
-    p.add_argument("--service", default=None, help="env SCANFLOW_SERVICE, else 'default'")
-    p.add_argument("--replica", action="append", default=[],
-                   help="replica base URL (repeatable; env SCANFLOW_UPSTREAM, comma-separated)")
-    p.add_argument("--backup", default=None,
-                   help="base URL taking traffic when no replica is healthy (env SCANFLOW_BACKUP)")
-    p.add_argument("--health-interval-s", type=float, default=0.5)
-    p.add_argument("--upstream-timeout-s", type=float, default=30.0)
-    p.add_argument("--max-body-bytes", type=int, default=4 << 20)
-    p.add_argument("--body-timeout-s", type=float, default=10.0,
-                   help="a request body must arrive in full within this (else 408 and the connection closes)")
-    p.add_argument("--coalesce-max", type=int, default=64,
-                   help="client requests per upstream call (POST /predict_batch); 0 or 1 forwards each alone")
-    p.add_argument("--batches-per-replica", type=int, default=1, help="coalesced calls in flight per replica")
-    p.add_argument("--front", choices=("fast", "asgi"), default=None,
-                   help="asgi (default): every request through uvicorn's ASGI cycle; fast: the common POST "
-                        "/predict answered from the HTTP protocol, no ASGI cycle (scanflow.serving.fastfront; "
-                        "opt-in until S2 is understood with it, docs/serving.md) (env SCANFLOW_GATEWAY_FRONT)")
-    p.add_argument("--upstream-discovery", choices=("static", "dns"), default=None,
-                   help="static (default): the --replica URLs are the replicas; dns: each names a set of replicas, "
-                        "one per address it resolves to, re-resolved every health interval (a Kubernetes headless "
-                        "Service) (env SCANFLOW_UPSTREAM_DISCOVERY)")
-    p.add_argument("--allow-anonymous", action="store_true")
-    p.add_argument("--log-level", default=None, help="env SCANFLOW_LOG_LEVEL, else INFO")
+    p = gateway_parser(prog)
     args = p.parse_args(argv)
     if args.port is None:
         args.port = env_value(p, env, "SCANFLOW_PORT", int)
@@ -682,10 +658,12 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, prog: str = GATEWAY_PROG) -> None:
+    """Parse the flags and serve until stopped. Who calls: `python -m` (the platforms' command lines)
+    and `scanflow serve gateway` (with its own `prog`)."""
     from scanflow.settings import Settings
 
-    args = parse_args(argv)
+    args = parse_args(argv, prog=prog)
     if args.health_interval_s <= 0 or args.body_timeout_s <= 0:
         raise SystemExit("--health-interval-s and --body-timeout-s must be > 0")
     try:

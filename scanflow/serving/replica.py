@@ -52,7 +52,7 @@ from scanflow.serving.asgi import (
     send_raw,
 )
 from scanflow.serving.batching import BatchResult, MicroBatcher, ModelNotReady
-from scanflow.serving.cliargs import env_value
+from scanflow.serving.cliargs import REPLICA_PROG, env_value, replica_parser
 from scanflow.serving.cpustat import CpuCollector
 from scanflow.serving.cpuwatch import CpuLimitReader, threads_for_cores
 from scanflow.serving.hotmetrics import HotCounter, HotHistogram
@@ -656,41 +656,18 @@ def create_app(config: ReplicaConfig) -> ReplicaApp:
     return ReplicaApp(replica, api)
 
 
-def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = None,
+               prog: str = REPLICA_PROG) -> argparse.Namespace:
     """Flags, with env defaults (flags win): SCANFLOW_MODEL_URI, SCANFLOW_PORT, SCANFLOW_HOST,
     SCANFLOW_THREADS, SCANFLOW_SERVICE, SCANFLOW_MAX_BATCH_SIZE, SCANFLOW_MAX_BATCH_WAIT_MS,
-    SCANFLOW_TRACKER_URL, SCANFLOW_LOG_LEVEL, SCANFLOW_SPOOL_DIR.
+    SCANFLOW_TRACKER_URL, SCANFLOW_LOG_LEVEL, SCANFLOW_SPOOL_DIR. `prog` names the command in errors.
 
     `--threads N` pins the thread pool; SCANFLOW_THREADS only sets its starting size, and the replica
     still follows later changes of its cgroup CPU limit (an in-place pod resize changes no env).
     `args.threads_pinned` says which.
     """
     env = os.environ if env is None else env
-    p = argparse.ArgumentParser(prog="python -m scanflow.serving.replica", description=__doc__.split("\n")[0])
-    p.add_argument("--model-uri", default=None, help="models:/name@alias, runs:/... (env SCANFLOW_MODEL_URI)")
-    p.add_argument("--port", type=int, default=None, help="env SCANFLOW_PORT")
-    p.add_argument("--host", default=None, help="env SCANFLOW_HOST, else 127.0.0.1")
-    p.add_argument("--threads", type=int, default=None,
-                   help="pin the torch thread pool (env SCANFLOW_THREADS: starting size that follows the CPU limit)")
-    p.add_argument("--max-batch-size", type=int, default=None, help="env SCANFLOW_MAX_BATCH_SIZE, else 32")
-    p.add_argument("--max-batch-wait-ms", type=float, default=None, help="env SCANFLOW_MAX_BATCH_WAIT_MS, else 2")
-    p.add_argument("--tracker-url", default=None, help="env SCANFLOW_TRACKER_URL")
-    p.add_argument("--service", default=None, help="env SCANFLOW_SERVICE, else 'default'")
-    p.add_argument("--replica-id", default=None)
-    p.add_argument("--allow-anonymous", action="store_true")
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20)
-    p.add_argument("--body-timeout-s", type=float, default=10.0,
-                   help="a request body must arrive in full within this (else 408 and the connection closes)")
-    p.add_argument("--spool-dir", default=None,
-                   help="durable record spool (with --tracker-url; env SCANFLOW_SPOOL_DIR, else "
-                        "./scanflow-spool/<replica-id or service-port>; 'none': memory only)")
-    p.add_argument("--spool-max-mb", type=float, default=256.0, help="spool bound; newer records refused over it")
-    p.add_argument("--spool-fsync-s", type=float, default=1.0, help="how often the spool is fsynced")
-    p.add_argument("--allow-local-models", action="store_true",
-                   help="POST /admin/model may load file:// URIs and paths (else models:/ and runs:/ only)")
-    p.add_argument("--cpu-watch-s", type=float, default=5.0,
-                   help="how often to re-read the cgroup CPU limit and resize the thread pool (0: never)")
-    p.add_argument("--log-level", default=None, help="env SCANFLOW_LOG_LEVEL, else INFO")
+    p = replica_parser(prog)
     args = p.parse_args(argv)
     args.threads_pinned = args.threads is not None
     if args.model_uri is None:
@@ -725,10 +702,12 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, prog: str = REPLICA_PROG) -> None:
+    """Parse the flags and serve until stopped. Who calls: `python -m` (the platforms' command lines)
+    and `scanflow serve replica` (with its own `prog`)."""
     from scanflow.settings import Settings
 
-    args = parse_args(argv)
+    args = parse_args(argv, prog=prog)
     settings = Settings()
     config = ReplicaConfig(
         model_uri=args.model_uri,

@@ -91,8 +91,8 @@ def monitor_tags(target: MonitorTarget) -> dict[str, str]:
     return {KIND_TAG: MONITOR_KIND, WORKFLOW_TAG: target.experiment, SERVICE_TAG: target.service,
             HOME_TAG: target.home,
             NOTE_TAG: (f"Monitoring of service {target.service} in workflow {target.experiment}. The Checker "
-                       "logs each drift check (step = the last prediction seq it read) and each latency "
-                       "check; the Planner logs its decisions (a retrain decision at the step of the drift "
+                       "logs each drift check (step = the last prediction seq it read) with its accuracy "
+                       "estimate, and each latency check with the replicas' CPU use; the Planner logs its decisions (a retrain decision at the step of the drift "
                        "check it answered); the Executor logs its actions (step = the plan id).")}
 
 
@@ -157,6 +157,19 @@ def latency_metrics(payload: Mapping[str, Any], percentile: float) -> dict[str, 
                      ("latency/replicas", payload.get("replicas")),
                      ("latency/healthy_replicas", payload.get("healthy_replicas")),
                      ("latency/in_flight", payload.get("in_flight"))])
+
+
+def resource_metrics(payload: Mapping[str, Any]) -> dict[str, float]:
+    """The replicas' CPU in one `latency.checked` payload (its observations, scanflow.embedded.observe):
+    cores used by all the service's replicas together over the interval, the largest replica CPU limit,
+    their use of their limits (0-1), the largest share of CFS periods throttled (when a limit is set) and
+    the largest thread pool. Each is left out when it was not measured this tick (the first scrape, a
+    replica that did not answer)."""
+    return _metrics([("resources/cpu_used_cores", payload.get("cpu_used_cores")),
+                     ("resources/cpu_limit_cores", payload.get("cpu_limit_cores")),
+                     ("resources/cpu_utilization", payload.get("cpu_utilization")),
+                     ("resources/throttled_ratio", payload.get("throttled_ratio")),
+                     ("resources/threads", payload.get("threads"))])
 
 
 def retrain_decision_metrics(retrain: bool, windows: Iterable[bool], critical_points: int,

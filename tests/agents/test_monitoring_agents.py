@@ -1,8 +1,11 @@
-"""What the agents leave in MLflow for its UI, driven in-process through their real actuators and hooks
-(the detector, the prediction log reads and the feedback count stubbed): the Checker's drift checks in
-the monitoring run, the Planner's decision at the step of the check it answered, the link chain from a
+"""What the agents leave in MLflow for its UI, driven in-process through their real actuators, sensors
+and hooks (the detector, the model behind the accuracy estimate, the prediction log reads and the
+feedback lookups stubbed): the Checker's drift checks and accuracy estimates in the monitoring run, its
+latency checks with the replicas' CPU (its real watch sensor scraping a gateway and a replica over
+loopback HTTP), the Planner's decision at the step of the check it answered, the link chain from a
 training run to its plan and those checks, the version's description, the cleared challenger, and the
-predictions and monitoring runs ended when their agent stops. Read back through MlflowClient."""
+predictions and monitoring runs ended when their agent stops. Read back through MlflowClient from a
+real MLflow server."""
 
 from __future__ import annotations
 
@@ -16,7 +19,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
 from mlflow import MlflowClient
+from prometheus_client import generate_latest
 
 from scanflow.settings import Settings
 from scanflow.tracking import monitoring, registry
@@ -62,6 +68,22 @@ class Detector:
                                metadata={})
 
 
+def _estimator() -> Any:
+    """A real PerformanceEstimator over a stand-in model: class 0 always, with confidence from column 0."""
+    from scanflow.drift.performance import ConfidenceCalibration, PerformanceEstimator
+
+    rng = np.random.default_rng(0)
+    conf = rng.uniform(0.5, 1.0, 500)
+    cal = ConfidenceCalibration.fit(np.stack([conf, 1 - conf], 1), [0] * 500,
+                                    list(np.where(rng.random(500) < conf, 0, 1)))
+
+    def predict(x: np.ndarray) -> tuple[list[int], np.ndarray]:
+        c = np.clip(x[:, 0] + 0.8, 0.5, 1.0)
+        return [0] * len(x), np.stack([c, 1 - c], 1)
+
+    return PerformanceEstimator(predict, cal)
+
+
 def _window(after: int, size: int = 200) -> Any:
     records = [SimpleNamespace(request_id=f"req-{after + i}", inputs=[[0.1] * 4]) for i in range(1, size + 1)]
     x = np.full((size, 4), 0.1, np.float32)
@@ -94,15 +116,24 @@ def test_drift_checks_decisions_and_the_retrain_chain(mlflow_server: str, tmp_pa
     monkeypatch.setattr(planner, "count_labelled", lambda ctx, ids: len(ids))
     monkeypatch.setattr(planner, "min_points", lambda: 2)
     monkeypatch.setattr(planner, "min_labelled", lambda: 1)
+    # the accuracy estimate: a real estimator; feedback for the first window arrives after its check
+    from scanflow.tracking import feedback_client
+
+    monkeypatch.setattr(checker, "_current_estimator", lambda version: _estimator())
+    labels: dict[str, list[Any]] = {}
+    monkeypatch.setattr(feedback_client, "lookup_labels", lambda ctx, ids: {i: labels[i] for i in ids if i in labels})
 
     # the Checker checks three windows and forwards each verdict; the Planner decides on each
     c_ctx: Any = FakeContext("checker", tmp_path)  # Any: it stands in for scanflow.agent.Context
+    c_ctx.peers = {"tracker": "http://tracker.invalid"}  # where feedback would come from (stubbed above)
     p_ctx: Any = FakeContext("planner", tmp_path)
     checker.load_detector(c_ctx)  # its startup: the monitoring run exists and is RUNNING
     decisions = []
-    for _ in range(3):
+    for i in range(3):
         asyncio.run(checker.check_drift(c_ctx, {}))
         decisions.append(planner.plan_retrain(p_ctx, c_ctx.emitted[-1][1]))
+        if i == 0:  # 3 in 4 of the first window's rows were right (the model always says 0)
+            labels.update({f"req-{n}": [0 if n % 4 else 1] for n in range(1, 201)})
     assert [d["retrain"] for d in decisions] == [False, False, True]
     assert monitoring.WRITER.flush(60)
     assert c_ctx.state["mlflow_monitor"]["failed"] == 0 and "mlflow_failures" not in p_ctx.state
@@ -121,6 +152,13 @@ def test_drift_checks_decisions_and_the_retrain_chain(mlflow_server: str, tmp_pa
     assert history("serving/model_version") == [(200, 1.0), (400, 1.0), (600, 1.0)]
     assert history("plan/retrain") == [(200, 0.0), (400, 0.0), (600, 1.0)]  # at the step of the check it answered
     assert history("plan/drifted_windows") == [(200, 0.0), (400, 1.0), (600, 2.0)]
+    # the label-free accuracy estimate of each check, and the accuracy measured once feedback arrived
+    estimates = [(int(p["to_seq"]), p["performance"]["estimated_accuracy"]) for n, p in c_ctx.emitted
+                 if n == "drift.checked"]
+    assert [step for step, _ in estimates] == [200, 400, 600] and all(0 < e <= 1 for _, e in estimates)
+    assert history("performance/estimated_accuracy") == estimates
+    assert history("performance/measured_accuracy") == [(400, 0.75)]  # window 1, labelled before check 2
+    assert history("performance/estimate_error") == [(400, estimates[0][1] - 0.75)]
 
     # the plan the Executor gets, and what it writes for it (as retrain / evaluate_and_promote / swap_model do)
     name, detected = p_ctx.emitted[-1]
@@ -195,3 +233,77 @@ def test_the_predictions_run_ends_with_the_tracker_and_resumes(mlflow_server: st
     assert "mlflow_failures" not in ctx.state
     exp = client.get_experiment_by_name(workflow_name)
     assert exp is not None and exp.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def _replica_metrics(at: float, cpu_s: float, periods: int, throttled: int, requests: int) -> str:
+    """A replica's /metrics as scanflow.serving.cpustat and the replica write it (the families the
+    Checker reads), with the figures given: its clock, CPU seconds, CFS periods, requests."""
+    return (f"# TYPE scanflow_replica_scrape_time_seconds gauge\nscanflow_replica_scrape_time_seconds {at}\n"
+            f"# TYPE scanflow_replica_cpu_seconds counter\nscanflow_replica_cpu_seconds_total {cpu_s}\n"
+            "# TYPE scanflow_replica_cpu_limit_cores gauge\nscanflow_replica_cpu_limit_cores 2.0\n"
+            f"# TYPE scanflow_replica_cpu_periods counter\nscanflow_replica_cpu_periods_total {periods}\n"
+            "# TYPE scanflow_replica_cpu_throttled_periods counter\n"
+            f"scanflow_replica_cpu_throttled_periods_total {throttled}\n"
+            "# TYPE scanflow_replica_threads gauge\nscanflow_replica_threads 2.0\n"
+            f"# TYPE scanflow_replica_requests counter\nscanflow_replica_requests_total{{status=\"200\"}} {requests}\n")
+
+
+def test_latency_checks_carry_the_replicas_cpu(mlflow_server: str, tmp_path: Path, workflow_name: str,
+                                               monkeypatch: pytest.MonkeyPatch, serve_app: Any) -> None:
+    """The Checker's real watch sensor scrapes a gateway and its replica over loopback HTTP (their
+    /admin/state and /metrics, the gateway's from its real metrics registry); each latency check it logs
+    carries the replicas' CPU use against their limit and their throttling."""
+    from agents import checker
+    from scanflow.serving.gateway import _Metrics
+
+    gw = _Metrics()
+    scrape: dict[str, str] = {}
+    app = FastAPI()
+
+    @app.get("/admin/state")
+    def state() -> dict[str, Any]:
+        return {"replicas": [{"url": scrape["replica_url"], "healthy": True, "outstanding": 0}],
+                "backup": {"healthy": True}, "routed_to": "primary", "route": "auto"}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def gateway_metrics() -> str:
+        return generate_latest(gw.registry).decode()
+
+    @app.get("/replica/metrics", response_class=PlainTextResponse)
+    def replica_metrics() -> str:
+        return scrape["replica"]
+
+    base = serve_app(app)
+    scrape["replica_url"] = f"{base}/replica"
+    monkeypatch.setattr(checker, "service_url", lambda svc: base)
+    ctx: Any = FakeContext("checker", tmp_path)
+
+    # (replica clock, CPU seconds, CFS periods, throttled periods, requests) at each scrape
+    ticks = [(100.0, 10.0, 100, 10, 0), (100.0, 10.0, 100, 10, 0), (102.0, 13.0, 120, 15, 40),
+             (104.0, 14.0, 140, 15, 80)]
+    logged = []
+    for at, cpu, periods, throttled, requests in ticks:
+        scrape["replica"] = _replica_metrics(at, cpu, periods, throttled, requests)
+        events = asyncio.run(checker.watch(ctx))
+        logged += [p for n, p in events if n == "latency.checked" and p.get("cpu_used_cores") is not None]
+        for _ in range(40):  # the next interval's traffic, through the gateway's real histogram and counter
+            gw.latency.observe(0.004)
+            gw.requests.inc("200", "primary")
+    assert [(p["cpu_used_cores"], p["cpu_limit_cores"], p["throttled_ratio"]) for p in logged] == [
+        (1.5, 2.0, 0.25), (0.5, 2.0, 0.0)]
+    assert monitoring.WRITER.flush(60)
+    assert ctx.state["mlflow_monitor"]["failed"] == 0
+
+    client = MlflowClient()
+    mon = monitoring.ensure_monitor_run(monitoring.monitor_target(workflow_name, "digits", tmp_path))
+
+    def values(key: str) -> list[float]:
+        return [m.value for m in sorted(client.get_metric_history(mon, key), key=lambda m: m.step)]
+
+    assert values("resources/cpu_used_cores") == [1.5, 0.5]
+    assert values("resources/cpu_limit_cores") == [2.0, 2.0]
+    assert values("resources/cpu_utilization") == [0.75, 0.25]
+    assert values("resources/throttled_ratio") == [0.25, 0.0]
+    assert values("resources/threads") == [2.0, 2.0]
+    assert values("latency/slo_ms") == [50.0, 50.0] and values("latency/replicas") == [1.0, 1.0]
+    assert values("latency/p99_ms") and max(values("latency/p99_ms")) <= 5.0

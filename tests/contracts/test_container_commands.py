@@ -183,3 +183,22 @@ def test_flags_win_over_env_and_bad_env_names_the_variable(capsys: pytest.Captur
     with pytest.raises(SystemExit):
         replica.parse_args(["--port", "1"], {})  # no model URI anywhere
     assert "--model-uri (or SCANFLOW_MODEL_URI) is required" in capsys.readouterr().err
+
+
+def test_compose_scrape_targets_are_listening_services() -> None:
+    """deploy/observability/prometheus.yml names only what docker-compose.yml runs: agents on their
+    --port, and the gateways the Executor's container serves (SCANFLOW_SERVICE_URLS)."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    listening: dict[str, tuple[str, str]] = {}  # host:port -> (component, service)
+    for name, svc in compose["services"].items():
+        command = [str(a) for a in svc.get("command") or []]
+        if command[:3] == ["scanflow", "agent", "run"]:
+            listening[f"{name}:{command[command.index('--port') + 1]}"] = (name, "")
+    env = compose["services"]["checker"]["environment"]
+    for item in str(env["SCANFLOW_SERVICE_URLS"]).split(","):
+        service, url = item.split("=", 1)
+        listening[url.removeprefix("http://")] = ("gateway", service)
+    config = yaml.safe_load((ROOT / "deploy/observability/prometheus.yml").read_text())
+    targets = {t: (sc["labels"]["component"], sc["labels"].get("service", ""))
+               for job in config["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
+    assert targets == listening

@@ -32,6 +32,7 @@ def test_01_data_scientist(run_notebook) -> None:  # type: ignore[no-untyped-def
     assert "refused:" in text and "champion version" in text
     assert "#/models/digits/versions/" in text
     assert "\nagents: ... (" in text  # the YAML is cut at the agents, never mid-field
+    assert "MLflow is up at" in text and "fitting 5 MLPs" in text  # the slow cells print their progress
     assert_tells_its_story(nb)
 
 

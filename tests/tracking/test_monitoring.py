@@ -35,6 +35,15 @@ def test_latency_metrics_leave_out_an_idle_percentile() -> None:
     assert monitoring.latency_metrics({**ev, "latency_ms": 71.5, "breached": True}, 95.0)["latency/p95_ms"] == 71.5
 
 
+def test_resource_metrics_leave_out_what_was_not_measured() -> None:
+    first_tick = {"cpu_used_cores": None, "cpu_limit_cores": None, "throttled_ratio": None, "threads": None}
+    assert monitoring.resource_metrics(first_tick) == {}
+    m = monitoring.resource_metrics({"cpu_used_cores": 1.5, "cpu_limit_cores": 2.0, "cpu_utilization": 0.75,
+                                     "throttled_ratio": None, "threads": 2})
+    assert m == {"resources/cpu_used_cores": 1.5, "resources/cpu_limit_cores": 2.0,
+                 "resources/cpu_utilization": 0.75, "resources/threads": 2.0}
+
+
 def test_plan_tags_and_sentences_name_the_drift_checks() -> None:
     plan = {"reason": "drift in 2 of the last 3 windows", "from_seq": 200, "to_seq": 800, "drift_steps": [400, 800],
             "decision_key": "assess-drift:12:0", "drift_rate": 0.4, "score": 0.3}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ REPO = Path(__file__).parents[2]
 
 
 def test_first_model_becomes_champion_and_retrain_on_critical_points_becomes_challenger(
-    mlflow_server: str, model_name: str, tmp_path: Path
+    mlflow_server: str, model_name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from mlflow import MlflowClient
 
@@ -24,7 +25,12 @@ def test_first_model_becomes_champion_and_retrain_on_critical_points_becomes_cha
     from workflows.digits.data import corrupt, load_splits
     from workflows.digits.train import train
 
-    first = train(tracking_uri=mlflow_server, model_name=model_name, epochs=20)
+    with caplog.at_level(logging.INFO, logger="workflows.digits.train"):
+        first = train(tracking_uri=mlflow_server, model_name=model_name, epochs=20)
+    # its stages, in order, as they start: a job's log and notebook 01's progress lines
+    stages = [r.getMessage() for r in caplog.records if r.name == "workflows.digits.train"]
+    assert [m.split(" ")[0] for m in stages] == ["fitting", "fitted", "logging", "trained"], stages
+    assert stages[0].startswith("fitting 5 MLPs x 20 epochs on ")
     assert set(first) >= {"version", "run_id", "accuracy_clean", "accuracy_drifted"}
     assert first["version"] == "1" and first["accuracy_clean"] > 0.9
     assert get_alias_version(model_name, "champion") == "1"

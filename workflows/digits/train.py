@@ -241,6 +241,8 @@ def train(
     splits = load_splits(seed)
     n_extra = 0 if extra is None else len(extra[0])
     x_fit, y_fit, n_synthetic = training_rows(splits, extra, adapt=adapt, seed=seed, drift_inputs=drift_inputs)
+    # stage lines on this logger: a job's log, and the progress a notebook prints while it waits
+    log.info("fitting %d MLPs x %d epochs on %d rows", members, epochs, len(x_fit))
     model, losses, val_acc = train_model(splits, hidden=hidden, epochs=epochs, lr=lr, seed=seed, members=members,
                                          rows=(x_fit, y_fit))
     x_drifted = corrupt(splits.x_test, drift_kind, drift_severity, rng=seed)  # type: ignore[arg-type]
@@ -250,6 +252,8 @@ def train(
     if validation is not None and len(validation[0]):
         scores["accuracy_validation_drifted"] = accuracy(model, *validation)
     train_s = time.perf_counter() - t0
+    log.info("fitted in %.1f s: accuracy %.3f on clean test rows, %.3f on drifted ones", train_s, acc_clean,
+             acc_drifted)
 
     first = get_alias_version(model_name, CHAMPION) is None
     params = {"epochs": epochs, "seed": seed, "hidden": hidden, "lr": lr, "n_train": len(splits.x_train),
@@ -260,6 +264,7 @@ def train(
     active = mlflow.active_run()  # under the job runner (Platform.run_job) the job's run is active: log there
     with (mlflow.start_run(experiment_id=ensure_experiment(experiment)) if active is None
           else contextlib.nullcontext(active)) as run:
+        log.info("logging the model and its reference data to MLflow (run %s)", run.info.run_id)
         mlflow.log_params(params)
         mlflow.log_metrics({**scores, "final_loss": losses[-1], "train_seconds": train_s,
                             "accuracy_validation": val_acc})
