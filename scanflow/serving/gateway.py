@@ -36,6 +36,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
+from scanflow.httpdeadline import DEFAULT_HEAD_TIMEOUT_S
 from scanflow.serving import batchwire, discovery
 from scanflow.serving.asgi import (
     JSON_HEADERS,
@@ -648,6 +649,9 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
     p.add_argument("--max-body-bytes", type=int, default=4 << 20)
     p.add_argument("--body-timeout-s", type=float, default=10.0,
                    help="a request body must arrive in full within this (else 408 and the connection closes)")
+    p.add_argument("--head-timeout-s", type=float, default=None,
+                   help="a request line and headers must arrive in full within this (else 408 and the "
+                        "connection closes; env SCANFLOW_HEAD_TIMEOUT_S, else 10)")
     p.add_argument("--coalesce-max", type=int, default=64,
                    help="client requests per upstream call (POST /predict_batch); 0 or 1 forwards each alone")
     p.add_argument("--batches-per-replica", type=int, default=1, help="coalesced calls in flight per replica")
@@ -679,6 +683,9 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
                                or "static")
     if args.upstream_discovery not in ("static", "dns"):
         p.error(f"SCANFLOW_UPSTREAM_DISCOVERY={args.upstream_discovery!r}: use static or dns")
+    if args.head_timeout_s is None:
+        head = env_value(p, env, "SCANFLOW_HEAD_TIMEOUT_S", float)
+        args.head_timeout_s = DEFAULT_HEAD_TIMEOUT_S if head is None else head
     return args
 
 
@@ -686,8 +693,8 @@ def main(argv: list[str] | None = None) -> None:
     from scanflow.settings import Settings
 
     args = parse_args(argv)
-    if args.health_interval_s <= 0 or args.body_timeout_s <= 0:
-        raise SystemExit("--health-interval-s and --body-timeout-s must be > 0")
+    if args.health_interval_s <= 0 or args.body_timeout_s <= 0 or args.head_timeout_s <= 0:
+        raise SystemExit("--health-interval-s, --body-timeout-s and --head-timeout-s must be > 0")
     try:
         config = GatewayConfig(
             service=args.service,
@@ -709,9 +716,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.front == "fast":
         from scanflow.serving.fastfront import protocol_for
 
-        run_server(app, args.host, args.port, args.log_level, http=protocol_for(app.gateway))
+        run_server(app, args.host, args.port, args.log_level, http=protocol_for(app.gateway),
+                   head_timeout_s=args.head_timeout_s)
     else:
-        run_server(app, args.host, args.port, args.log_level)
+        run_server(app, args.host, args.port, args.log_level, head_timeout_s=args.head_timeout_s)
 
 
 if __name__ == "__main__":
