@@ -48,6 +48,7 @@ from scanflow.agent.jsonsafe import (
 from scanflow.agent.runtime import Runtime
 from scanflow.agent.store import Store
 from scanflow.agent.types import Event
+from scanflow.apierrors import document_errors
 from scanflow.auth import TokenTable, require_token
 from scanflow.settings import Settings
 from scanflow.spec import StrategySpec
@@ -269,6 +270,14 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    generated_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:  # what the routes answer on errors (scanflow.apierrors)
+        if app.openapi_schema is None:
+            app.openapi_schema = document_errors(generated_openapi(), app.routes)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes, timeout_s=settings.body_timeout_s)
     tokens = TokenTable.from_env(settings.token)
 
