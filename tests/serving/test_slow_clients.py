@@ -163,7 +163,7 @@ def test_agent_cuts_slow_heads_and_slow_bodies(agent: Proc) -> None:
 
     # a complete head, then a body that never arrives in full: 408 and closed within the body deadline
     head = (b"POST /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer slow-clients-token\r\n"
-            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+            b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
     with Ordinary(agent.url + "/health") as ordinary:
         took, answer = _probe(_connect(agent.url), head + b'{"name": ', b" ", every_s=0.2)
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
