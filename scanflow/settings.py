@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     tracking_uri: str | None = Field(None, description="MLflow tracking URI; default: a local server")
     host: str = "127.0.0.1"
     http_timeout_s: float = Field(10.0, gt=0)
+    body_timeout_s: float = Field(10.0, gt=0, description="a request body must arrive in full within this "
+                                  "(SCANFLOW_BODY_TIMEOUT_S; else 408 and the connection closes)")
+    head_timeout_s: float = Field(10.0, gt=0, description="a request line and headers must arrive in full within "
+                                  "this (SCANFLOW_HEAD_TIMEOUT_S; else 408 and the connection closes)")
     http_retries: int = Field(3, ge=0, le=20)
     log_level: str = "INFO"
     platform: Literal["local", "kubernetes"] = Field(

@@ -66,9 +66,10 @@ STACK_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/tes
 # Whole-stack scenario tests (each starts MLflow, trains a bootstrap model, runs four agents and replica
 # processes; minutes each on 2 cores). `make test` leaves them out so the suite stays under ~10 minutes;
 # `make test-e2e` runs them, and CI runs both (.ci/run). Marked by path so a new scenario test under
-# tests/e2e/ cannot be forgotten.
+# tests/e2e/ cannot be forgotten. Also here: the longer half of the OpenAPI fuzz (three more agents).
 E2E_TESTS = ("tests/e2e/", "tests/demo/test_demo_cli.py", "tests/notebooks/",
-             "tests/embedded/test_stack_ports.py::test_whole_stack", "tests/harness/test_emulated_")
+             "tests/embedded/test_stack_ports.py::test_whole_stack", "tests/harness/test_emulated_",
+             "tests/contracts/test_schemathesis.py::test_other_reference_agents")
 
 
 def is_e2e(nodeid: str) -> bool:

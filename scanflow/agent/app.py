@@ -10,7 +10,7 @@ unless allow_anonymous):
   POST /strategies [strategies] a StrategySpec -> 201 (422 for an invalid constraint, 409 if it exists)
   DELETE /strategies/{name}    -> 204 (a strategy added over REST; 409 for one declared in code)
 Bad input is a 4xx with a message (strict pydantic models; a body over the size limit is 413, a JSON
-body nested deeper than 64 levels 422, before it is parsed); an
+body nested deeper than 64 levels 422, before it is parsed, a body not in within the body timeout 408); an
 unexpected error is a JSON 500 that says where to look, never the exception text (it may hold secrets).
 The agent author's `agent.router` is mounted too, its non-GET routes behind any accepted token (a route
 that needs a scope names it with its own `require_token(..., scope=...)`, as the Tracker's do).
@@ -48,6 +48,7 @@ from scanflow.agent.jsonsafe import (
 from scanflow.agent.runtime import Runtime
 from scanflow.agent.store import Store
 from scanflow.agent.types import Event
+from scanflow.apierrors import document_errors
 from scanflow.auth import TokenTable, require_token
 from scanflow.settings import Settings
 from scanflow.spec import StrategySpec
@@ -60,6 +61,7 @@ _MUTATING: dict[int | str, dict[str, Any]] = {
     413: {"description": "body over the size limit"},
 }
 DEFAULT_MAX_BODY = 1 << 20  # 1 MiB
+DEFAULT_BODY_TIMEOUT_S = 10.0
 log = logging.getLogger(__name__)
 
 
@@ -125,18 +127,25 @@ class ActuatorResult(BaseModel):
 
 class BodySizeLimit:
     """ASGI middleware: refuse request bodies over `max_bytes` with 413, and JSON bodies nested deeper
-    than `max_depth` levels with 422, before anyone parses them.
+    than `max_depth` levels with 422, before anyone parses them; a body not in within `timeout_s`
+    gets 408 and the connection is closed.
 
     Why the depth: a 900-deep event payload was accepted, then GET /events answered 500 for good
     (pydantic's serializer refuses the depth), and deeper bodies reach Python's recursion limit in
     the parser, the NaN check or FastAPI's error echo. The body is read here in full (it is bounded
-    by `max_bytes`; the app would read it all anyway) and handed on unchanged.
+    by `max_bytes`; the app would read it all anyway) and handed on unchanged. Why the deadline: a
+    client sending its body slowly otherwise holds a connection and a task for as long as it likes
+    (the replica and the gateway bound it the same way, scanflow.serving.asgi.BodyDeadlines; an agent
+    is no hot path, so one `asyncio.timeout` per body read is cheap enough here).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, max_depth: int = MAX_JSON_DEPTH, timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.max_depth = max_depth
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -156,18 +165,23 @@ class BodySizeLimit:
                 content_type = value.lower()
         chunks: list[bytes] = []
         received = 0
-        while True:
-            msg = await receive()
-            if msg["type"] != "http.request":  # the client left: nothing to answer
-                return
-            chunk = msg.get("body", b"")
-            received += len(chunk)
-            if received > self.max_bytes:
-                await self._refuse(send, 413, f"request body is larger than {self.max_bytes} bytes")
-                return
-            chunks.append(chunk)
-            if not msg.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                while True:
+                    msg = await receive()
+                    if msg["type"] != "http.request":  # the client left: nothing to answer
+                        return
+                    chunk = msg.get("body", b"")
+                    received += len(chunk)
+                    if received > self.max_bytes:
+                        await self._refuse(send, 413, f"request body is larger than {self.max_bytes} bytes")
+                        return
+                    chunks.append(chunk)
+                    if not msg.get("more_body", False):
+                        break
+        except TimeoutError:  # the rest of the body was never read: the connection cannot carry another request
+            await self._refuse(send, 408, f"request body not received within {self.timeout_s:g} s", close=True)
+            return
         body = b"".join(chunks)
         # FastAPI reads a body as JSON when its content type says json, or says nothing
         if body and (not content_type or b"json" in content_type):
@@ -195,8 +209,8 @@ class BodySizeLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send, code: int, detail: str) -> None:
-        resp = JSONResponse({"detail": detail}, status_code=code)
+    async def _refuse(self, send: Send, code: int, detail: str, close: bool = False) -> None:
+        resp = JSONResponse({"detail": detail}, status_code=code, headers={"connection": "close"} if close else None)
         await resp({"type": "http"}, _no_receive, send)
 
 
@@ -256,7 +270,15 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.runtime = runtime
-    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    generated_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:  # what the routes answer on errors (scanflow.apierrors)
+        if app.openapi_schema is None:
+            app.openapi_schema = document_errors(generated_openapi(), app.routes)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes, timeout_s=settings.body_timeout_s)
     tokens = TokenTable.from_env(settings.token)
 
     def needs(scope: str | None) -> list[Any]:

@@ -24,10 +24,12 @@ def serve(
     max_body_bytes: int | None = None,
 ) -> None:
     """Run the agent on host:port until interrupted (SIGINT/SIGTERM stop it cleanly).
-    `max_body_bytes`: see create_app (default: the agent's own limit, else 1 MiB)."""
+    `max_body_bytes`: see create_app (default: the agent's own limit, else 1 MiB). A request head must
+    arrive within `settings.head_timeout_s` and a body within `settings.body_timeout_s` (408 and close)."""
     import uvicorn
 
     from scanflow.agent.app import create_app
+    from scanflow.httpdeadline import HeadDeadlineProtocol, with_head_timeout
 
     settings = settings or Settings()
     app = create_app(
@@ -40,6 +42,7 @@ def serve(
         log_level=(log_level or settings.log_level).lower(),
         access_log=False,
         lifespan="on",
+        http=with_head_timeout(HeadDeadlineProtocol, settings.head_timeout_s),  # slow heads cut (408)
     )
 
 

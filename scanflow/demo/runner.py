@@ -98,16 +98,30 @@ def knowledge_base(home: Path, quick: bool, say: Callable[[str], None]) -> Itera
 
 @contextmanager
 def _bare_mlflow(home: Path, quick: bool) -> Iterator[str]:
+    """MLflow behind logins (scanflow.tracking.logins: <home>/mlflow/logins.json, mode 0600) and the
+    bootstrap; this process works as the operator until the server stops, as with the stack."""
+    from scanflow.credentials import MLFLOW_PASSWORD, MLFLOW_USER
+    from scanflow.tracking.logins import load_or_create
     from scanflow.tracking.server import MlflowServer
 
     home.mkdir(parents=True, exist_ok=True)
-    with MlflowServer(home / "mlflow") as srv:
-        env = dict(os.environ, MLFLOW_TRACKING_URI=srv.url, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-        argv = [sys.executable, "-m", "scanflow.embedded.bootstrap", "--workflow",
-                str(Path(__file__).resolve().parents[2] / "workflows/digits/workflow.yaml")]
-        subprocess.run(argv + (["--quick"] if quick else []), env=env, check=True, timeout=600,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        yield srv.url
+    logins = load_or_create(home / "mlflow")
+    saved = {k: os.environ.get(k) for k in (MLFLOW_USER, MLFLOW_PASSWORD)}
+    try:
+        with MlflowServer(home / "mlflow", users=logins) as srv:
+            os.environ.update({MLFLOW_USER: "operator", MLFLOW_PASSWORD: logins["operator"][0]})
+            env = dict(os.environ, MLFLOW_TRACKING_URI=srv.url, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+            argv = [sys.executable, "-m", "scanflow.embedded.bootstrap", "--workflow",
+                    str(Path(__file__).resolve().parents[2] / "workflows/digits/workflow.yaml")]
+            subprocess.run(argv + (["--quick"] if quick else []), env=env, check=True, timeout=600,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            yield srv.url
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def figures_of(results: list[ScenarioResult]) -> dict[str, Any]:
@@ -217,7 +231,8 @@ def run_demo(*, json_output: bool = False, quick: bool = False, home: Path = Pat
     out.print(f"MLflow: run {extra.get('mlflow_run_id', '(not logged)')} in experiment 'scanflow-demo'. "
               f"The server stopped with the demo; browse it again with:\n"
               f"  scanflow mlflow up --home {run_home / ('stack' if 'mlflow_error' not in extra else 'kb')}/mlflow"
-              f"   (then open the URL it prints; it was {uri} during the run)")
+              f"   (then open the URL it prints and log in as 'operator' with the password in the "
+              f"logins.json next to it; it was {uri} during the run)")
     out.print(f"{'all scenarios met their bars' if ok else 'some scenarios missed their bar'} "
               f"({extra['seconds']:.0f}s)")
     if json_output:

@@ -49,6 +49,9 @@ def replica_parser(prog: str = REPLICA_PROG) -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, default=1 << 20)
     p.add_argument("--body-timeout-s", type=float, default=10.0,
                    help="a request body must arrive in full within this (else 408 and the connection closes)")
+    p.add_argument("--head-timeout-s", type=float, default=None,
+                   help="a request line and headers must arrive in full within this (else 408 and the "
+                        "connection closes; env SCANFLOW_HEAD_TIMEOUT_S, else 10)")
     p.add_argument("--spool-dir", default=None,
                    help="durable record spool (with --tracker-url; env SCANFLOW_SPOOL_DIR, else "
                         "./scanflow-spool/<replica-id or service-port>; 'none': memory only)")
@@ -77,6 +80,9 @@ def gateway_parser(prog: str = GATEWAY_PROG) -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, default=4 << 20)
     p.add_argument("--body-timeout-s", type=float, default=10.0,
                    help="a request body must arrive in full within this (else 408 and the connection closes)")
+    p.add_argument("--head-timeout-s", type=float, default=None,
+                   help="a request line and headers must arrive in full within this (else 408 and the "
+                        "connection closes; env SCANFLOW_HEAD_TIMEOUT_S, else 10)")
     p.add_argument("--coalesce-max", type=int, default=64,
                    help="client requests per upstream call (POST /predict_batch); 0 or 1 forwards each alone")
     p.add_argument("--batches-per-replica", type=int, default=1, help="coalesced calls in flight per replica")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from scanflow.httpdeadline import HeadDeadlineProtocol
 
 FLUSH_BYTES = 64 * 1024
 
@@ -66,8 +66,9 @@ class CorkedTransport:
         return getattr(self._transport, name)
 
 
-class CorkedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol on a `CorkedTransport`."""
+class CorkedHttpToolsProtocol(HeadDeadlineProtocol):
+    """uvicorn's httptools protocol on a `CorkedTransport`, with a deadline on request heads
+    (scanflow.httpdeadline)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)

@@ -17,7 +17,8 @@ Ordering and pipelining: the fast request takes the protocol's `cycle` slot with
 a pipelined request behind it is queued by uvicorn's own pipeline logic and started after the fast
 answer is written (`on_response_complete`), as it would be behind an ASGI cycle.
 Slow bodies: a fast request whose body is not complete at the end of a read arms a timer of the
-gateway's body timeout; when it fires, 408 and close (as `read_body`'s deadline does).
+gateway's body timeout; when it fires, 408 and close (as `read_body`'s deadline does). Slow heads: the
+head deadline of scanflow.httpdeadline, which this protocol inherits.
 
 Who uses it: scanflow.serving.gateway.main with `--front fast` (opt-in; the default `--front asgi` is
 the plain uvicorn path). It extends scanflow.serving.corked's protocol, so it relies on the same uvicorn
@@ -130,6 +131,7 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
             and self.parser.get_http_version() == "1.1"
             and gw.fast_path_open()
         ):
+            self.head_complete()  # the head deadline (scanflow.httpdeadline) ends here, as on the ASGI path
             self._fast = self.cycle = FastCycle(self.parser.should_keep_alive(), time.perf_counter())  # type: ignore[assignment]
             self._fast_chunks = []
             return

@@ -36,6 +36,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
+from scanflow.httpdeadline import DEFAULT_HEAD_TIMEOUT_S
 from scanflow.serving import batchwire, discovery
 from scanflow.serving.asgi import (
     JSON_HEADERS,
@@ -655,6 +656,9 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
                                or "static")
     if args.upstream_discovery not in ("static", "dns"):
         p.error(f"SCANFLOW_UPSTREAM_DISCOVERY={args.upstream_discovery!r}: use static or dns")
+    if args.head_timeout_s is None:
+        head = env_value(p, env, "SCANFLOW_HEAD_TIMEOUT_S", float)
+        args.head_timeout_s = DEFAULT_HEAD_TIMEOUT_S if head is None else head
     return args
 
 
@@ -664,8 +668,8 @@ def main(argv: list[str] | None = None, prog: str = GATEWAY_PROG) -> None:
     from scanflow.settings import Settings
 
     args = parse_args(argv, prog=prog)
-    if args.health_interval_s <= 0 or args.body_timeout_s <= 0:
-        raise SystemExit("--health-interval-s and --body-timeout-s must be > 0")
+    if args.health_interval_s <= 0 or args.body_timeout_s <= 0 or args.head_timeout_s <= 0:
+        raise SystemExit("--health-interval-s, --body-timeout-s and --head-timeout-s must be > 0")
     try:
         config = GatewayConfig(
             service=args.service,
@@ -687,9 +691,10 @@ def main(argv: list[str] | None = None, prog: str = GATEWAY_PROG) -> None:
     if args.front == "fast":
         from scanflow.serving.fastfront import protocol_for
 
-        run_server(app, args.host, args.port, args.log_level, http=protocol_for(app.gateway))
+        run_server(app, args.host, args.port, args.log_level, http=protocol_for(app.gateway),
+                   head_timeout_s=args.head_timeout_s)
     else:
-        run_server(app, args.host, args.port, args.log_level)
+        run_server(app, args.host, args.port, args.log_level, head_timeout_s=args.head_timeout_s)
 
 
 if __name__ == "__main__":

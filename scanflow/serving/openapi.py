@@ -16,6 +16,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field
 
+from scanflow.apierrors import document_errors
+
 # ---- native ---------------------------------------------------------------------------------------
 
 
@@ -229,7 +231,7 @@ def install(api: FastAPI, hot_paths: Iterable[str], extra: dict[str, dict[str, A
             if path.startswith(PROTOCOL_PREFIXES):
                 for op in ops.values():
                     op.get("responses", {}).pop("422", None)
-        api.openapi_schema = doc
+        api.openapi_schema = document_errors(doc, api.routes)
         return doc
 
     api.openapi = openapi  # type: ignore[method-assign]

@@ -35,6 +35,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from pydantic import BaseModel, Field, SecretStr
 
+from scanflow.httpdeadline import DEFAULT_HEAD_TIMEOUT_S
 from scanflow.serving import batchwire
 from scanflow.serving.asgi import (
     BodyDeadlines,
@@ -693,8 +694,11 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
         p.error("--threads / SCANFLOW_THREADS must be >= 1")
     if args.max_batch_size < 1 or args.max_batch_wait_ms < 0 or args.cpu_watch_s < 0:
         p.error("--max-batch-size must be >= 1, --max-batch-wait-ms and --cpu-watch-s >= 0")
-    if args.body_timeout_s <= 0 or args.spool_max_mb <= 0 or args.spool_fsync_s <= 0:
-        p.error("--body-timeout-s, --spool-max-mb and --spool-fsync-s must be > 0")
+    if args.head_timeout_s is None:
+        head = env_value(p, env, "SCANFLOW_HEAD_TIMEOUT_S", float)
+        args.head_timeout_s = DEFAULT_HEAD_TIMEOUT_S if head is None else head
+    if args.body_timeout_s <= 0 or args.head_timeout_s <= 0 or args.spool_max_mb <= 0 or args.spool_fsync_s <= 0:
+        p.error("--body-timeout-s, --head-timeout-s, --spool-max-mb and --spool-fsync-s must be > 0")
     spool = args.spool_dir or env.get("SCANFLOW_SPOOL_DIR", "").strip() or None
     if spool is None:  # stable across restarts of the same replica: its id, else its service and port
         spool = os.path.join("scanflow-spool", args.replica_id or f"{args.service}-{args.port}")
@@ -728,7 +732,7 @@ def main(argv: list[str] | None = None, prog: str = REPLICA_PROG) -> None:
         spool_fsync_s=args.spool_fsync_s,
         allow_local_models=args.allow_local_models,
     )
-    run_server(create_app(config), args.host, args.port, args.log_level)
+    run_server(create_app(config), args.host, args.port, args.log_level, head_timeout_s=args.head_timeout_s)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import SecretStr
 
 from scanflow.auth import require_token
+from scanflow.httpdeadline import DEFAULT_HEAD_TIMEOUT_S, with_head_timeout
 from scanflow.serving.asgi import ASGIApp, Receive, Scope, Send
 
 # Seconds; shared by the replica's and the gateway's latency histograms so their quantiles line up.
@@ -83,12 +84,14 @@ def alive(**extra: object) -> Callable[[], dict[str, object]]:
     return lambda: {"status": "alive", "pid": os.getpid(), **extra}
 
 
-def run_server(app: ASGIApp | object, host: str, port: int, log_level: str, http: type | None = None) -> None:
+def run_server(app: ASGIApp | object, host: str, port: int, log_level: str, http: type | None = None,
+               head_timeout_s: float = DEFAULT_HEAD_TIMEOUT_S) -> None:
     """One uvicorn process: uvloop + httptools, no access log (it would cost more than the model),
     no proxy-header rewriting (nothing here reads the client address), gc.freeze() once the
     imports are done so the collector stops re-scanning the long-lived objects of torch/FastAPI,
     and one socket write per answer (scanflow.serving.corked: uvicorn writes headers and body apart).
-    `http`: a subclass of that protocol (the gateway's scanflow.serving.fastfront)."""
+    `http`: a subclass of that protocol (the gateway's scanflow.serving.fastfront). `head_timeout_s`:
+    a request head must arrive in full within it (scanflow.httpdeadline: 408 and close, else)."""
     import uvicorn
 
     from scanflow.serving.corked import CorkedHttpToolsProtocol
@@ -98,7 +101,7 @@ def run_server(app: ASGIApp | object, host: str, port: int, log_level: str, http
     gc.freeze()
     uvicorn.run(
         app,  # type: ignore[arg-type]
-        host=host, port=port, loop="uvloop", http=http or CorkedHttpToolsProtocol, lifespan="on",
-        access_log=False, log_level="warning", backlog=2048, timeout_keep_alive=60,
+        host=host, port=port, loop="uvloop", http=with_head_timeout(http or CorkedHttpToolsProtocol, head_timeout_s),
+        lifespan="on", access_log=False, log_level="warning", backlog=2048, timeout_keep_alive=60,
         proxy_headers=False,
     )

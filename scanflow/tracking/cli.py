@@ -23,22 +23,33 @@ def up(
         typer.Option("--allow-host", help="extra Host header names clients use (compose/Kubernetes names)"),
     ] = None,
 ) -> None:
-    """Run an MLflow server (SQLite + proxied artifacts) in the foreground until Ctrl-C / SIGTERM."""
+    """Run an MLflow server (SQLite + proxied artifacts) in the foreground until Ctrl-C / SIGTERM,
+    behind logins: MLflow listens on a private Unix socket and the authenticating proxy on the port.
+    The logins are in <home>/logins.json (mode 0600; made on the first run, kept for the next)."""
     import signal
     import threading
 
+    from scanflow.tracking.logins import LoginsFileError, load_or_create, logins_path
     from scanflow.tracking.server import MlflowServer, _write_state
 
-    server = MlflowServer(home, port=port or None, host=host, extra_allowed_hosts=allow_host or ())
+    try:
+        logins = load_or_create(home)
+    except LoginsFileError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    server = MlflowServer(home, port=port or None, host=host, extra_allowed_hosts=allow_host or (), users=logins)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with server:
         _write_state(server.home, server)
         typer.echo(f"mlflow server ready at {server.url} (log {server.log_path})")
+        typer.echo(f"logins: {logins_path(server.home)} (mode 0600; user 'operator' administers, 'agent' "
+                   "writes, 'job' may not move champion, 'replica' reads); clients send "
+                   "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD")
         try:
             while not stop.wait(1.0):
-                if server._proc is None or server._proc.poll() is not None:
-                    typer.echo("mlflow server exited; see its log", err=True)
+                if not server.alive():
+                    typer.echo("mlflow server (or its proxy) exited; see its log", err=True)
                     raise typer.Exit(1)
         except KeyboardInterrupt:
             pass

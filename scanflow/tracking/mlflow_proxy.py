@@ -127,7 +127,11 @@ def serve(host: str, port: int, upstream: str | None, upstream_uds: str | None) 
         raise SystemExit(str(exc)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(users, upstream_client(upstream, upstream_uds))
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    from scanflow.httpdeadline import DEFAULT_HEAD_TIMEOUT_S, HeadDeadlineProtocol, with_head_timeout
+
+    # slow request heads are cut (408) as on every Scanflow server
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                http=with_head_timeout(HeadDeadlineProtocol, DEFAULT_HEAD_TIMEOUT_S))
 
 
 def users_json(users: Mapping[str, tuple[str, Role]]) -> str:

@@ -1,8 +1,10 @@
 """The embedded MLflow tracking server: Scanflow's knowledge base on one machine.
 
 Who calls it: `scanflow mlflow up` (scanflow/tracking/cli.py), `ensure_tracking()` when no
-`SCANFLOW_TRACKING_URI` is configured, the demo, and the test suite's session-scoped `mlflow_server`
-fixture. Agents, replicas and jobs in other processes only ever see its URL.
+`SCANFLOW_TRACKING_URI` is configured, the embedded stack, the demo, and the test suite's
+session-scoped `mlflow_server` fixture. Agents, replicas and jobs in other processes only ever see its
+URL (and their login). Every entry point for users runs it with `users` (logins); without them it
+binds only a loopback address.
 
 Why a subprocess rather than an in-process Flask app: MLflow's server owns its own event loop and
 workers, and a separate process group can be stopped cleanly (SIGTERM, then SIGKILL) without leaving
@@ -50,6 +52,19 @@ PRIVATE_HOST_PATTERNS: tuple[str, ...] = (
 
 class MlflowServerError(RuntimeError):
     """The server did not come up (the message quotes the tail of its log)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Pure: whether `host` is a loopback address or name (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def _free_port(host: str) -> int:
@@ -109,7 +124,14 @@ class MlflowServer:
         users: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         """`users`: {name: (password, role)} (roles: scanflow.tracking.mlflow_proxy); with them MLflow
-        sits behind the authenticating proxy on `port`."""
+        sits behind the authenticating proxy on `port`. Without them MLflow answers anyone who reaches
+        the port, so only a loopback `host` is accepted (ValueError otherwise)."""
+        if not users and not is_loopback(host):
+            raise ValueError(
+                f"refusing to serve MLflow without logins on {host!r}: anyone reaching that address could "
+                "delete runs and move the champion alias; bind 127.0.0.1, or pass users= (`scanflow mlflow "
+                "up` and ensure_tracking generate them: scanflow.tracking.logins)"
+            )
         self.home = Path(home).resolve()
         self.host = host
         self.port = port if port is not None else _free_port(host)
@@ -314,20 +336,26 @@ def _write_state(home: Path, server: MlflowServer) -> None:
     import json
 
     tmp = _state_file(home).with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": server.url, "pid": server.pid}))
+    proxy = server._proxy.pid if server._proxy is not None else None
+    tmp.write_text(json.dumps({"url": server.url, "pid": server.pid, "proxy_pid": proxy}))
     tmp.replace(_state_file(home))
 
 
 def ensure_tracking(settings: object) -> str:
     """The tracking URI to use: `settings.tracking_uri` if set, else a local server in `home/mlflow`.
 
-    Who calls it: agents, the CLI and the demo at startup. A server already running for this home
+    Who calls it: `scanflow deploy --platform local` at startup. A server already running for this home
     (started by `scanflow mlflow up` or another process; found through home/mlflow/server.json and a
     /health probe) is reused. Otherwise one is started, owned by this process and stopped at exit.
-    A file lock makes concurrent callers start at most one server.
+    A file lock makes concurrent callers start at most one server. The local server runs behind logins
+    (scanflow.tracking.logins, `home/mlflow/logins.json`, mode 0600): this process's environment gets
+    the operator's (MLFLOW_TRACKING_USERNAME / _PASSWORD) and the logins the platform hands its replicas
+    and Jobs (SCANFLOW_REPLICA_MLFLOW_* / SCANFLOW_JOB_MLFLOW_*).
     """
     import atexit
     import fcntl
+
+    from scanflow.tracking.logins import client_env, load_or_create
 
     uri = getattr(settings, "tracking_uri", None)
     if uri:
@@ -337,12 +365,15 @@ def ensure_tracking(settings: object) -> str:
     with open(home / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
+            logins = load_or_create(home)
+            # this process works as the operator; the platform hands its children their own logins
+            os.environ.update(client_env(logins))
             known = _read_state(home)
             if known and is_healthy(known):
                 return known
             server = _owned.get(home)
             if server is None or server.pid is None:
-                server = MlflowServer(home)
+                server = MlflowServer(home, users=logins)
                 server.start()
                 _owned[home] = server
                 atexit.register(server.stop)

@@ -37,7 +37,7 @@ COMMAND_LINES = {
         ["--model-uri=models:/digits@champion", "--port=8080"],
         ["--model-uri", "runs:/abc/model", "--port", "1", "--max-body-bytes", "1024", "--body-timeout-s", "2.5",
          "--spool-max-mb", "8", "--spool-fsync-s", "0.25", "--allow-local-models", "--cpu-watch-s", "0",
-         "--log-level", "DEBUG", "--spool-dir", "none"],
+         "--log-level", "DEBUG", "--spool-dir", "none", "--head-timeout-s", "4"],
     ],
     "gateway": [
         ["--port", "8124", "--service", "digits", "--health-interval-s", "0.5", "--backup", "http://127.0.0.1:9",
@@ -45,7 +45,8 @@ COMMAND_LINES = {
         ["--port=8080", "--service=digits", "--replica", "http://a:1", "--replica", "http://b:2",
          "--upstream-discovery", "dns", "--front", "fast"],
         ["--port", "1", "--upstream-timeout-s", "3", "--max-body-bytes", "10", "--body-timeout-s", "1",
-         "--coalesce-max", "0", "--batches-per-replica", "2", "--host", "0.0.0.0", "--log-level", "WARNING"],
+         "--coalesce-max", "0", "--batches-per-replica", "2", "--host", "0.0.0.0", "--log-level", "WARNING",
+         "--head-timeout-s", "3.5"],
     ],
 }
 

@@ -1,5 +1,7 @@
 """Gateway tests with real replica processes: the admin API and bad input, a replica SIGKILLed under
-load fails no client request, failover to a backup and failback, the route override."""
+load fails no client request, failover to a backup and failback, the route override. The kill and the
+failover run on both of the gateway's fronts (`--front fast`: POST /predict answered from the protocol,
+a failed coalesced call retried by a task; `--front asgi`: every request through the ASGI cycle)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 INTERVAL = 0.5
 LABELS_AT = {3: {"labels": [0]}}  # request index -> labels it (wrongly) carries in /predict
+FRONTS = pytest.mark.parametrize("front", ["fast", "asgi"])
 
 
 def _state(gw_url: str) -> dict:
@@ -25,12 +28,13 @@ def _healthy(gw_url: str, replica_url: str) -> bool:
     return next(r["healthy"] for r in _state(gw_url)["replicas"] if r["url"] == replica_url)
 
 
-async def test_admin_api_then_sigkill_a_replica_under_load_fails_no_request(digits_models, launch, digits_rows) -> None:  # type: ignore[no-untyped-def]
+@FRONTS
+async def test_admin_api_then_sigkill_a_replica_under_load_fails_no_request(digits_models, launch, digits_rows, front) -> None:  # type: ignore[no-untyped-def]
     r1 = await asyncio.to_thread(launch, "replica", "--model-uri", digits_models["v1"], "--allow-anonymous")
     r2 = await asyncio.to_thread(launch, "replica", "--model-uri", digits_models["v1"], "--allow-anonymous")
     gw = await asyncio.to_thread(
         launch, "gateway", "--service", "digits", "--replica", r1.url, "--replica", r2.url,
-        "--health-interval-s", str(INTERVAL), "--allow-anonymous", "--max-body-bytes", "100000",
+        "--health-interval-s", str(INTERVAL), "--allow-anonymous", "--max-body-bytes", "100000", "--front", front,
     )
     async with httpx.AsyncClient(timeout=10) as http:  # admin API and bad input first
         assert (await http.put(gw.url + "/admin/replicas", json={"replicas": []})).status_code == 200
@@ -85,12 +89,13 @@ async def test_admin_api_then_sigkill_a_replica_under_load_fails_no_request(digi
     assert "scanflow_gateway_upstream_errors_total" in metrics
 
 
-async def test_failover_to_backup_and_failback(digits_models, launch, digits_rows, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@FRONTS
+async def test_failover_to_backup_and_failback(digits_models, launch, digits_rows, tmp_path, front) -> None:  # type: ignore[no-untyped-def]
     primary = await asyncio.to_thread(launch, "replica", "--model-uri", digits_models["v1"], "--allow-anonymous")
     backup = await asyncio.to_thread(launch, "replica", "--model-uri", digits_models["v2"], "--allow-anonymous")
     gw = await asyncio.to_thread(
         launch, "gateway", "--service", "digits", "--replica", primary.url, "--backup", backup.url,
-        "--health-interval-s", str(INTERVAL), "--allow-anonymous", env={"SCANFLOW_TOKEN": "tok"},
+        "--health-interval-s", str(INTERVAL), "--allow-anonymous", "--front", front, env={"SCANFLOW_TOKEN": "tok"},
     )
     auth = {"Authorization": "Bearer tok"}
     stop, progress = asyncio.Event(), LoadResult()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -40,7 +41,11 @@ def test_ensure_tracking_prefers_configured_uri(tmp_path: Path) -> None:
     assert not (tmp_path / "mlflow").exists()  # nothing started
 
 
-def test_ensure_tracking_reuses_a_running_server(mlflow_server: str, tmp_path: Path) -> None:
+def test_ensure_tracking_reuses_a_running_server(mlflow_server: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "SCANFLOW_REPLICA_MLFLOW_USERNAME",
+                 "SCANFLOW_REPLICA_MLFLOW_PASSWORD", "SCANFLOW_JOB_MLFLOW_USERNAME", "SCANFLOW_JOB_MLFLOW_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)  # ensure_tracking logs this process in: undone afterwards
     home = tmp_path / "mlflow"
     home.mkdir()
     (home / "server.json").write_text(json.dumps({"url": mlflow_server, "pid": 0}))
@@ -73,8 +78,16 @@ def test_cli_up_serves_until_sigterm_and_leaves_no_process(tmp_path: Path) -> No
             time.sleep(0.1)
         assert json.loads((tmp_path / "server.json").read_text())["url"] == url
         assert (tmp_path / "mlflow.db").exists() and (tmp_path / "mlflow.log").exists()
+        # behind logins: generated into a file only its owner reads, and said where
+        logins = tmp_path / "logins.json"
+        assert stat.S_IMODE(logins.stat().st_mode) == 0o600
+        operator = json.loads(logins.read_text())["operator"]["password"]
+        api = url + "/api/2.0/mlflow/experiments/create"
+        assert httpx.post(api, json={"name": "anonymous"}, timeout=30).status_code == 401
+        assert httpx.post(api, json={"name": "operator"}, auth=("operator", operator), timeout=30).status_code == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+        assert proc.stdout is not None and f"logins: {logins}" in proc.stdout.read().decode()
         assert not is_healthy(url, timeout_s=1)  # the server (another process group) went with it
     finally:
         if proc.poll() is None:  # the CLI stops its server on SIGTERM; SIGKILL only if it hangs
@@ -90,8 +103,9 @@ def test_cli_up_serves_until_sigterm_and_leaves_no_process(tmp_path: Path) -> No
 
 def _kill_recorded_server(home: Path) -> None:
     """If the test failed half-way, the server (its own process group) must not outlive it."""
-    try:
-        pid = int(json.loads((home / "server.json").read_text())["pid"])
-        os.killpg(pid, signal.SIGKILL)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    for key in ("pid", "proxy_pid"):
+        try:
+            pid = int(json.loads((home / "server.json").read_text())[key])
+            os.killpg(pid, signal.SIGKILL)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
