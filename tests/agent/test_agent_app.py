@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import TOKEN, drained, running, wait_for
+from agent_support import TOKEN, drained, running, wait_for
 from fastapi import Depends
 
 from scanflow.agent import Action, Agent, Context, PermanentError, Store, TemporaryError, get_context

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import uvicorn
-from conftest import free_port_for
+from agent_support import free_port_for
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
-from conftest import drained, running
+from agent_support import drained, running
 
 from scanflow.agent import Action, Agent, Store
 from scanflow.agent import runtime as runtime_mod

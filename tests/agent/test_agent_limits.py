@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from conftest import TOKEN, AgentProcess, drained, free_port_for, running, wait_for
+from agent_support import TOKEN, AgentProcess, drained, free_port_for, running, wait_for
 
 from scanflow import expressions
 from scanflow.agent import Action, Agent, Context, Store

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 import pytest
-from conftest import running
+from agent_support import running
 
 from scanflow.agent import Agent, Context, Outcome, Store
 from scanflow.agent.jsonsafe import NotJSONError, non_finite_path, to_json_value

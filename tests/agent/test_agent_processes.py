@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import TOKEN, AgentProcess, free_port_for
+from agent_support import TOKEN, AgentProcess, free_port_for
 
 from scanflow.agent import Store
 

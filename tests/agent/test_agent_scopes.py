@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import running
+from agent_support import running
 
 from scanflow.agent import Agent, Context, Store
 from scanflow.auth import AUTH_TOKENS_ENV, COMPONENT_SCOPES, TokenTable
