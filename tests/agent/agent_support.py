@@ -3,7 +3,6 @@ processes. A module of its own name: `from conftest import` is ambiguous when se
 have a conftest (pytest imports each as `conftest`; whichever came first wins).
 """
 
-
 from __future__ import annotations
 
 import asyncio
