@@ -22,7 +22,7 @@ corrupted windows (power) are tested against that fixed calibration.
 
 Corruptions: benchmarks/drift_corruptions.py, 10 families x 3 severities per data kind.
 Columns: "ours" (the default detector: the joint z-test over errors + inputs + latent and the per-feature
-KS test, Bonferroni over the two), "joint" (the joint z-test alone at the full rate: the default before
+KS test, their min-p on their joint null), "joint" (the joint z-test alone at the full rate: the default before
 the feature KS test), "errors" (the reconstruction errors' location and spread only), the last two read
 from the same reports. Peers, each with the split's calibration rows as reference, at p_val = fpr = 0.05:
 - alibi-detect's KSDrift (per raw feature, Bonferroni): on every split and every window ours sees (cheap);
