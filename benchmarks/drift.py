@@ -1,6 +1,6 @@
 """Drift detection benchmark: FPR per deployment, power against per-feature KS and MMD, latency; images and a table.
 
-    .venv/bin/python benchmarks/drift.py --quick --jobs 2  # ~25 min on 2 shared cores at load 7-11
+    .venv/bin/python benchmarks/drift.py --quick --jobs 2  # 19 min on 2 quiet cores (MMD ~15 of them); about twice that at load ~5
     .venv/bin/python benchmarks/drift.py             # more windows per cell and more splits with KS/MMD
     .venv/bin/python benchmarks/drift.py --power-only  # ours vs KS only, 20 windows per cell, 3 splits: minutes
     options: --splits N, --windows 200 500, --data digits sensors, --std-splits N (MMD), --families F ...,
