@@ -5,6 +5,10 @@
   fitted from that version's reference data at bootstrap, or right after a promotion, and logged in
   MLflow; the Checker reloads it whenever the champion changes) and emits `drift.checked` (score,
   p-value, drift flag, drift rate, the request ids of the critical points). Idempotent: the watermark moves only with the action's success.
+  The Tracker's window (rows per check) is validated against the detector's `min_window` whenever a
+  detector is loaded or refitted (`window_check`): below it, the agent's log says so, `/status` (state
+  `window_check`) and every `drift.checked` payload carry `window_too_small` with both numbers, and a
+  check of fewer rows is skipped (rows accumulate to the next call) instead of refused as bad input.
   For classifiers it also reports a label-free accuracy estimate of the window (scanflow.drift.performance:
   the champion's confidences, calibrated on its reference holdout) and, as feedback labels arrive for
   earlier windows, their measured accuracy beside the estimate.
@@ -34,13 +38,21 @@ import httpx
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
 from scanflow.embedded import observe, outbox
-from scanflow.embedded.env import agent_spec, current_workflow, primary_service, quick, service_url
+from scanflow.embedded.env import (
+    agent_spec,
+    current_workflow,
+    drift_window,
+    primary_service,
+    quick,
+    service_url,
+)
 from scanflow.embedded.latency import Percentile, histogram, percentile_ms
 from scanflow.tracking import monitoring
 
 SPEC = agent_spec("checker")
 log = logging.getLogger(__name__)
 MAX_CRITICAL_IDS = 2000
+MIN_ROWS = 20  # check_drift's `min_rows` when the strategy's args name none
 WATCH_TIMEOUT_S = 8.0
 agent = Agent(SPEC.name, role="checker", description="drift, SLO and availability analysis",
               settings_keys=("fpr", "epochs"))
@@ -81,9 +93,56 @@ def _monitor(ctx: Context) -> monitoring.MonitorTarget:
 def load_detector(ctx: Context) -> None:
     monitoring.start_monitoring(ctx.state, [_monitor(ctx)])
     try:
-        _current_detector()
+        detector, version = _current_detector()
     except TemporaryError as exc:
         ctx.log.warning("%s; will load on first check", exc)
+    else:
+        _validate_window(ctx, detector, version)
+
+
+def configured_window(wf: Any, quick_mode: bool) -> tuple[int | None, int]:
+    """Pure: (the Tracker's rows per drift check, the `min_rows` its strategies pass to check_drift) as the
+    workflow declares them; (None, MIN_ROWS) when no Tracker is declared (check_drift called by hand)."""
+    tracker = next((a for a in wf.agents if a.role == "tracker"), None)
+    if tracker is None:
+        return None, MIN_ROWS
+    rows = [int(a.args.get("min_rows", MIN_ROWS)) for s in tracker.strategies for a in s.actions
+            if a.actuator == "check_drift"]
+    return drift_window(tracker, quick_mode), min(rows, default=MIN_ROWS)
+
+
+def window_check(window: int | None, min_rows: int, min_window: int | None) -> dict[str, Any]:
+    """Pure: the configured window against the detector's `min_window` (derived from its calibration: below
+    it the test does not hold its false-positive rate) and the check's own `min_rows`.
+
+    status "ok", or "window_too_small" when the Tracker announces windows shorter than the detector
+    accepts: then each check waits until `needed` rows have arrived, so drift is judged less often than
+    configured. `message` says so with the numbers."""
+    m = int(min_window or 0)
+    needed = max(int(min_rows), m)
+    out: dict[str, Any] = {"status": "ok", "window": window, "min_rows": int(min_rows), "min_window": m,
+                           "needed": needed}
+    if window is not None and window < needed:
+        out["status"] = "window_too_small"
+        why = f"the detector's min_window {m} (its calibration)" if m >= min_rows else f"check_drift's min_rows {min_rows}"
+        out["message"] = (f"the Tracker's window of {window} rows is below {why}: each drift check waits until "
+                          f"{needed} rows have arrived; raise the Tracker's window to at least {needed}")
+    return out
+
+
+def _validate_window(ctx: Context, detector: Any, version: str) -> dict[str, Any]:
+    """The window check of the detector serving now, kept in the agent's state (shown by /status) and
+    logged whenever it changes: at startup and when a new champion's detector is loaded or fitted."""
+    window, min_rows = configured_window(current_workflow(), quick())
+    check = window_check(window, min_rows, detector.metadata().get("min_window")) | {"detector_version": version}
+    if check != ctx.state.get("window_check"):
+        if check["status"] != "ok":
+            ctx.log.warning("drift detector of version %s: %s", version, check["message"])
+        else:
+            ctx.log.info("drift detector of version %s: window %s rows, min_window %s: ok", version,
+                         check["window"], check["min_window"])
+        ctx.state["window_check"] = check
+    return check
 
 
 @agent.on_shutdown
@@ -144,16 +203,27 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Run the detector on the records logged since the last check; emit `drift.checked`."""
     from scanflow.tracking.predictions import prediction_run_id, read_since
 
+    min_rows = args.get("min_rows", MIN_ROWS)
+    if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
+        raise PermanentError(f"check_drift: min_rows must be an integer >= 1, got {min_rows!r}")
     detector, version = await asyncio.to_thread(_current_detector)
+    window_status = _validate_window(ctx, detector, version)
     run_id = await asyncio.to_thread(prediction_run_id, current_workflow().name, current_workflow().name)
     if run_id is None:
         return {"skipped": "no predictions logged yet"}
     wm = int(ctx.state.get("watermark", 0))
     batch = await asyncio.to_thread(read_since, run_id, wm)
     x = batch.inputs()
-    # the detector's own minimum (derived from its calibration) wins over the caller's
-    if len(x) < max(int(args.get("min_rows", 20)), int(detector.metadata().get("min_window") or 0)):
-        return {"skipped": f"only {len(x)} new rows", "watermark": wm}
+    # the detector's own minimum (derived from its calibration) wins over the caller's; rows stay unread
+    # (the watermark holds), so the next call tests them with the ones that arrive meanwhile
+    min_window = int(detector.metadata().get("min_window") or 0)
+    if len(x) < min_window:
+        ctx.log.warning("drift check skipped: %d new rows, fewer than the detector's min_window %d", len(x), min_window)
+        return {"skipped": f"{len(x)} new rows, fewer than the detector's min_window {min_window}",
+                "status": "window_too_small", "window": len(x), "min_window": min_window, "watermark": wm,
+                "window_check": window_status}
+    if len(x) < min_rows:
+        return {"skipped": f"only {len(x)} new rows (min_rows {min_rows})", "status": "too_few_rows", "watermark": wm}
     try:
         report = await asyncio.to_thread(detector.predict, x)
     except ValueError as exc:
@@ -168,6 +238,8 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         "schema_violation": report.schema_violation,
         # which evidence moved (reconstruction errors, input columns, encoder outputs) and the columns most
         "evidence_p": report.metadata.get("evidence_p"), "shifted_inputs": report.metadata.get("shifted_inputs"),
+        # the configured window against this detector's min_window: "window_too_small" when checks wait
+        "window_check": window_status,
     }
     # label-free accuracy estimate (classifiers) and, for earlier windows now labelled, the measured one
     payload["performance"] = await asyncio.to_thread(_performance, ctx, version, x, row_owner, batch.watermark)

@@ -15,7 +15,7 @@ import asyncio
 from typing import Any
 
 from scanflow.agent import Agent, Context
-from scanflow.embedded.env import agent_spec, current_workflow, quick
+from scanflow.embedded.env import agent_spec, current_workflow, drift_window, quick
 from scanflow.settings import Settings
 from scanflow.tracking import monitoring
 from scanflow.tracking.api import MAX_BODY_BYTES, predictions_router
@@ -24,7 +24,7 @@ from scanflow.tracking.feedback_api import feedback_router
 from scanflow.tracking.predictions import AppendResult, LogStats, PredictionLog, PredictionRecord
 
 SPEC = agent_spec("tracker")
-WINDOW = int(SPEC.settings.get("quick_window" if quick() else "window", 200 if quick() else 500))
+WINDOW = drift_window(SPEC, quick())
 # the replicas' batches (up to the router's 8 MiB) must pass the app's body limit (1 MiB by default)
 agent = Agent(SPEC.name, role="tracker", description="records predictions; announces windows to check",
               max_body_bytes=MAX_BODY_BYTES, settings_keys=("service", "window", "quick_window"))

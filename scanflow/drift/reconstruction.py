@@ -17,8 +17,8 @@ How it decides (docs/drift.md has the why and the numbers):
    values or values beyond the reference's range are a schema violation (reported, not tested);
    the others are tested (evidence "combined", the default): the joint z-test over the log errors,
    the input columns and the encoder outputs (`evidence.CombinedNull`, with a margin for the
-   calibration set's own error) and the per-feature KS test (`evidence.FeatureKS`), Bonferroni over
-   the two, at p < fpr; evidence "errors": the errors' mean and spread only (`stats.window_test`).
+   calibration set's own error) and the per-feature KS test (`evidence.FeatureKS`), their min-p
+   calibrated on their joint null (`evidence.PairNull`), at p < fpr; evidence "errors": the errors' mean and spread only (`stats.window_test`).
    Critical points are the scored rows above the threshold. With backend "mmd" | "ks" | "lsdd",
    alibi-detect's test on the encoder outputs (window against the calibration set) decides instead.
 
@@ -51,7 +51,7 @@ from scanflow.drift.autoencoder import (
     train_autoencoder,
 )
 from scanflow.drift.base import Array, DriftDetector, NotFittedError, PreprocessFn
-from scanflow.drift.evidence import CombinedNull, FeatureKS
+from scanflow.drift.evidence import CombinedNull, FeatureKS, PairNull
 from scanflow.drift.report import DriftReport
 
 Backend = Literal["ae", "mmd", "ks", "lsdd"]
@@ -90,7 +90,7 @@ class ReconstructionDriftDetector(DriftDetector):
         a value is a schema violation (`ranges.py`).
     evidence: "combined" (default): reconstruction errors, every input column and every encoder output,
         one min-p test calibrated jointly on the null, beside a per-feature KS test on the input
-        columns (its own joint null), Bonferroni over the two (`evidence.py`); "errors": the errors' location
+        columns (its own joint null), their min-p calibrated on their joint null (`evidence.py`); "errors": the errors' location
         and spread only (`stats.window_test`, the rule before), for comparison; "full": "combined" plus
         each input column's empirical CDF at its calibration quartiles (`evidence.ecdf_cuts`): level with
         per-feature KS on tone curves and mild noise, at the price of a larger min_window and a slower fit
@@ -169,6 +169,7 @@ class ReconstructionDriftDetector(DriftDetector):
         # (the `evidence` argument shadows the module here: the classes are imported by name)
         self.combined: CombinedNull | None = None  # evidence "combined": the joint null
         self.feature_ks: FeatureKS | None = None  # and the per-feature KS test beside it
+        self.pair_null: PairNull | None = None  # the null of the two tests' min-p
         self._medians: list[NDArray[np.float64]] = []  # calibration medians of each evidence block
         self._cuts: tuple[NDArray[np.int64], NDArray[np.float64]] = (np.zeros(0, np.int64), np.zeros(0))
         self._alibi: Any = None
@@ -285,11 +286,13 @@ class ReconstructionDriftDetector(DriftDetector):
             values = self._values(blocks)
             self.combined = evidence.CombinedNull.fit(values, self._layout(blocks), seed=self.seed)
             self.feature_ks = evidence.FeatureKS.fit(blocks[1], seed=self.seed)
+            self.pair_null = evidence.PairNull.fit(values, blocks[1], self.combined, self.feature_ks, seed=self.seed)
             self.min_window = evidence.min_window(self.combined, values, self.fpr, sizes=stats.WINDOW_GRID,
                                                   seed=self.seed)
         else:
             self.combined = None
             self.feature_ks = None
+            self.pair_null = None
             self.min_window = stats.min_window(log_errs, self.window_null, self.fpr, self.alternative,
                                                seed=self.seed)
         self.calibration_errors = errors
@@ -362,12 +365,13 @@ class ReconstructionDriftDetector(DriftDetector):
                 p_value = ev.p_value
                 family_p = dict(ev.family_p)
                 if self.feature_ks is not None and inputs is not None:
-                    # two tests of one null, each at half the rate (Bonferroni: valid whatever their
-                    # dependence); the joint z-test sees moments, the KS test shapes (evidence.FeatureKS)
+                    # two tests of one null: the joint z-test sees moments, the KS test shapes
+                    # (evidence.FeatureKS); their min-p is calibrated on their joint null (evidence.PairNull)
                     _, p_ks = self.feature_ks.test(inputs[tested])
                     family_p["feature_ks"] = p_ks
                     meta.update(p_joint=ev.p_value, p_feature_ks=p_ks)
-                    p_value = stats.bonferroni(ev.p_value, p_ks)
+                    p_value = (self.pair_null.p_value(ev.p_value, p_ks) if self.pair_null is not None
+                               else stats.bonferroni(ev.p_value, p_ks))
                 meta.update(evidence_p=family_p, shifted_inputs=self._shifted_inputs(ev.z))
             is_drift = p_value < self.fpr
         else:

@@ -47,6 +47,15 @@ def agent_spec(role: str) -> AgentSpec:
                       f"(has {[a.name for a in wf.agents]})")
 
 
+DRIFT_WINDOW, QUICK_DRIFT_WINDOW = 500, 200  # rows per drift check when the Tracker's settings name none
+
+
+def drift_window(tracker: AgentSpec, quick: bool) -> int:
+    """Rows per drift check: the Tracker's `quick_window` (quick) or `window` setting. Who calls: the Tracker
+    (when to announce a window) and the Checker (it validates this against its detector's min_window)."""
+    return int(tracker.settings.get("quick_window" if quick else "window", QUICK_DRIFT_WINDOW if quick else DRIFT_WINDOW))
+
+
 def primary_service(wf: Workflow | None = None) -> Service:
     """The service the agents watch: the one the Tracker's `service` setting names, else the first one
     that names a backup, else the first one."""

@@ -96,10 +96,12 @@ def workflow_name(monkeypatch: pytest.MonkeyPatch) -> str:
     import agents.checker
     import agents.planner
     import agents.tracker
+    from scanflow.embedded.env import current_workflow
 
     name = f"mon-{uuid.uuid4().hex[:8]}"
+    wf = current_workflow().model_copy(update={"name": name})
     for mod in (agents.checker, agents.planner, agents.tracker):
-        monkeypatch.setattr(mod, "current_workflow", lambda: SimpleNamespace(name=name))
+        monkeypatch.setattr(mod, "current_workflow", lambda: wf)
     return name
 
 

@@ -174,3 +174,35 @@ def test_feature_ks_refuses_a_window_of_another_width() -> None:
     ks = evidence.FeatureKS.fit(np.zeros((10, 3)))
     with pytest.raises(ValueError, match="columns"):
         ks.statistics(np.zeros((5, 4)))
+
+
+def test_pair_null_holds_the_rate_and_spends_what_bonferroni_leaves() -> None:
+    """The joint z-test and the feature KS test read the same rows: on correlated columns their p-values
+    are dependent under the null, so Bonferroni over the two falls under its level. The min-p calibrated
+    on their coupled null (evidence.PairNull) holds it (0.05 +- 3 binomial sd of 400 fresh windows)."""
+    rng = np.random.default_rng(5)
+
+    def rows(n: int) -> np.ndarray:
+        return rng.normal(size=(n, 10)) + 1.5 * rng.normal(size=(n, 1))
+
+    def values(x: np.ndarray, med: np.ndarray) -> np.ndarray:
+        return np.concatenate([x, np.abs(x - med)], axis=1)
+
+    cal = rows(4000)  # a large calibration set: its own error is small against a 200-row window's
+    med = np.median(cal, axis=0)
+    null, ks = _null(values(cal, med)), evidence.FeatureKS.fit(cal)
+    pair = evidence.PairNull.fit(values(cal, med), cal, null, ks, draws=2000)
+    p_pair, p_bonf = [], []
+    for _ in range(400):
+        win = rows(200)
+        p_joint, p_ks = null.test(values(win, med), 0.0).p_value, ks.test(win)[1]
+        p_pair.append(pair.p_value(p_joint, p_ks))
+        p_bonf.append(min(1.0, 2 * min(p_joint, p_ks)))
+    se = 3 * np.sqrt(0.05 * 0.95 / 400)
+    rate = float(np.mean(np.array(p_pair) < 0.05))
+    assert 0.05 - se <= rate <= 0.05 + se, rate
+    assert float(np.mean(np.array(p_bonf) < 0.05)) < rate
+    # the level each test gets: above Bonferroni's half
+    assert float(np.quantile(pair.minp_null, 0.05)) > 0.025
+    # beyond every null draw the Bonferroni bound says how far beyond
+    assert pair.p_value(1e-9, 0.5) == pytest.approx(2e-9)
