@@ -87,9 +87,9 @@ def gateway_parser(prog: str = GATEWAY_PROG) -> argparse.ArgumentParser:
                    help="client requests per upstream call (POST /predict_batch); 0 or 1 forwards each alone")
     p.add_argument("--batches-per-replica", type=int, default=1, help="coalesced calls in flight per replica")
     p.add_argument("--front", choices=("fast", "asgi"), default=None,
-                   help="asgi (default): every request through uvicorn's ASGI cycle; fast: the common POST "
-                        "/predict answered from the HTTP protocol, no ASGI cycle (scanflow.serving.fastfront; "
-                        "opt-in until S2 is understood with it, docs/serving.md) (env SCANFLOW_GATEWAY_FRONT)")
+                   help="fast (default): the common POST /predict answered from the HTTP protocol, no ASGI "
+                        "cycle (scanflow.serving.fastfront); asgi: every request through uvicorn's ASGI cycle "
+                        "(env SCANFLOW_GATEWAY_FRONT)")
     p.add_argument("--upstream-discovery", choices=("static", "dns"), default=None,
                    help="static (default): the --replica URLs are the replicas; dns: each names a set of replicas, "
                         "one per address it resolves to, re-resolved every health interval (a Kubernetes headless "

@@ -20,8 +20,8 @@ Slow bodies: a fast request whose body is not complete at the end of a read arms
 gateway's body timeout; when it fires, 408 and close (as `read_body`'s deadline does). Slow heads: the
 head deadline of scanflow.httpdeadline, which this protocol inherits.
 
-Who uses it: scanflow.serving.gateway.main with `--front fast` (opt-in; the default `--front asgi` is
-the plain uvicorn path). It extends scanflow.serving.corked's protocol, so it relies on the same uvicorn
+Who uses it: scanflow.serving.gateway.main (the default front; `--front asgi` is the plain uvicorn
+path). It extends scanflow.serving.corked's protocol, so it relies on the same uvicorn
 internals (httptools_impl: `cycle`, `pipeline`, `on_response_complete`, `server_state`), pinned by the
 project's uvicorn version and exercised by tests/serving/test_fastfront.py.
 """

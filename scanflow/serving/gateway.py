@@ -649,7 +649,7 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
         args.replica = url_list(env.get("SCANFLOW_UPSTREAM", ""))
     args.backup = args.backup or env.get("SCANFLOW_BACKUP", "").strip() or None
     args.log_level = args.log_level or env.get("SCANFLOW_LOG_LEVEL", "").strip() or "INFO"
-    args.front = args.front or env.get("SCANFLOW_GATEWAY_FRONT", "").strip() or "asgi"
+    args.front = args.front or env.get("SCANFLOW_GATEWAY_FRONT", "").strip() or "fast"
     if args.front not in ("fast", "asgi"):
         p.error(f"SCANFLOW_GATEWAY_FRONT={args.front!r}: use fast or asgi")
     args.upstream_discovery = (args.upstream_discovery or env.get("SCANFLOW_UPSTREAM_DISCOVERY", "").strip()

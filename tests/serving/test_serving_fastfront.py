@@ -167,7 +167,7 @@ def test_a_slow_body_gets_408_and_the_connection_closes(gateway) -> None:  # typ
 def test_front_flag_and_its_env_default() -> None:
     from scanflow.serving.gateway import parse_args
 
-    assert parse_args(["--port", "1"], {}).front == "asgi"
+    assert parse_args(["--port", "1"], {}).front == "fast"
     assert parse_args(["--port", "1"], {"SCANFLOW_GATEWAY_FRONT": "fast"}).front == "fast"
     assert parse_args(["--port", "1"], {"SCANFLOW_GATEWAY_FRONT": "asgi"}).front == "asgi"
     assert parse_args(["--port", "1", "--front", "fast"], {"SCANFLOW_GATEWAY_FRONT": "asgi"}).front == "fast"
