@@ -47,8 +47,21 @@ def per_request_us(cpu_s: float, requests: int) -> float:
     return cpu_s / requests * 1e6 if requests else float("nan")
 
 
-def wrk_measured(url: str, script: Path, concurrency: int, seconds: int, pids: dict[str, int]) -> dict[str, float]:
-    """One wrk run; rps, p99, and CPU us per request of each process in `pids` and of wrk itself."""
+def coalesced(state_url: str | None) -> tuple[float, float] | None:
+    """(coalesced calls, coalesced requests) so far, from a gateway's GET /admin/state; None without one."""
+    if state_url is None:
+        return None
+    import httpx
+
+    counts = httpx.get(state_url, timeout=5).json()["counts"]
+    return float(counts["coalesced_calls"]), float(counts["coalesced_requests"])
+
+
+def wrk_measured(url: str, script: Path, concurrency: int, seconds: int, pids: dict[str, int],
+                 state_url: str | None = None) -> dict[str, float]:
+    """One wrk run; rps, p99, CPU us per request of each process in `pids` and of wrk itself, and for a
+    gateway (`state_url`) the mean number of client requests per coalesced upstream call."""
+    calls_before = coalesced(state_url)
     before = {k: proc_cpu_s(p) for k, p in pids.items()}
     t0 = time.perf_counter()
     proc = subprocess.Popen(
@@ -74,6 +87,9 @@ def wrk_measured(url: str, script: Path, concurrency: int, seconds: int, pids: d
         total += row[f"{k}_us"]
     row["wrk_us"] = per_request_us(usage.ru_utime + usage.ru_stime, n)
     row["total_us"] = total + row["wrk_us"]
+    calls_after = coalesced(state_url)
+    if calls_before is not None and calls_after is not None and calls_after[0] > calls_before[0]:
+        row["batch"] = (calls_after[1] - calls_before[1]) / (calls_after[0] - calls_before[0])
     return row
 
 
@@ -162,28 +178,30 @@ def main() -> None:
             for w in waiters:
                 w()
         empty()
-        targets = {name: (url, pids) for name, (url, pids, _) in paths.items()}
+        targets: dict[str, tuple[str, dict[str, int], str | None]] = {
+            name: (url, pids, url.replace("/predict", "/admin/state")) for name, (url, pids, _) in paths.items()}
         if args.direct:
             for name, (_, pids, waiters) in paths.items():
                 targets[name.replace("_path", "_direct")] = (waiters[0].ready_url.replace("/ready", "/predict"),
-                                                             {"replica0": pids["replica0"]})
-        targets["empty"] = (f"http://127.0.0.1:{eport}/", {"empty": empty.pid})
+                                                             {"replica0": pids["replica0"]}, None)
+        targets["empty"] = (f"http://127.0.0.1:{eport}/", {"empty": empty.pid}, None)
         for r in range(args.rounds):
             for c in args.concurrency:
                 # alternate the order each round so neither path always runs first
                 order = list(targets.items()) if r % 2 == 0 else list(reversed(targets.items()))
-                for name, (url, pids) in order:
+                for name, (url, pids, state_url) in order:
                     runs.setdefault(name, {}).setdefault(c, []).append(
-                        wrk_measured(url, script, c, args.seconds, pids))
-    table = {k: {c: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for c, rs in v.items()}
+                        wrk_measured(url, script, c, args.seconds, pids, state_url))
+    table = {k: {c: {m: statistics.median(r[m] for r in rs if m in r) for m in rs[0]} for c, rs in v.items()}
              for k, v in runs.items()}
     print(f"load average {os.getloadavg()[0]:.2f}; medians of {args.rounds} rounds, {args.seconds} s each")
     for name, per_c in table.items():
         for c, med in per_c.items():
             cells = ", ".join(f"{k[:-3]} {v:.1f}" for k, v in med.items() if k.endswith("_us"))
             cores = ", ".join(f"{k[:-6]} {v:.2f}" for k, v in med.items() if k.endswith("_cores"))
+            batch = f" | batch {med['batch']:.1f}" if "batch" in med else ""
             print(f"{name:>12} c={c:<4} {med['rps']:8.0f} rps  p99 {med['p99_ms']:6.1f} ms | us/request: {cells}"
-                  f" | cores: {cores}")
+                  f" | cores: {cores}{batch}")
     print(json.dumps({"load_average": os.getloadavg(), "rounds": args.rounds, "seconds": args.seconds,
                       "medians": {k: {str(c): {m: round(x, 2) for m, x in r.items()} for c, r in v.items()}
                                   for k, v in table.items()},

@@ -45,6 +45,14 @@ class CorkedTransport:
         if self._queued_bytes > FLUSH_BYTES:
             self.flush()
 
+    def write_now(self, data: bytes) -> None:
+        """Write at once when nothing is queued (an answer that is already one buffer needs no corking);
+        behind queued data it queues too, so bytes never leave out of order."""
+        if self._queued:
+            self.write(data)
+        else:
+            self._transport.write(data)
+
     def writelines(self, chunks: list[bytes]) -> None:
         for chunk in chunks:
             self.write(chunk)

@@ -13,6 +13,14 @@ ASGI app exactly as before, and so does a request whose coalesced call needs a r
 502/503: `Gateway.forward_with_retries` in a task). The answers (status, body, `content-type`,
 `x-scanflow-upstream`) are the same bytes as the ASGI path's.
 
+Per-request work of uvicorn's protocol that a fast request never needs is left out: the ASGI scope
+(a dict and a copy of the app state, built by uvicorn at every message begin) is built only when a
+request turns out to need the ASGI path; the header callback does uvicorn's and ours in one call; the
+keep-alive timeout is one lazy timer per connection (uvicorn arms a timer after every answer and
+cancels it at the next read); the answer is written at once rather than at the end of the loop turn,
+and the coalesced call hands it over by a plain callback (`Gateway.enqueue_cb`), not a Future, so it
+leaves in the turn the replica's answer arrives. Measured: see docs/serving.md.
+
 Ordering and pipelining: the fast request takes the protocol's `cycle` slot with a `FastCycle`, so
 a pipelined request behind it is queued by uvicorn's own pipeline logic and started after the fast
 answer is written (`on_response_complete`), as it would be behind an ASGI cycle.
@@ -35,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from scanflow.serving.asgi import is_json_media_type
 from scanflow.serving.corked import CorkedHttpToolsProtocol
+from scanflow.serving.gateway import final
 
 if TYPE_CHECKING:
     from scanflow.serving.gateway import Gateway, Outcome
@@ -99,24 +108,51 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
         self._ctype_ok = True
         self._length: int | None = None
         self._plain = True  # no header that needs the ASGI path (Expect, Transfer-Encoding)
+        self._keep_alive_timer: asyncio.TimerHandle | None = None
+        self._idle_since: float | None = None  # loop time of the last answer while nothing is in hand
 
     # ---- parser callbacks -------------------------------------------------------------------
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        # uvicorn's on_message_begin, less the ASGI scope (built in `_asgi_scope` for the ASGI path only),
+        # plus the head deadline's mark (scanflow.httpdeadline.HeadDeadlineProtocol.on_message_begin)
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+        self._head_pending = True
         self._ctype_ok, self._length, self._plain = True, None, True
 
+    def _asgi_scope(self) -> None:
+        """The scope uvicorn's on_message_begin builds (uvicorn 0.54, httptools_impl), for a request that
+        takes the ASGI path: it is made only now, once the head shows the request is not a fast one."""
+        self.scope = {  # type: ignore[typeddict-item]
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": "1.1",
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,  # type: ignore[typeddict-item]
+            "root_path": self.root_path,
+            "headers": self.headers,
+            "state": self.app_state.copy(),
+        }
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        super().on_header(name, value)
-        n = self.headers[-1][0]  # lower-cased by uvicorn
-        if n == b"content-length":
+        # uvicorn's on_header (lower-case the name, note Expect: 100-continue, keep the header) and ours
+        name = name.lower()
+        if name == b"content-length":
             try:
                 self._length = int(value)
             except ValueError:
                 self._plain = False
-        elif n == b"content-type":
+        elif name == b"content-type":
             self._ctype_ok = is_json_media_type(value)
-        elif n in (b"expect", b"transfer-encoding"):
+        elif name == b"expect":
             self._plain = False
+            if value.lower() == b"100-continue":
+                self.expect_100_continue = True
+        elif name == b"transfer-encoding":
+            self._plain = False
+        self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         gw = self.gateway
@@ -135,6 +171,7 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
             self._fast = self.cycle = FastCycle(self.parser.should_keep_alive(), time.perf_counter())  # type: ignore[assignment]
             self._fast_chunks = []
             return
+        self._asgi_scope()
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
@@ -157,7 +194,7 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
         self._fast_chunks = []
         gw = self.gateway
         if gw.fast_path_open():
-            gw.enqueue(body).add_done_callback(lambda fut: self._coalesced_done(cycle, body, fut))
+            gw.enqueue_cb(body, lambda outcome: self._coalesced_done(cycle, body, outcome))
         else:  # the route changed between headers and body: the full path
             self._retry(cycle, body, None)
 
@@ -168,13 +205,7 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
             cycle.timer = self.loop.call_later(self.gateway.config.body_timeout_s, self._body_timeout, cycle)
 
     # ---- answers ----------------------------------------------------------------------------
-    def _coalesced_done(self, cycle: FastCycle, body: bytes, fut: asyncio.Future[Outcome]) -> None:
-        from scanflow.serving.gateway import final
-
-        if fut.cancelled():
-            outcome: Outcome = None
-        else:
-            outcome = fut.result()
+    def _coalesced_done(self, cycle: FastCycle, body: bytes, outcome: Outcome) -> None:
         if final(outcome):
             assert outcome is not None
             status, payload, ctype, up = outcome
@@ -201,7 +232,7 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
             return
         keep_alive = cycle.keep_alive and not close
         default = _default_headers(self.server_state.default_headers)
-        self.transport.write(
+        self.transport.write_now(  # type: ignore[attr-defined]  # the CorkedTransport (scanflow.serving.corked)
             status_line(status) + default + headers + b"content-length: " + str(len(payload)).encode()
             + (b"\r\n\r\n" if keep_alive else b"\r\nconnection: close\r\n\r\n") + payload
         )
@@ -211,6 +242,43 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
         else:
             self.server_state.total_requests += 1
             self.transport.close()
+
+    # ---- keep-alive: one lazy timer per connection ---------------------------------------------
+    def on_response_complete(self) -> None:
+        # uvicorn's on_response_complete, with the keep-alive deadline kept as "idle since" instead of a
+        # timer armed after every answer (and cancelled by the next read): the timer, armed when none is,
+        # checks the idle time when it fires and re-arms for what is left
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self._keep_alive_timer is None:
+            self._keep_alive_timer = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_check)
+
+    def _unset_keepalive_if_required(self) -> None:
+        # uvicorn calls this on every read and when the connection goes: the connection is busy again
+        self._idle_since = None
+
+    def _keep_alive_check(self) -> None:
+        self._keep_alive_timer = None
+        if self.transport.is_closing() or self._idle_since is None:
+            return  # closed, or busy: the next answer re-arms
+        left = self._idle_since + self.timeout_keep_alive - self.loop.time()
+        if left <= 0:
+            self.timeout_keep_alive_handler()
+        else:
+            self._keep_alive_timer = self.loop.call_later(left, self._keep_alive_check)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._keep_alive_timer is not None:
+            self._keep_alive_timer.cancel()
+            self._keep_alive_timer = None
+        super().connection_lost(exc)
 
     def _body_timeout(self, cycle: FastCycle) -> None:
         if self._fast is not cycle:

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -80,6 +80,14 @@ Outcome = tuple[int, bytes, bytes, Upstream] | None
 _NO_ANSWER = 0
 # What a client gets: (status, body, headers, route label for the metrics).
 Answer = tuple[int, bytes, list[tuple[bytes, bytes]], str]
+
+
+def _settle(done: Callable[[Outcome], None], outcome: Outcome) -> None:
+    """Hand one queued request its outcome; a callback that raises must not fail its batch's others."""
+    try:
+        done(outcome)
+    except Exception:
+        log.exception("a coalesced request's completion callback failed")
 
 
 def final(outcome: Outcome) -> bool:
@@ -182,7 +190,7 @@ class Gateway:
         self._health_session: aiohttp.ClientSession | None = None
         self._health_task: asyncio.Task[None] | None = None
         # coalescing state: client requests waiting for an upstream call, batches in flight per replica
-        self._waiting: collections.deque[tuple[bytes, asyncio.Future[Outcome]]] = collections.deque()
+        self._waiting: collections.deque[tuple[bytes, Callable[[Outcome], None]]] = collections.deque()
         self._batches_in_flight: dict[str, int] = {}
         self._no_batch: set[str] = set()  # replicas that answered 404/405 to /predict_batch (older ones)
         self._dispatch_scheduled = False
@@ -386,9 +394,20 @@ class Gateway:
     def enqueue(self, body: bytes) -> asyncio.Future[Outcome]:
         """Queue `body` for the next coalesced call; the future gets its outcome (see `_coalesced`)."""
         fut: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._waiting.append((body, fut))
-        self._schedule_dispatch()
+
+        def done(outcome: Outcome) -> None:
+            if not fut.done():  # the client went away: its request was cancelled
+                fut.set_result(outcome)
+
+        self.enqueue_cb(body, done)
         return fut
+
+    def enqueue_cb(self, body: bytes, done: Callable[[Outcome], None]) -> None:
+        """Queue `body` for the next coalesced call; `done(outcome)` is called once with its outcome, in
+        the loop turn the call's answer arrives (no Future, no extra turn: scanflow.serving.fastfront
+        writes the client's answer from it). `done` must not raise; an exception is logged and dropped."""
+        self._waiting.append((body, done))
+        self._schedule_dispatch()
 
     def _schedule_dispatch(self) -> None:
         # One loop turn later, so requests already read off the sockets in this turn join the batch.
@@ -405,27 +424,25 @@ class Gateway:
             if up is None:
                 if self.mode == "backup" or not can_batch(self.replicas, self._no_batch):
                     while self._waiting:  # nobody can take batches any more: forward them one by one
-                        _, fut = self._waiting.popleft()
-                        if not fut.done():
-                            fut.set_result(None)
+                        _, done = self._waiting.popleft()
+                        _settle(done, None)
                 return  # every slot busy: the next finished batch dispatches again
-            items: list[tuple[bytes, asyncio.Future[Outcome]]] = []
+            items: list[tuple[bytes, Callable[[Outcome], None]]] = []
             size = 0
             while self._waiting and len(items) < cfg.coalesce_max:
-                body, fut = self._waiting[0]
+                body, done = self._waiting[0]
                 if items and size + len(body) > cfg.coalesce_max_bytes:
                     break
                 self._waiting.popleft()
-                if not fut.done():
-                    items.append((body, fut))
-                    size += len(body)
+                items.append((body, done))
+                size += len(body)
             if items:
                 task = asyncio.get_running_loop().create_task(self._send_batch(up, items))
                 self._batch_tasks.add(task)
                 task.add_done_callback(self._batch_tasks.discard)
 
-    async def _send_batch(self, up: Upstream, items: list[tuple[bytes, asyncio.Future[Outcome]]]) -> None:
-        """One POST /predict_batch; every item's future gets its own answer (never raises)."""
+    async def _send_batch(self, up: Upstream, items: list[tuple[bytes, Callable[[Outcome], None]]]) -> None:
+        """One POST /predict_batch; every item's callback gets its own answer (never raises)."""
         n = len(items)
         self._batches_in_flight[up.url] = self._batches_in_flight.get(up.url, 0) + 1
         self.counts["coalesced_calls"] += 1
@@ -470,9 +487,8 @@ class Gateway:
             self._batches_in_flight[up.url] -= 1
             if self._waiting:
                 self._schedule_dispatch()
-        for (_, fut), result in zip(items, results, strict=True):
-            if not fut.done():
-                fut.set_result(result)
+        for (_, done), result in zip(items, results, strict=True):
+            _settle(done, result)
 
     def _mark_dead(self, up: Upstream, exc: BaseException) -> None:
         """Dead or dying replica: take it out now rather than at the next health round."""

@@ -62,7 +62,11 @@ def _serve(app: Any, **kw: Any) -> tuple[uvicorn.Server, threading.Thread, int]:
 
 
 @pytest.fixture
-def gateway() -> Iterator[tuple[int, Any, list[str]]]:
+def gateway(request: pytest.FixtureRequest) -> Iterator[tuple[int, Any, list[str]]]:
+    """(port, Gateway, paths that took the ASGI path); `@pytest.mark.keep_alive(s)` sets uvicorn's
+    keep-alive timeout (default 5 s)."""
+    mark = request.node.get_closest_marker("keep_alive")
+    keep_alive = mark.args[0] if mark else 5
     rep, rep_thread, rport = _serve(_replica, lifespan="off")
     app = create_app(GatewayConfig(replicas=(f"http://127.0.0.1:{rport}",), allow_anonymous=True,
                                    body_timeout_s=0.5, max_body_bytes=1 << 20))
@@ -75,7 +79,7 @@ def gateway() -> Iterator[tuple[int, Any, list[str]]]:
         await plain_predict(scope, receive, send)
 
     app.hot["/predict"] = counted
-    server, thread, port = _serve(app, http=protocol_for(gw), lifespan="on")
+    server, thread, port = _serve(app, http=protocol_for(gw), lifespan="on", timeout_keep_alive=keep_alive)
     try:
         yield port, gw, asgi_paths
     finally:
@@ -174,3 +178,54 @@ def test_front_flag_and_its_env_default() -> None:
     assert parse_args(["--port", "1", "--front", "asgi"], {"SCANFLOW_GATEWAY_FRONT": "fast"}).front == "asgi"
     with pytest.raises(SystemExit):
         parse_args(["--port", "1"], {"SCANFLOW_GATEWAY_FRONT": "turbo"})
+
+
+def test_the_asgi_scope_is_the_one_uvicorn_builds() -> None:
+    """The fast front builds the ASGI scope only for requests that take the ASGI path; what it builds
+    must be what uvicorn's own on_message_begin would have (a new uvicorn changing it fails here)."""
+    import asyncio
+
+    from uvicorn.config import Config
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    from uvicorn.server import ServerState
+
+    app = create_app(GatewayConfig(replicas=("http://127.0.0.1:9",)))
+    config = Config(app=app, loop="asyncio", root_path="/under")
+    loop = asyncio.new_event_loop()
+    try:
+        proto = protocol_for(app.gateway)(config=config, server_state=ServerState(), app_state={"k": [1]},
+                                          _loop=loop)
+        proto.server, proto.client, proto.scheme = ("127.0.0.1", 8000), ("127.0.0.1", 5555), "http"
+        HttpToolsProtocol.on_message_begin(proto)
+        expected = proto.scope
+        proto.on_message_begin()
+        proto._asgi_scope()
+        assert proto.scope == expected
+        assert proto.scope["headers"] is proto.headers  # headers read after the scope was made land in it
+        assert proto.scope["state"] is not expected["state"]  # a fresh copy of the app state per request
+    finally:
+        loop.close()
+
+
+@pytest.mark.keep_alive(2)
+def test_keep_alive_closes_idle_connections_and_spares_busy_ones(gateway) -> None:  # type: ignore[no-untyped-def]
+    """One lazy keep-alive timer per connection (not one per answer): a connection idle past the timeout
+    is closed; one that keeps sending, at intervals shorter than the timeout, for longer than it, is not."""
+    port, _, asgi_paths = gateway
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as busy, \
+            socket.create_connection(("127.0.0.1", port), timeout=10) as idle:
+        buf_busy, buf_idle = bytearray(), bytearray()
+        idle.sendall(_post(b'{"n": 0}'))
+        assert orjson.loads(_read(idle, buf_idle)[2]) == {"echo": '{"n": 0}'}
+        t0 = time.monotonic()
+        n = 0
+        while time.monotonic() - t0 < 3.0:  # 1.5 timeouts of traffic, a request every ~0.1 s
+            n += 1
+            busy.sendall(_post(b'{"n": %d}' % n))
+            assert orjson.loads(_read(busy, buf_busy)[2]) == {"echo": f'{{"n": {n}}}'}
+            time.sleep(0.1)
+        idle.settimeout(5)
+        assert idle.recv(10) == b""  # closed by the server (idle for 1.5 timeouts and more)
+        busy.sendall(_post(b'{"n": -1}'))
+        assert orjson.loads(_read(busy, buf_busy)[2]) == {"echo": '{"n": -1}'}
+    assert asgi_paths == []
