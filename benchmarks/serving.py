@@ -1,18 +1,29 @@
-"""Serving benchmark: Scanflow (gateway + N replicas) against `mlflow models serve` on the same cores.
+"""Serving benchmark: Scanflow (gateway + N replicas) against the servers a user would pick instead, on the
+same cores, with the same model and the same load.
 
-    .venv/bin/python benchmarks/serving.py --quick     # ~1.5-3 minutes on 2 cores
+    make bench-peers                                      # the peers' own environments (once)
+    .venv/bin/python benchmarks/serving.py --quick        # ~6-8 minutes on 2 cores with every peer
 
 The same registered digits MLP (torch, pickle format) is served by
-- mlflow: `mlflow models serve --env-manager local --workers 1` (the baseline), POST /invocations;
-- scanflow: `python -m scanflow.serving.gateway` in front of N `scanflow.serving.replica` processes;
-- scanflow_one_by_one: a second gateway on the same replicas with `--coalesce-max 0` (each client
-  request forwarded on its own, the behaviour before coalescing): what coalescing gains;
-- scanflow direct: one replica, no gateway (what the gateway hop costs).
-All servers start together and idle while another one is measured.
+- scanflow: `python -m scanflow.serving.gateway` (its default fast front) in front of N
+  `scanflow.serving.replica` processes, on POST /predict and on the Open Inference Protocol v2 path;
+- scanflow_asgi_front: a second gateway on the same replicas with `--front asgi` (every request through
+  uvicorn's ASGI cycle); scanflow_one_by_one: a third with `--coalesce-max 0` (each client request
+  forwarded on its own); scanflow_direct: one replica, no gateway (what the gateway hop costs);
+- the peers (benchmarks/serving_peers.py, each in the setting its documentation recommends for
+  throughput on a small machine): `mlflow models serve` (--workers 1 and 2), MLServer with its MLflow
+  runtime (parallel_workers 0 and 2), Ray Serve (1 and 2 replicas, HAProxy ingress); a peer that cannot
+  run is reported with the reason (`peers_not_run`) and the ratios are over those that ran.
 Each is driven by the same closed-loop load generator at several concurrencies: Debian's `wrk` with a
-Lua script for the POST body (`apt-get install -y wrk`), or, when wrk is missing, a lean asyncio
-generator in its own process. One row (64 floats) per request. `--repeats` (3) interleaved rounds in
-which every system is measured once; medians over rounds (`--quick`: 1 s points, 3 concurrencies).
+Lua script for the POST body (`make bench-sysdeps`), or, when wrk is missing, the project's own
+generator in its own process. One row (64 floats) per request. Medians over `--repeats` (3) interleaved
+rounds, in which every system of a phase is measured once (`--quick`: 1 s points, 8/64/128 clients).
+
+Two phases: (1) before any peer starts, our systems and the empty endpoint alone -> fraction_of_limit;
+(2) the peers started, every peer, our gateway path and the empty endpoint -> every ratio to a peer.
+The peers' processes stay alive while idle and take CPU from whatever runs, which taxes a path needing
+both cores more than the one-process empty endpoint; so the fraction is measured without them, and
+reported with them as well (`fraction_of_limit_peers_running`).
 
 The limit on these cores is the lower of (a) the model's in-process batched throughput (rows/s at
 batch 32) and (b) an empty endpoint on the same HTTP stack (uvicorn + uvloop + httptools, raw ASGI, one
@@ -128,6 +139,44 @@ def run_load(url: str, body: str, concurrency: int, seconds: float, workdir: Pat
         input=body, capture_output=True, text=True, check=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def measure(urls: dict[str, tuple[str, str]], bodies: dict[str, str], concurrencies: list[int], seconds: float,
+            repeats: int, workdir: Path) -> dict[str, dict[int, list[dict[str, float]]]]:
+    """Interleaved rounds: in each, every system at every concurrency once, so load from other processes
+    hits all of them alike; {system: {concurrency: [one result per round]}}."""
+    runs: dict[str, dict[int, list[dict[str, float]]]] = {k: {c: [] for c in concurrencies} for k in urls}
+    for _ in range(repeats):
+        for c in concurrencies:
+            for name, (url, kind) in urls.items():
+                runs[name][c].append(run_load(url, bodies[kind], c, seconds, workdir))
+    return runs
+
+
+def medians(runs: dict[str, dict[int, list[dict[str, float]]]]) -> dict[str, dict[int, dict[str, float]]]:
+    """Per system and concurrency, the median over rounds of each figure."""
+    return {k: {c: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for c, rs in v.items()}
+            for k, v in runs.items()}
+
+
+def fraction(runs: dict[str, dict[int, list[dict[str, float]]]], name: str, model_rows: float) -> float:
+    """Median over rounds of (best rps of `name` over the concurrencies / the limit measured in the same
+    round: the lower of the empty endpoint's best rps and the model's batched rows/s)."""
+    concurrencies = list(runs[name])
+    per_round = [
+        max(runs[name][c][i]["rps"] for c in concurrencies)
+        / min(max(runs["empty"][c][i]["rps"] for c in concurrencies), model_rows)
+        for i in range(len(runs[name][concurrencies[0]]))
+    ]
+    return round(statistics.median(per_round), 2)
+
+
+def print_table(title: str, table: dict[str, dict[int, dict[str, float]]], concurrencies: list[int]) -> None:
+    print(f"\n{title}\n{'system':>20} | " + " | ".join(f"{c:>6} clients: rps / p50 / p99 ms" for c in concurrencies))
+    for k in table:
+        cells = [f"{table[k][c]['rps']:12.0f} / {table[k][c]['p50_ms']:6.2f} / {table[k][c]['p99_ms']:7.2f}"
+                 for c in concurrencies]
+        print(f"{k:>20} | " + " | ".join(cells))
 
 
 # ---- the pieces ----------------------------------------------------------------------------------
@@ -265,16 +314,6 @@ def main() -> None:
                         f"http://127.0.0.1:{gp}/ready", work / f"gateway-{gp}.log", quiet)))
                 ready.append(stack.enter_context(spawned(
                     [py, __file__, "--empty-server", str(eport)], f"http://127.0.0.1:{eport}/", work / "empty.log")))
-                # Peers: one process per group (Ray's two applications share one), each waited for alone;
-                # one that does not come up is reported with the reason and left out.
-                peer_ready: dict[str, list[Started]] = {}
-                procs: dict[str, Started] = {}
-                for peer in peer_list:
-                    key = peer.group or peer.name
-                    if key not in procs:
-                        procs[key] = stack.enter_context(spawned(
-                            peer.cmd, peer.ready_urls[0], work / f"peer-{key}.log", peer.env, peer.cwd, 300))
-                    peer_ready[peer.name] = [Started(procs[key].proc, u, 300) for u in peer.ready_urls]
                 for wait in ready:
                     wait()
                 urls = {
@@ -285,6 +324,26 @@ def main() -> None:
                     "scanflow_direct": (f"http://127.0.0.1:{ports[0]}/predict", "native"),
                     "empty": (f"http://127.0.0.1:{eport}/", "native"),
                 }
+                # Phase 1, before any peer starts: our systems and the empty endpoint alone, in interleaved
+                # rounds -> fraction_of_limit. Why apart: the peers' processes stay alive while idle (Ray's
+                # raylet, GCS and proxy; MLServer; two mlflow servers) and take CPU from whatever runs; that
+                # taxes a path that needs both cores (wrk + gateway + replicas) more than the one-process
+                # empty endpoint it is divided by (measured: 0.51 of the limit with them idle, 0.57 without,
+                # the same code), so the fraction is measured without them (and reported with them too).
+                runs = measure(urls, bodies, concurrencies, seconds, repeats, work)
+                # Phase 2: the peers, one process per group (Ray's two applications share one), each waited
+                # for alone; one that does not come up is reported with the reason and left out. Then every
+                # peer, our gateway path (native and OIP v2) and the empty endpoint in interleaved rounds, so
+                # each ratio to a peer compares systems measured in the same rounds, under the same load.
+                peer_ready: dict[str, list[Started]] = {}
+                procs: dict[str, Started] = {}
+                for peer in peer_list:
+                    key = peer.group or peer.name
+                    if key not in procs:
+                        procs[key] = stack.enter_context(spawned(
+                            peer.cmd, peer.ready_urls[0], work / f"peer-{key}.log", peer.env, peer.cwd, 300))
+                    peer_ready[peer.name] = [Started(procs[key].proc, u, 300) for u in peer.ready_urls]
+                side = {k: urls[k] for k in ("scanflow", "scanflow_oip", "empty")}
                 configs: dict[str, str] = {}
                 for peer in peer_list:
                     try:
@@ -298,34 +357,17 @@ def main() -> None:
                         skipped[peer.name] = f"{exc}; log: {log_tail}"
                         print(f"peer {peer.name} left out: {exc}", flush=True)
                         continue
-                    urls[peer.name] = (peer.url, peer.body)
+                    side[peer.name] = (peer.url, peer.body)
                     configs[peer.name] = peer.config
-                # Interleaved rounds: every system (and the empty endpoint that sets the limit) is measured
-                # once per round, so load from other processes hits all of them alike; medians over rounds.
-                runs: dict[str, dict[int, list[dict[str, float]]]] = {k: {c: [] for c in concurrencies} for k in urls}
-                for _ in range(repeats):
-                    for c in concurrencies:
-                        for name, (url, kind) in urls.items():
-                            runs[name][c].append(run_load(url, bodies[kind], c, seconds, work))
+                side_runs = measure(side, bodies, concurrencies, seconds, repeats, work) if configs else {}
             model_rows = model_limit(uri, 1.0)
 
-    table = {k: {c: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for c, rs in v.items()}
-             for k, v in runs.items()}
-    print(f"\n{'system':>20} | " + " | ".join(f"{c:>6} clients: rps / p50 / p99 ms" for c in concurrencies))
-    for k in table:
-        cells = [f"{table[k][c]['rps']:12.0f} / {table[k][c]['p50_ms']:6.2f} / {table[k][c]['p99_ms']:7.2f}"
-                 for c in concurrencies]
-        print(f"{k:>20} | " + " | ".join(cells))
-
-    def fraction(name: str) -> float:
-        """Median over rounds of (best rps of `name` / the limit measured in the same round)."""
-        per_round = [
-            max(runs[name][c][i]["rps"] for c in concurrencies)
-            / min(max(runs["empty"][c][i]["rps"] for c in concurrencies), model_rows)
-            for i in range(repeats)
-        ]
-        return round(statistics.median(per_round), 2)
-
+    table = medians(runs)
+    side = medians(side_runs)
+    print_table("phase 1: ours and the empty endpoint, no peer running", table, concurrencies)
+    if side:
+        print_table("phase 2: the peers, our gateway path and the empty endpoint (peers running)", side,
+                    concurrencies)
     empty_rps = statistics.median(max(runs["empty"][c][i]["rps"] for c in concurrencies) for i in range(repeats))
     limit = min(empty_rps, model_rows)
     print(f"\nlimit: empty endpoint {empty_rps:.0f} rps (median over rounds of the best concurrency), "
@@ -334,47 +376,51 @@ def main() -> None:
         print(f"peer {name} did not run: {reason}")
     top = max(concurrencies)
     errors = {k: sum(v[c]["errors"] for c in concurrencies) for k, v in table.items()}
+    errors |= {f"{k}@phase2" if k in table else k: sum(v[c]["errors"] for c in concurrencies) for k, v in side.items()}
     ran = list(configs)
-    # Against the best peer at each concurrency (the highest throughput among the peers that ran there):
-    # the lower throughput ratio of 8 and 64 clients, and the higher p99 ratio.
+    # Against the best peer at each concurrency (the highest throughput among the peers that ran there),
+    # all from phase 2's rounds: the lower throughput ratio of 8 and 64 clients, and the higher p99 ratio.
     vs_best: dict[str, dict[str, object]] = {}
     for c in (8, 64):
         if c in concurrencies and ran:
-            best = max(ran, key=lambda k: table[k][c]["rps"])
+            best = max(ran, key=lambda k: side[k][c]["rps"])
             vs_best[str(c)] = {
                 "best_peer": best,
-                "throughput_ratio": round(table["scanflow"][c]["rps"] / table[best][c]["rps"], 2),
-                "p99_ratio": round(table["scanflow"][c]["p99_ms"] / table[best][c]["p99_ms"], 3),
+                "throughput_ratio": round(side["scanflow"][c]["rps"] / side[best][c]["rps"], 2),
+                "p99_ratio": round(side["scanflow"][c]["p99_ms"] / side[best][c]["p99_ms"], 3),
             }
     mlflows = [k for k in ran if k.startswith("mlflow")]
-    best_mlflow = max(mlflows, key=lambda k: table[k][top]["rps"]) if mlflows else None
+    best_mlflow = max(mlflows, key=lambda k: side[k][top]["rps"]) if mlflows else None
     figures.update({
         "min_throughput_ratio_vs_best_peer": min((v["throughput_ratio"] for v in vs_best.values()), default=None),
         "max_p99_ratio_vs_best_peer": max((v["p99_ratio"] for v in vs_best.values()), default=None),
         "vs_best_peer": vs_best,
-        "throughput_ratio_vs_mlflow": round(table["scanflow"][top]["rps"] / table[best_mlflow][top]["rps"], 2)
+        "throughput_ratio_vs_mlflow": round(side["scanflow"][top]["rps"] / side[best_mlflow][top]["rps"], 2)
         if best_mlflow else None,
-        "p99_ratio_vs_mlflow": round(table["scanflow"][top]["p99_ms"] / table[best_mlflow][top]["p99_ms"], 3)
+        "p99_ratio_vs_mlflow": round(side["scanflow"][top]["p99_ms"] / side[best_mlflow][top]["p99_ms"], 3)
         if best_mlflow else None,
         "best_mlflow": best_mlflow,
-        "fraction_of_limit": fraction("scanflow"),
-        "oip_fraction_of_limit": fraction("scanflow_oip"),
-        "asgi_front_fraction_of_limit": fraction("scanflow_asgi_front"),
+        "fraction_of_limit": fraction(runs, "scanflow", model_rows),
+        "fraction_of_limit_peers_running": fraction(side_runs, "scanflow", model_rows) if side else None,
+        "oip_fraction_of_limit": fraction(runs, "scanflow_oip", model_rows),
+        "asgi_front_fraction_of_limit": fraction(runs, "scanflow_asgi_front", model_rows),
         "fast_front_gain": round(table["scanflow"][top]["rps"] / table["scanflow_asgi_front"][top]["rps"], 2),
-        "one_by_one_fraction_of_limit": fraction("scanflow_one_by_one"),
+        "one_by_one_fraction_of_limit": fraction(runs, "scanflow_one_by_one", model_rows),
         "coalescing_gain": round(table["scanflow"][top]["rps"] / table["scanflow_one_by_one"][top]["rps"], 2),
-        "direct_fraction_of_limit": fraction("scanflow_direct"),
+        "direct_fraction_of_limit": fraction(runs, "scanflow_direct", model_rows),
         "at_concurrency": top,
         "limit_rps": round(limit),
         "empty_endpoint_rps": round(empty_rps),
         "model_batched_rows_per_s": round(model_rows),
         "load_average_end": round(os.getloadavg()[0], 2),
-        "peers": {k: {"config": configs[k], **{str(c): {m: round(x, 2) for m, x in table[k][c].items()}
+        "peers": {k: {"config": configs[k], **{str(c): {m: round(x, 2) for m, x in side[k][c].items()}
                                                 for c in concurrencies}} for k in ran},
         "peers_not_run": {k: v[:300] for k, v in skipped.items()},
         "errors": errors,
         "results": {k: {str(c): {m: round(x, 2) for m, x in r.items()} for c, r in v.items()}
-                    for k, v in table.items() if k not in configs},
+                    for k, v in table.items()},
+        "results_phase2": {k: {str(c): {m: round(x, 2) for m, x in r.items()} for c, r in v.items()}
+                           for k, v in side.items() if k not in configs},
     })
     print(json.dumps(figures))
 
