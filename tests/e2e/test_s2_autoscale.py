@@ -9,7 +9,9 @@ runs in-process instead, and this test is skipped (as with SCANFLOW_DEMO_S2=inpr
 
 The test keeps one core busy with a spin loop of its own for the whole run (SCANFLOW_E2E_BUSY_CORE=0
 turns that off): the bar is 5 passes in 5 runs on a busy machine. Measured: 5 of 5 with the core burned
-while other work kept the load average at 10-14 (3.8-5.0 minutes each; fitted limits 0.05-0.08 core, up 0.8-1.9 s after the step, down 4.6-12.7 s after the fall, all in place). It failed 5 of 6 before the
+while other work kept the load average at 10-14 (3.8-5.0 minutes each; fitted limits 0.05-0.08 core, up 0.8-1.9 s after the step, down 4.6-12.7 s after the fall, all in place);
+and 5 of 5 again on the gateway's fast front, now the default (2.5-2.9 minutes each, load 1.1-3.8 at the
+starts; up 1.0-1.8 s after the step, down 12.2-13.4 s after the fall, 0 failed of 8,659-13,389). It failed 5 of 6 before the
 scenario fitted the replica's limit to what the generator can send (`s2_autoscale.fitted_cpu`): with
 micro-batching, 400 rps used 0.13 of a quarter core, so the step was no overload and the Planner
 rightly did not move."""
