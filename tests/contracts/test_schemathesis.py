@@ -74,7 +74,7 @@ def _predict(x: np.ndarray) -> tuple[list, np.ndarray | None]:
 ROLES = ("tracker", "checker", "planner", "executor")
 ROOT = Path(__file__).resolve().parents[2]
 AGENTS_DIR = ROOT / "agents"
-SECURITY_MD = ROOT / "docs" / "security.md"
+SECURITY_MD = ROOT / "docs/security.md"
 
 
 @pytest.fixture(scope="module")
