@@ -93,6 +93,8 @@ async def read_json_list(request: Request, max_body_bytes: int, max_records: int
         raw: Any = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise HTTPException(422, f"body is not JSON: {exc}") from None
+    except RecursionError:  # the depth middleware checks JSON content types only; this reader takes any
+        raise HTTPException(422, "body is nested too deeply to parse") from None
     if not isinstance(raw, list):
         raise HTTPException(422, f"body must be a JSON list of {what}")
     if len(raw) > max_records:

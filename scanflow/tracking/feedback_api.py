@@ -119,6 +119,8 @@ async def _read_ids(request: Request, max_ids: int) -> list[str]:
         doc = json.loads(body)
     except ValueError as exc:  # UnicodeDecodeError included
         raise HTTPException(422, f"body is not JSON: {exc}") from None
+    except RecursionError:  # whatever the content type said
+        raise HTTPException(422, "body is nested too deeply to parse") from None
     if not isinstance(doc, dict) or set(doc) != {"request_ids"} or not isinstance(doc["request_ids"], list):
         raise HTTPException(422, 'body must be {"request_ids": [...]} and nothing else')
     ids = doc["request_ids"]

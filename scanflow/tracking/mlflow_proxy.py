@@ -186,7 +186,7 @@ def alias_of(body: bytes, query: Mapping[str, str]) -> str | None:
         return query["alias"]
     try:
         doc = json.loads(body) if body else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not an alias MLflow would read either
         return None
     value = doc.get("alias") if isinstance(doc, dict) else None
     return value if isinstance(value, str) else None

@@ -157,6 +157,10 @@ class Flaky:
         return self.log.stats()
 
 
+# deeper than json.loads can recurse (RecursionError); under every body limit
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
 def make_app(store: Any, token: str | None = TOKEN, **kw: Any) -> FastAPI:
     app = FastAPI()
     app.include_router(feedback_router(store, token, **kw))
@@ -182,9 +186,9 @@ def test_post_feedback_contract(serve_app, log: FeedbackLog) -> None:  # type: i
         assert detail[0]["loc"] == [1, "labels", 1] and "record 1, field 'labels.1'" in detail[0]["msg"]
         extra = c.post(url, json=[{"request_id": "r8", "labels": [1], "label": 1}], headers=AUTH)
         assert extra.status_code == 422 and extra.json()["detail"][0]["loc"] == [0, "label"]
-        for body in (b"{not json", b'{"request_id": "r"}', b"\xff\xfe", b"[1]", b"null"):
-            resp = c.post(url, content=body, headers=AUTH)
-            assert resp.status_code == 422, body
+        for body in (b"{not json", b'{"request_id": "r"}', b"\xff\xfe", b"[1]", b"null", DEEP):
+            resp = c.post(url, content=body, headers={**AUTH, "Content-Type": "text/plain"})
+            assert resp.status_code == 422, body[:20]
         too_many = c.post(url, json=[{"request_id": f"m{i}", "labels": [1]} for i in range(21)], headers=AUTH)
         assert too_many.status_code == 413 and "at most 20" in too_many.text
         huge = c.post(url, content=b"[" + b" " * (5 * 1024 * 1024) + b"]", headers=AUTH)
@@ -211,6 +215,8 @@ def test_lookup_page_and_stats_over_http(serve_app, log: FeedbackLog) -> None:  
         assert bad.status_code == 422 and "request_ids[1]" in bad.text
         assert c.post(f"{url}/feedback/lookup", json=["a"], headers=AUTH).status_code == 422
         assert c.post(f"{url}/feedback/lookup", content=b"{", headers=AUTH).status_code == 422
+        deep = c.post(f"{url}/feedback/lookup", content=DEEP, headers={**AUTH, "Content-Type": "text/plain"})
+        assert deep.status_code == 422 and "nested too deeply" in deep.text
         many = c.post(f"{url}/feedback/lookup", json={"request_ids": [str(i) for i in range(51)]}, headers=AUTH)
         assert many.status_code == 413 and "at most 50" in many.text
 

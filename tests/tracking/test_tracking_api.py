@@ -39,6 +39,9 @@ def test_post_predictions_contract(predictions_app, record) -> None:  # type: ig
         assert resp.status_code == 422
         assert resp.json()["detail"][0]["loc"] == [1, "latency_ms"]
         assert c.post(url, content=b"{not json", headers=AUTH).status_code == 422
+        # deeper than json.loads recurses, under a content type that is not JSON's: a 422, never a 500
+        deep = c.post(url, content=b"[" * 100_000 + b"]" * 100_000, headers={**AUTH, "Content-Type": "text/plain"})
+        assert deep.status_code == 422 and "nested too deeply" in deep.text
         assert c.post(url, json={"request_id": "x"}, headers=AUTH).status_code == 422
         ragged = record(12)
         ragged["inputs"] = [[1.0, 2.0], [1.0]]
