@@ -577,6 +577,7 @@ class Replica:
             "draining": self.draining,
             "load_error": self.load_error,
             "spool": self._spool_info(),
+            "tracker_pending": self.sink.pending if self.sink is not None else None,  # records not yet delivered
         }
 
     def _spool_info(self) -> dict[str, object] | None:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 from e2e_support import digits_workflow
 from scenario import run_s1
@@ -172,12 +173,20 @@ def _restored_uri(previous: str | None) -> Iterator[None]:
             os.environ["MLFLOW_TRACKING_URI"] = previous
 
 
-def _kill_a_replica(stack: EmbeddedStack) -> int:
+def _kill_a_replica(stack: EmbeddedStack) -> tuple[int, int]:
+    """SIGKILL the live replica of the primary that owes the Tracker the most records (undelivered, read
+    from its /info just before, with its spool holding bytes): (pid, records owed). Without owed records
+    the phase would prove nothing."""
+    owing = []
     for rep in stack.get("executor", "/services")["digits"]["replicas"]:
-        if rep.get("pid"):
-            os.killpg(rep["pid"], signal.SIGKILL)
-            return int(rep["pid"])
-    raise AssertionError("no live replica of the primary to kill")
+        if rep.get("pid") and rep.get("address"):
+            info = httpx.get(rep["address"] + "/info", timeout=10.0).json()
+            if (info.get("spool") or {}).get("bytes"):
+                owing.append((int(info.get("tracker_pending") or 0), int(rep["pid"])))
+    owed, pid = max(owing, default=(0, 0))
+    assert owed > 0, f"no live replica of the primary owes spooled records to the down Tracker: {owing}"
+    os.killpg(pid, signal.SIGKILL)
+    return pid, owed
 
 
 def _check_phase(phase: str, stack: EmbeddedStack, gen, named: dict[str, int]) -> dict[str, int]:  # type: ignore[no-untyped-def]
@@ -247,10 +256,13 @@ def test_nothing_served_is_lost_through_tracker_replica_mlflow_and_agent_kills(t
             time.sleep(5)
             stack.kill_agent("tracker")
             time.sleep(5)
-            replica = _kill_a_replica(stack)
+            with pytest.raises(httpx.TransportError):  # really down: the records wait in the spools
+                httpx.get(stack.agent_urls["tracker"] + "/health", timeout=2.0)
+            replica, owed = _kill_a_replica(stack)
             time.sleep(10)
             stack.restart_agent("tracker")
-            _check_phase("(a) Tracker and replica killed", stack, gen, {"replica_killed": replica})
+            _check_phase("(a) Tracker and replica killed", stack, gen,
+                         {"replica_killed": replica, "records_owed": owed})
 
             # (b) MLflow SIGKILLed: the stack's watch must start a new one
             restarts, old_pid = stack.mlflow_restarts, stack.mlflow.pid

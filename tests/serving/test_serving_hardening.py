@@ -98,8 +98,9 @@ async def test_records_survive_a_sigkilled_replica_while_the_tracker_is_down(  #
             assert resp.status_code == 200, resp.text
             served.add(resp.json()["request_id"])
     assert len(served) == 270
-    info = (await asyncio.to_thread(httpx.get, r.url + "/info")).json()["spool"]
-    assert info["written"] == 270 and info["bytes"] > 0
+    doc = (await asyncio.to_thread(httpx.get, r.url + "/info")).json()
+    info = doc["spool"]
+    assert info["written"] == 270 and info["bytes"] > 0 and doc["tracker_pending"] == 270
     r.popen.kill()  # SIGKILL: nothing flushed on the way out
     r.popen.wait(10)
 
