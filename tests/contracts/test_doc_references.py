@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = ("*.py", "*.md", "*.ipynb", "*.yaml", "*.yml", "*.toml", "*.sh", "Makefile")
 SKIP = (".venv", ".git", ".scanflow", "node_modules")
-OUTSIDE = re.compile(r"\bDESIGN\.md\b|\bSTYLE\.md\b|\.\./shared/")
+OUTSIDE = re.compile(r"\bDESIGN\.md\b|\bSTYLE\.md\b|\.\./shared/|\bdesign notes?\b", re.IGNORECASE)
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+")
 # a path ending in .md, not part of a longer word or path, and no glob or template (`*.md`, `<name>.md`)

@@ -32,8 +32,9 @@ SEVERITIES: tuple[int, ...] = (1, 2, 3)
 N_FEATURES = 64
 IMAGE_SHAPE = (8, 8)
 
-# Strength per severity. Severity 1 is mild on purpose: noise sigma 0.1 is caught by MMD in only
-# ~3 windows out of 4 (design notes), so detectors can be told apart.
+# Strength per severity. Severity 1 is mild on purpose: noise sigma 0.1 in 500-row windows is caught by
+# MMD on autoencoder features in only ~3 windows out of 4 (power 0.73 over 100 splits), so detectors can
+# be told apart.
 NOISE_SIGMA = {1: 0.1, 2: 0.2, 3: 0.3}
 ROTATION_DEG = {1: 6.0, 2: 12.0, 3: 24.0}  # angle drawn uniformly in +-[deg/2, deg] per image
 SHIFT_PX = {1: 0.3, 2: 0.6, 3: 1.2}  # sub-pixel shift, random direction per image
