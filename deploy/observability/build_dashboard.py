@@ -44,9 +44,15 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         ("scanflow_action_promoted", "challenger promoted {{service}}"),
         ("scanflow_action_swapped_version", "serving version {{service}}"),
     ]),
+    # Two sources: the replicas' own /metrics where Prometheus reaches them (Kubernetes pods), and the
+    # Checker's per-service gauges from its observations, which is the only one on compose (the replicas
+    # listen on the Executor container's loopback there).
     ("Replica CPU: used vs limit (cores)", "short", [
         ("rate(scanflow_replica_cpu_seconds_total[1m])", "used {{instance}}"),
         ("scanflow_replica_cpu_limit_cores", "limit {{instance}}"),
+        ("scanflow_resources_cpu_used_cores", "used, all replicas (Checker) {{service}}"),
+        ("scanflow_resources_cpu_limit_cores", "largest limit (Checker) {{service}}"),
+        ("scanflow_resources_throttled_ratio", "throttled share (Checker) {{service}}"),
     ]),
     ("Replica load", "short", [
         ("scanflow_replica_in_flight", "in flight {{instance}}"),

@@ -47,6 +47,8 @@ def exported_names() -> set[str]:
     keys |= set(monitoring.latency_metrics({"latency_ms": 1, "slo_ms": 2, "breached": False, "replicas": 1,
                                             "healthy_replicas": 1, "in_flight": 0}, 99.0))
     keys |= set(monitoring.retrain_decision_metrics(True, [True], 3, 2))
+    keys |= set(monitoring.resource_metrics({"cpu_used_cores": 1.0, "cpu_limit_cores": 1.0, "cpu_utilization": 0.5,
+                                             "throttled_ratio": 0.1, "threads": 1}))
     for source in (ROOT / "agents").glob("*.py"):
         keys |= set(re.findall(r'"((?:plan|action|drift|latency|accuracy|performance|resources)/[a-z0-9_]+)"', source.read_text()))
     return names | {metric_name(k) for k in keys}
