@@ -80,3 +80,20 @@ def test_vertical_first_beats_horizontal_and_hpa_on_a_short_step(scaling) -> Non
     assert vertical.violation_s < horizontal.violation_s < hpa.violation_s
     assert vertical.core_s < hpa.core_s and horizontal.core_s < hpa.core_s
     assert vertical.max_cpu > 1 and horizontal.max_cpu == 1  # only the vertical-first one resizes
+
+
+def _last_json(capsys) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    import json
+
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_the_last_line_names_the_acceptance_keys_and_an_easy_trace_fails_its_target(scaling, capsys) -> None:  # type: ignore[no-untyped-def]
+    """An SLO nothing violates gives 0/0 ratios: the benchmark must not call that a met target."""
+    assert scaling.main(["--seeds", "1", "--time-scale", "10", "--slo-ms", "100000"]) == 0
+    figures = _last_json(capsys)
+    for key in ("violation_ratio_vs_hpa", "core_seconds_ratio_vs_hpa", "flaps",
+                "vertical_violation_ratio_vs_horizontal", "observed_inputs"):
+        assert key in figures, key
+    assert figures["hpa_violation_s"] == 0 and figures["violation_ratio_vs_hpa"] == 0.0
+    assert figures["target_met"] is False and figures["vertical_target_met"] is False
