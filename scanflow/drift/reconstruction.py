@@ -16,7 +16,7 @@ How it decides (docs/drift.md has the why and the numbers):
 3. `predict`: windows shorter than `min_window` are refused (ValueError). Rows with non-finite
    values or values beyond the reference's range are a schema violation (reported, not tested);
    the others are tested (evidence "combined", the default): the joint z-test over the log errors,
-   the input columns and the encoder outputs (`evidence.CombinedNull`, with a margin for the
+   the input columns, the encoder outputs and the errors' tail shares (`evidence.CombinedNull`, with a margin for the
    calibration set's own error) and the per-feature KS test (`evidence.FeatureKS`), their min-p
    calibrated on their joint null (`evidence.PairNull`), at p < fpr; evidence "errors": the errors' mean and spread only (`stats.window_test`).
    Critical points are the scored rows above the threshold. With backend "mmd" | "ks" | "lsdd",
@@ -66,6 +66,10 @@ READABLE_FORMATS = (2, 3, 4)
 # Windows up to this many rows are scored on one torch thread unless num_threads says otherwise: the
 # model is tiny, and a second thread costs more in handoff than it saves (docs/drift.md, Threads).
 SINGLE_THREAD_ROWS = 1000
+# Calibration quantiles of the log reconstruction error whose exceedance shares form the "error_tail"
+# family: a drift that hits a few rows hard (a patch blanked in one image of ten) barely moves the mean
+# error of a window but doubles or triples its share of rows above the calibration's upper quantiles.
+TAIL_QUANTILES = (0.9, 0.95, 0.98)
 DETECTOR_FILE = "detector.json"
 MODEL_FILE = "autoencoder.pt"
 INPUTS_FILE = "inputs.npz"
@@ -172,6 +176,7 @@ class ReconstructionDriftDetector(DriftDetector):
         self.pair_null: PairNull | None = None  # the null of the two tests' min-p
         self._medians: list[NDArray[np.float64]] = []  # calibration medians of each evidence block
         self._cuts: tuple[NDArray[np.int64], NDArray[np.float64]] = (np.zeros(0, np.int64), np.zeros(0))
+        self._tail_cuts: NDArray[np.float64] = np.zeros(0)  # log-error cuts of the "error_tail" family
         self._alibi: Any = None
 
     # -- what a subclass implements ---------------------------------------------------------------
@@ -263,14 +268,22 @@ class ReconstructionDriftDetector(DriftDetector):
     def _layout(self, blocks: list[NDArray[np.float64]]) -> evidence.Layout:
         sizes = [(name, 2 * b.shape[1]) for name, b in zip(("errors", "inputs", "latent"), blocks, strict=True)]
         sizes.append(("input_ecdf", len(self._cuts[0])))
-        return evidence.Layout.of(sizes, one_sided=[0] if self.alternative == "greater" else [])
+        sizes.append(("error_tail", len(self._tail_cuts)))
+        before = sum(k for _, k in sizes[:-1])
+        # only more rows above an upper quantile is evidence: fewer is what a blur does, and the errors
+        # family already sees that in the mean
+        tail = list(range(before, before + len(self._tail_cuts)))
+        return evidence.Layout.of(sizes, one_sided=([0] if self.alternative == "greater" else []) + tail,
+                                  shares=tail)
 
     def _values(self, blocks: list[NDArray[np.float64]]) -> NDArray[np.float64]:
         """Per-row values of every evidence family: `evidence.row_values` of the blocks, then the input
-        columns' empirical CDF at the calibration's quartiles (`evidence.ecdf_cuts`)."""
+        columns' empirical CDF at the calibration's quartiles (`evidence.ecdf_cuts`), then whether the
+        row's log error is above each of the calibration's `TAIL_QUANTILES` (the window's exceedance shares)."""
         cols, thr = self._cuts
         return np.concatenate([evidence.row_values(blocks, self._medians),
-                               (blocks[1][:, cols] <= thr).astype(np.float64)], axis=1)
+                               (blocks[1][:, cols] <= thr).astype(np.float64),
+                               (blocks[0][:, :1] > self._tail_cuts).astype(np.float64)], axis=1)
 
     def _calibrate(self, x_cal: Array) -> None:
         if self.ranges is None and self.x_ref is not None:  # a model set by hand (benchmark twins), or a
@@ -283,6 +296,7 @@ class ReconstructionDriftDetector(DriftDetector):
         if self.evidence in ("combined", "full"):
             self._medians = [np.median(b, axis=0) for b in blocks]
             self._cuts = evidence.ecdf_cuts(blocks[1]) if self.evidence == "full" else (np.zeros(0, np.int64), np.zeros(0))
+            self._tail_cuts = np.quantile(log_errs, TAIL_QUANTILES)
             values = self._values(blocks)
             self.combined = evidence.CombinedNull.fit(values, self._layout(blocks), seed=self.seed)
             self.feature_ks = evidence.FeatureKS.fit(blocks[1], seed=self.seed)

@@ -35,7 +35,7 @@ def test_a_detector_refuses_windows_below_its_derived_minimum(detector: Autoenco
     # the combined test's minimum is resampled from the calibration's own rows (every evidence family)
     assert detector.combined is not None
     _, blocks = detector._scores(np.asarray(detector.x_cal))
-    values = evidence.row_values(blocks, detector._medians)
+    values = detector._values(blocks)  # every family: the blocks, their spreads, the error tail
     assert detector.min_window == evidence.min_window(detector.combined, values, detector.fpr,
                                                       sizes=stats.WINDOW_GRID, seed=detector.seed)
     # the errors-only rule's minimum rises with a far tail of the calibration errors

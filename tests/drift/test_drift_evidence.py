@@ -56,6 +56,25 @@ def test_min_window_rises_with_a_far_tail() -> None:
     assert evidence.min_window(_null(tailed), tailed, 0.05, sizes=sizes, draws=1000) >= 8
 
 
+def test_share_scores_hold_their_tail_where_the_normal_approximation_does_not() -> None:
+    """2 expected events in 100 rows (and 3 in 30): the share's mid-p normal score exceeds 3.09 (one-sided
+    0.001, where the window test decides) at its rate and lower levels at most 1.6 times theirs; the plain
+    z of the share exceeds 3.09 several times too often."""
+    rng = np.random.default_rng(0)
+    for n, p0 in ((100, 0.02), (30, 0.1), (500, 0.05)):
+        shares = rng.binomial(n, p0, size=200_000) / n
+        scored = evidence.share_z(shares, n, np.full(len(shares), p0))
+        for level, cut, slack in ((0.05, 1.645, 1.6), (0.01, 2.326, 1.6), (0.001, 3.09, 1.2)):
+            assert np.mean(scored > cut) <= level * slack, (n, p0, level)
+    n, p0 = 100, 0.02
+    shares = rng.binomial(n, p0, size=200_000) / n
+    plain = (shares - p0) / np.sqrt(p0 * (1 - p0) / n)
+    assert np.mean(plain > 3.09) >= 3 * 0.001
+    assert evidence.share_z(np.array([0.0, 0.02]), n, np.array([p0, p0])).tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="one-sided"):
+        evidence.Layout.of([("a", 2)], shares=[1])
+
+
 def test_the_detector_sees_a_change_along_the_data(detector: AutoencoderDriftDetector, splits: Splits) -> None:
     """A mild contrast change (pixels 10 % closer to grey) reconstructs as well as clean digits: the errors
     alone (the rule before) miss most such windows; the input family catches them. Clean windows pass.
@@ -71,12 +90,39 @@ def test_the_detector_sees_a_change_along_the_data(detector: AutoencoderDriftDet
         rep = detector.predict(0.5 + 0.9 * (x - 0.5))
         ours.append(rep.is_drift)
         errors_only.append(min(1.0, 2 * min(rep.metadata["p_location"], rep.metadata["p_scale"])) < detector.fpr)
-        assert set(rep.metadata["evidence_p"]) == {"errors", "inputs", "latent", "feature_ks"}
+        assert set(rep.metadata["evidence_p"]) == {"errors", "inputs", "latent", "error_tail", "feature_ks"}
         # the window's p: Bonferroni over the joint z-test and the per-feature KS test
         assert rep.p_value == min(1.0, 2 * min(rep.metadata["p_joint"], rep.metadata["p_feature_ks"]))
     assert np.mean(ours) >= 0.9 and np.mean(ours) > np.mean(errors_only)
     assert np.mean(clean) <= 0.2
     assert rep.metadata["shifted_inputs"] and all(0 <= s["column"] < 64 for s in rep.metadata["shifted_inputs"])
+
+
+def test_the_error_tail_sees_a_few_rows_hit_hard(detector: AutoencoderDriftDetector, splits: Splits) -> None:
+    """A 3x3 patch blanked in one image of ten: the mean and spread of a window's errors barely move (the
+    errors-only rule flagged none of these windows), but its share of rows above the calibration's upper
+    error quantiles does (the "error_tail" family). Clean windows of the same fresh rows rarely reach it."""
+    rng = np.random.default_rng(4)
+    pool = np.concatenate([splits.x_test, splits.x_feedback])
+    tail_p: dict[bool, list[float]] = {False: [], True: []}
+    flagged, errors_only = [], []
+    for hit in (False, True):
+        for _ in range(10):
+            x = pool[rng.permutation(len(pool))[:300]].copy()
+            images = x.reshape(-1, 8, 8)  # a view: the patches land in x
+            for i in np.flatnonzero(rng.random(len(x)) < (0.1 if hit else 0.0)):
+                r, c = rng.integers(0, 6, 2)
+                images[i, r:r + 3, c:c + 3] = 0.0
+            rep = detector.predict(x)
+            tail_p[hit].append(rep.metadata["evidence_p"]["error_tail"])
+            if hit:
+                flagged.append(rep.is_drift)
+                errors_only.append(min(1.0, 2 * min(rep.metadata["p_location"], rep.metadata["p_scale"])) < detector.fpr)
+    # seen: the tail family at p < 0.05 in 6 of 10 windows, 0 of 10 clean; the window flagged in 3 of
+    # 10 (its level is the min over every family and the KS test), the errors-only rule in none
+    assert np.mean(np.array(tail_p[True]) < 0.05) >= 0.5
+    assert np.mean(np.array(tail_p[False]) < 0.05) <= 0.2
+    assert np.mean(flagged) > np.mean(errors_only) and np.mean(errors_only) <= 0.1
 
 
 def test_errors_only_evidence_is_the_rule_before(splits: Splits) -> None:
