@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = ("*.py", "*.md", "*.ipynb", "*.yaml", "*.yml", "*.toml", "*.sh", "Makefile")
-SKIP = (".venv", ".git", ".scanflow", "node_modules")
+SKIP = (".venv", ".git", ".scanflow", ".bench-peers", "node_modules")  # environments and state, not ours
 OUTSIDE = re.compile(r"\bDESIGN\.md\b|\bSTYLE\.md\b|\.\./shared/|\bdesign notes?\b", re.IGNORECASE)
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+")
