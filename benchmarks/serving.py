@@ -422,6 +422,14 @@ def main() -> None:
         "results_phase2": {k: {str(c): {m: round(x, 2) for m, x in r.items()} for c, r in v.items()}
                            for k, v in side.items() if k not in configs},
     })
+    # the verdict counts only when the peers a user would pick instead all ran: without MLServer and Ray
+    # the best peer is mlflow, and beating it twice over is no claim
+    figures["peers_ran"] = ran
+    kinds_ran = all(any(k.startswith(kind) for k in ran) for kind in ("mlflow", "mlserver", "ray"))
+    ratio, p99 = figures["min_throughput_ratio_vs_best_peer"], figures["max_p99_ratio_vs_best_peer"]
+    figures["target_met"] = bool(kinds_ran and ratio is not None and p99 is not None and ratio >= 2.0
+                                 and p99 <= 1.0 and figures["fraction_of_limit"] >= 0.7
+                                 and not any(errors.values()))
     print(json.dumps(figures))
 
 
