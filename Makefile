@@ -75,7 +75,7 @@ demo: setup
 PYTEST_RUN = rc=0; $(BIN)/python -m pytest -q -ra $(1) $(PYTEST_ARGS) || rc=$$?; \
   if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# The suite without the whole-stack scenario tests (~4 min on 2 cores); test-e2e runs those (the `e2e`
+# The suite without the whole-stack scenario tests (~7 min on 2 cores); test-e2e runs those (the `e2e`
 # mark, tests/conftest.py: S1/S2/S4 stacks, reliability, demo CLI, notebooks). CI runs both (.ci/run).
 test: setup-test
 	@$(call PYTEST_RUN,-m "not e2e")
