@@ -54,6 +54,15 @@ def drift_series(events: list[dict[str, Any]], t0: float) -> dict[str, list[Any]
     return out
 
 
+def decision_line(label: str, reason: str, width: int = 100) -> str:
+    """Pure: 'label: reason' for the summary, without repeating a verdict the reason already starts with
+    ("retrain: drift in 3 of ..." stays as it is) and shortened at a word, not mid-parenthesis."""
+    import textwrap
+
+    text = reason if reason.startswith(f"{label}:") else f"{label}: {reason}"
+    return textwrap.shorten(text, width=width, placeholder=" ...")
+
+
 def run(ctx: DemoContext) -> ScenarioResult:
     from scanflow.embedded.bootstrap import detector_options
     from scanflow.stack import Traffic
@@ -108,9 +117,9 @@ def run(ctx: DemoContext) -> ScenarioResult:
     }
     failed = len(traffic.failed())
     series = drift_series(checker_events, t0)
-    res.decisions = [f"{d.get('policy')}: {d.get('reason', '')[:80]}" for d in plans
+    res.decisions = [decision_line(str(d.get("policy")), str(d.get("reason", ""))) for d in plans
                      if d.get("policy") == "retrain" and d.get("retrain")]
-    res.decisions += [f"promote v{m.get('version')}: {str(m.get('reason', ''))[:80]}" for m in moves]
+    res.decisions += [decision_line(f"promote v{m.get('version')}", str(m.get("reason", ""))) for m in moves]
     res.figures = {
         "old_version": old, "new_version": new, "requests": traffic.count(), "failed": failed,
         "onset_to_serving_s": round(served_at - onset, 1) if new else None,

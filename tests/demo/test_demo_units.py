@@ -262,3 +262,14 @@ def test_s4_passes_only_with_the_planners_route_and_the_route_back() -> None:
     assert not verdict(0, 1000, True, True, ["backup", "primary", "backup", "primary"], 4)  # a flap
     assert not verdict(11, 1000, True, True, ["backup", "primary"], 2)  # > 1% failed
     assert not verdict(0, 1000, False, True, ["backup", "primary"], 2)  # the backup never served
+
+
+def test_s1_decision_lines_say_the_verdict_once_and_cut_at_a_word() -> None:
+    from scanflow.demo.s1_drift import decision_line
+
+    assert decision_line("retrain", "retrain: drift in 3 of the last 3 windows >= 2") == \
+        "retrain: drift in 3 of the last 3 windows >= 2"
+    assert decision_line("promote v2", "gate passed") == "promote v2: gate passed"
+    long = decision_line("retrain", "retrain: drift in 3 of the last 3 windows >= 2 (150 labelled critical points, "
+                         "accuracy 0.29 on them)", width=60)
+    assert len(long) <= 60 and long.endswith(" ...") and long.count("retrain:") == 1
