@@ -11,6 +11,7 @@ Who calls: scanflow.demo.runner.
 from __future__ import annotations
 
 import math
+import textwrap
 import time
 from typing import Any
 
@@ -57,8 +58,6 @@ def drift_series(events: list[dict[str, Any]], t0: float) -> dict[str, list[Any]
 def decision_line(label: str, reason: str, width: int = 100) -> str:
     """Pure: 'label: reason' for the summary, without repeating a verdict the reason already starts with
     ("retrain: drift in 3 of ..." stays as it is) and shortened at a word, not mid-parenthesis."""
-    import textwrap
-
     text = reason if reason.startswith(f"{label}:") else f"{label}: {reason}"
     return textwrap.shorten(text, width=width, placeholder=" ...")
 

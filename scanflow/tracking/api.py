@@ -89,17 +89,23 @@ async def read_json_list(request: Request, max_body_bytes: int, max_records: int
         body.extend(chunk)
         if len(body) > max_body_bytes:
             raise HTTPException(413, _too_big(max_body_bytes))
-    try:
-        raw: Any = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise HTTPException(422, f"body is not JSON: {exc}") from None
-    except RecursionError:  # the depth middleware checks JSON content types only; this reader takes any
-        raise HTTPException(422, "body is nested too deeply to parse") from None
+    raw = parse_json_body(bytes(body))
     if not isinstance(raw, list):
         raise HTTPException(422, f"body must be a JSON list of {what}")
     if len(raw) > max_records:
         raise HTTPException(413, f"{len(raw)} records in one request; at most {max_records}: split the batch")
     return raw
+
+
+def parse_json_body(body: bytes) -> Any:
+    """A request body read by hand as JSON, or a 422 naming why not. The depth middleware checks JSON
+    content types only and these readers take any, so nesting past json.loads' recursion is caught here."""
+    try:
+        return json.loads(body)
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise HTTPException(422, f"body is not JSON: {exc}") from None
+    except RecursionError:
+        raise HTTPException(422, "body is nested too deeply to parse") from None
 
 
 def _too_big(limit: int) -> str:

@@ -12,7 +12,6 @@ Bodies are parsed by hand, as in scanflow.tracking.api: the size limit is checke
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
@@ -20,7 +19,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import SecretStr, TypeAdapter, ValidationError
 
 from scanflow.auth import require_token
-from scanflow.tracking.api import describe_errors, read_json_list
+from scanflow.tracking.api import describe_errors, parse_json_body, read_json_list
 from scanflow.tracking.feedback import (
     MAX_LOOKUP_IDS,
     MAX_PAGE,
@@ -115,12 +114,7 @@ async def _read_ids(request: Request, max_ids: int) -> list[str]:
         body.extend(chunk)
         if len(body) > MAX_LOOKUP_BODY_BYTES:
             raise HTTPException(413, f"request body larger than {MAX_LOOKUP_BODY_BYTES} bytes: ask for fewer ids")
-    try:
-        doc = json.loads(body)
-    except ValueError as exc:  # UnicodeDecodeError included
-        raise HTTPException(422, f"body is not JSON: {exc}") from None
-    except RecursionError:  # whatever the content type said
-        raise HTTPException(422, "body is nested too deeply to parse") from None
+    doc = parse_json_body(bytes(body))
     if not isinstance(doc, dict) or set(doc) != {"request_ids"} or not isinstance(doc["request_ids"], list):
         raise HTTPException(422, 'body must be {"request_ids": [...]} and nothing else')
     ids = doc["request_ids"]
