@@ -168,6 +168,13 @@ def test_s2_lowers_the_limit_only_when_the_generator_cannot_overload_the_replica
     assert fitted_cpu([(168.0, 0.10, 40.0)], 0.25) is None  # the ramp stopped early (not at MAX_RATE)
     assert fitted_cpu([(MAX_RATE, 0.01, 5.0)], 0.25) == MIN_REPLICA_CPU  # never under the floor
     assert fitted_cpu([], 0.25) is None
+    # saturated just under MAX_RATE (a package install beside it): capacity ~360 rps, so a step capped at
+    # MAX_RATE would be ~1.1x it; the limit shrinks until MAX_RATE is HIGH_FRACTION x the capacity
+    busy = [(268.0, 0.16, 30.0), (MAX_RATE, 0.235, 45.0)]
+    got = fitted_cpu(busy, 0.25)
+    assert got is not None and got < 0.25
+    cap = 268.0 + (MAX_RATE - 268.0) * (0.85 * 0.25 - 0.16) / (0.235 - 0.16)
+    assert MAX_RATE / (cap * got / 0.25) == pytest.approx(2.5, rel=0.05)
 
 
 def test_s2_strategy_overrides_go_into_the_actions_args() -> None:
