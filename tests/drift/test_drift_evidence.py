@@ -166,9 +166,43 @@ def test_feature_ks_statistics_and_p_values_are_scipys() -> None:
 
 def test_feature_ks_joint_null_is_kolmogorovs_for_one_continuous_column() -> None:
     """The multiplier bootstrap's 95 % point for one continuous column is the Kolmogorov
-    distribution's (1.358): the null is the supremum of a Brownian bridge, as it should be."""
-    ks = evidence.FeatureKS.fit(np.random.default_rng(4).normal(size=(1000, 1)), draws=4000)
-    assert np.quantile(ks.max_null, 0.95) == pytest.approx(1.358, abs=0.06)
+    distribution's (1.358): the null is the supremum of a Brownian bridge, as it should be. (Statistics
+    are divided by that constant, a continuous column's scale; balanced as a code column, the column's
+    own 95 % point is the same.)"""
+    x = np.random.default_rng(4).normal(size=(1000, 1))
+    ks = evidence.FeatureKS.fit(x, draws=4000)
+    assert ks.scale[0] == evidence.KOLMOGOROV_95
+    assert np.quantile(ks.max_null * ks.scale[0], 0.95) == pytest.approx(1.358, abs=0.06)
+    assert evidence.FeatureKS.fit(x, codes=np.array([True]), draws=4000).scale[0] == pytest.approx(1.358, abs=0.06)
+
+
+def test_feature_ks_balances_a_code_column_against_continuous_ones() -> None:
+    """A 0/1 column (one category of a one-hot code, 15 % of rows) has one CDF jump, so its null
+    supremum is |N(0, p (1 - p))| (95 % point 1.96 sqrt(p (1 - p)) = 0.70), half a continuous column's
+    1.36. Its scale says so, and a category mix that takes it from 15 % to 25 % of 200-row windows (4 of
+    its own null sd) is caught among 12 continuous columns, where the raw maximum, whose bar the
+    continuous columns set, misses most such windows."""
+    rng = np.random.default_rng(6)
+
+    def rows(n: int, share: float) -> np.ndarray:
+        return np.concatenate([(rng.random((n, 1)) < share).astype(float), rng.normal(size=(n, 12))], axis=1)
+
+    cal = rows(1350, 0.15)
+    codes = np.arange(13) == 0
+    ks, unbalanced = evidence.FeatureKS.fit(cal, codes=codes, draws=2000), evidence.FeatureKS.fit(cal, draws=2000)
+    assert ks.scale[0] == pytest.approx(1.96 * np.sqrt(0.15 * 0.85), rel=0.1)
+    assert np.all(ks.scale[1:] == evidence.KOLMOGOROV_95)
+    caught = raw = clean = 0
+    for _ in range(20):
+        win = rows(200, 0.25)
+        caught += ks.test(win)[1] < 0.05
+        raw += unbalanced.test(win)[1] < 0.05
+    for _ in range(200):
+        clean += ks.test(rows(200, 0.15))[1] < 0.05
+    assert caught >= 15 and raw <= 10, (caught, raw)
+    assert clean <= 200 * (0.05 + 3 * np.sqrt(0.05 * 0.95 / 200)), clean  # the rate holds
+    with pytest.raises(ValueError, match="codes mask"):
+        evidence.FeatureKS.fit(cal, codes=np.ones(3, dtype=bool))
 
 
 def test_feature_ks_rate_under_the_null_is_the_stated_one() -> None:
