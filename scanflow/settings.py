@@ -77,6 +77,8 @@ class Settings(BaseSettings):
     head_timeout_s: float = Field(10.0, gt=0, description="a request line and headers must arrive in full within "
                                   "this (SCANFLOW_HEAD_TIMEOUT_S; else 408 and the connection closes)")
     http_retries: int = Field(3, ge=0, le=20)
+    claim_check_s: float = Field(5.0, gt=0, description="how often an agent on a PostgreSQL store checks that its "
+                                 "session still holds the store's owner lock (SCANFLOW_CLAIM_CHECK_S)")
     log_level: str = "INFO"
     platform: Literal["local", "kubernetes"] = Field(
         "local", description="where the Executor runs services and jobs (SCANFLOW_PLATFORM)"

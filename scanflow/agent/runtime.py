@@ -24,6 +24,8 @@ import contextlib
 import inspect
 import json
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -35,7 +37,7 @@ from scanflow.agent.client import AgentClient
 from scanflow.agent.context import Context
 from scanflow.agent.engine import EvalEnv, Intent, StrategyState, decide, evaluates_code
 from scanflow.agent.jsonsafe import NotJSONError, to_json_value
-from scanflow.agent.store import REST_STRATEGIES_KEY, STATE_KEY, WATERMARK_PREFIX, Store
+from scanflow.agent.store import REST_STRATEGIES_KEY, STATE_KEY, WATERMARK_PREFIX, Store, StoreBusyError
 from scanflow.agent.types import Event, Outcome, PermanentError, Strategy, TemporaryError
 from scanflow.settings import Settings
 from scanflow.tracking.latest import LATEST
@@ -193,6 +195,8 @@ class Runtime:
         for hook in self.agent.startup_hooks:
             await self._call_hook(hook)
         self._tasks.append(asyncio.create_task(self._run_loop(), name=f"{self.agent.name}-loop"))
+        if self.store.claims_by_session:
+            self._tasks.append(asyncio.create_task(self._watch_claim(), name=f"{self.agent.name}-claim"))
         for sensor in self.agent.sensors.values():
             if sensor.every > 0:
                 self._tasks.append(
@@ -218,6 +222,41 @@ class Runtime:
             await c.aclose()
         self._clients.clear()
         await asyncio.to_thread(self.store.release)
+
+    async def _watch_claim(self) -> None:
+        """PostgreSQL stores: every `claim_check_s`, check that this process's session still holds the
+        store's owner lock (`Store.verify_claim`). A dropped session is taken again when nobody else took
+        the lock; when another process did, this one stops acting at once (its loop and sensors are
+        cancelled) and shuts down (SIGTERM to itself: the server's graceful exit), so two agents never
+        act on one store for longer than one check interval. A server that cannot be reached is
+        retried: nobody can take the lock meanwhile."""
+        import sqlalchemy as sa
+
+        while True:
+            await asyncio.sleep(self.settings.claim_check_s)
+            try:
+                kept = await asyncio.to_thread(self.store.verify_claim)
+            except StoreBusyError as exc:
+                self.log.critical("this agent lost its store to another process, so it stops acting and "
+                                  "shuts down: %s", exc)
+                for t in self._tasks:
+                    if t is not asyncio.current_task():
+                        t.cancel()
+                self.on_lost_claim()
+                return
+            except sa.exc.SQLAlchemyError as exc:
+                self.log.warning("cannot check the store's owner lock (%s); checking again in %.0f s",
+                                 type(exc).__name__, self.settings.claim_check_s)
+                continue
+            if not kept:
+                self.log.warning("the store session holding the owner lock had dropped; the lock was free "
+                                 "and is held again")
+
+    def on_lost_claim(self) -> None:
+        """What a process whose store another agent now owns does after its tasks stopped: exit through
+        the server's SIGTERM handling (an orchestrator restarts it; its claim then fails until the other
+        process is gone). Replaced in tests that run an agent inside the test process."""
+        os.kill(os.getpid(), signal.SIGTERM)
 
     async def _call_hook(self, hook: Callable[..., Any]) -> None:
         if inspect.iscoroutinefunction(hook):

@@ -15,6 +15,7 @@ Who calls: scanflow.agent.runtime (the loop), scanflow.agent.app (REST reads), t
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -212,6 +213,7 @@ class Store:
         self._write = threading.Lock()
         self._owner_fd: int | None = None
         self._owner_conn: sa.Connection | None = None  # PostgreSQL: the session holding the owner lock
+        self._pg_claimed = False  # claimed on PostgreSQL (and not released): verify_claim keeps it
         metadata.create_all(self.engine)
         self._writer: InboxWriter | None = None
         self._writer_init = threading.Lock()
@@ -295,8 +297,47 @@ class Store:
                 "stop it first (or give this one its own SCANFLOW_STORE_URL database)"
             )
         self._owner_conn = conn
+        self._pg_claimed = True
+
+    @property
+    def claims_by_session(self) -> bool:
+        """True when this store's claim lives in a database session (PostgreSQL), which can drop while
+        the process runs on: `verify_claim` should then be called now and then."""
+        return self._pg_claimed
+
+    def verify_claim(self) -> bool:
+        """Whether this process still holds the PostgreSQL owner lock it claimed: True when its session
+        still holds it; False when that session had dropped (a network blip, a server restart, an idle
+        connection killed by a proxy: the server then released the lock) and the lock was free, so this
+        call took it again on a new session. Raises StoreBusyError when another process owns the store
+        now (it claimed it in the gap: this process must stop acting), and sqlalchemy's OperationalError
+        when the server cannot be reached (nobody can take the lock then; call again later).
+
+        Why: the claim is only as good as the session holding it. Without this check a process whose
+        session dropped would keep acting beside the agent that claimed the store after it. No-op (True)
+        for SQLite files, whose flock lives as long as the process."""
+        if not self._pg_claimed:
+            return True
+        conn = self._owner_conn
+        if conn is not None:  # None: lost before, while the server could not be reached
+            try:
+                held = conn.execute(sa.text(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                    "AND pid = pg_backend_pid() AND ((classid::bigint << 32) | objid::bigint) = :k)"),
+                    {"k": PG_OWNER_LOCK}).scalar()
+                conn.commit()
+                if held:
+                    return True
+            except sa.exc.SQLAlchemyError:
+                pass  # the session is gone, and the lock with it
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                conn.close()
+            self._owner_conn = None
+        self._claim_postgres()  # StoreBusyError: another process took it in the gap
+        return False
 
     def release(self) -> None:
+        self._pg_claimed = False
         if self._owner_conn is not None:
             try:
                 self._owner_conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": PG_OWNER_LOCK})

@@ -141,3 +141,82 @@ def test_two_agents_started_at_once_never_both_run(pg_database: str, tmp_path: P
     finally:
         a.stop()
         b.stop()
+
+
+def _terminate_owner(pg_database: str) -> int:
+    """Drop the session holding the store's owner lock, as a server restart or a proxy's idle timeout
+    would (pg_terminate_backend from an admin session); returns how many sessions were dropped."""
+    import sqlalchemy as sa
+
+    from scanflow.agent.store import PG_OWNER_LOCK
+
+    admin = sa.create_engine(pg_database, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            return int(conn.execute(sa.text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND ((classid::bigint << 32) | objid::bigint) = :k AND pid <> pg_backend_pid()"),
+                {"k": PG_OWNER_LOCK}).scalar())
+    finally:
+        admin.dispose()
+
+
+def test_a_dropped_owner_session_is_taken_again_or_the_store_is_lost(pg_database: str) -> None:
+    """The claim lives in one session. When it drops, the server frees the lock: `verify_claim` takes it
+    again while nobody else has, and says the store is lost when another process took it in the gap."""
+    first, second = Store(pg_database), Store(pg_database)
+    try:
+        first.claim()
+        assert first.claims_by_session and first.verify_claim() is True  # held: nothing to do
+        assert _terminate_owner(pg_database) == 1
+        assert first.verify_claim() is False  # the session had dropped; the lock was free: held again
+        with pytest.raises(StoreBusyError):
+            second.claim()  # ... so a second process is still refused
+        assert first.verify_claim() is True
+        assert _terminate_owner(pg_database) == 1
+        second.claim()  # another process claims in the gap
+        with pytest.raises(StoreBusyError, match="another running agent"):
+            first.verify_claim()
+    finally:
+        first.close()
+        second.close()
+    sqlite = Store("sqlite://")
+    try:
+        sqlite.claim()
+        assert not sqlite.claims_by_session and sqlite.verify_claim() is True  # an flock: no session to lose
+    finally:
+        sqlite.close()
+
+
+def test_an_agent_that_lost_its_store_stops_acting_and_exits(pg_database: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real agent process on PostgreSQL: its session is dropped and another process claims the store
+    in the gap; within a check interval the agent says so and exits, instead of acting beside the new
+    owner. (A dropped session with the lock still free is taken again: the agent keeps serving.)"""
+    monkeypatch.setenv("SCANFLOW_CLAIM_CHECK_S", "0.5")
+    worker = Proc("worker", pg_database, tmp_path)
+    other = Store(pg_database)
+
+    def take_over() -> bool:
+        """Drop the worker's session and claim the store before the worker's next check (retried: the
+        worker may win a round)."""
+        _terminate_owner(pg_database)
+        try:
+            other.claim()
+        except StoreBusyError:
+            return False
+        return True
+
+    try:
+        wait_until(worker.up, START_S, "the worker")
+        log = Path(worker.log.name)
+        assert _terminate_owner(pg_database) == 1
+        wait_until(lambda: "is held again" in log.read_text(), 30, "the worker to take its lock again")
+        assert worker.up()
+        wait_until(take_over, 30, "another process to claim the store in the gap")
+        assert worker.proc.wait(30) is not None
+        assert "lost its store to another process" in log.read_text()
+        assert other.verify_claim() is True  # the new owner keeps it
+    finally:
+        worker.stop()
+        other.close()
