@@ -1,5 +1,5 @@
 """schemathesis over the OpenAPI of the four reference agents (the apps built from agents/*.py), a
-replica and a gateway, in both generation modes (positive: valid data; negative: data the schema
+replica and a gateway (behind its fast front, as served by default), in both generation modes (positive: valid data; negative: data the schema
 forbids): no generated request may get a 5xx (issue #15). Every other check of `--checks all`
 (undocumented status, response schema, content type, negative data accepted, ...) runs too; a finding
 that is not in docs/security.md's table of by-design findings fails the test (fix it, or document why).
@@ -39,6 +39,7 @@ CONFORMANCE: dict[str, set[tuple[str, str, str]]] = {}  # server -> (method, pat
 # A drained replica answers 503 to everything until undrained, by design (and so would a gateway whose
 # replicas were drained, or were re-pointed at junk URLs by PUT /admin/replicas): named, not fuzzed.
 NOT_FUZZED = frozenset({"/admin/drain", "/admin/replicas", "/admin/route", "/admin/backup"})
+FAST_ANSWERS: list[int] = []  # one entry per answer the gateway's fast front gave (POST /predict)
 
 
 def _free_port() -> int:
@@ -47,12 +48,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _serve(app: Any) -> Iterator[str]:
-    """Serve `app` with uvicorn in a thread on a free loopback port; yields its base URL."""
+def _serve(app: Any, http: Any = "auto") -> Iterator[str]:
+    """Serve `app` with uvicorn in a thread on a free loopback port (with `http`, the protocol class a
+    production server runs); yields its base URL."""
     import uvicorn
 
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                                           http=http))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -136,16 +139,30 @@ def replica_url(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def gateway_url(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[str]:
-    """A gateway in front of a replica of its own (the replica fuzz swaps and re-threads its replica)."""
+    """A gateway in front of a replica of its own (the replica fuzz swaps and re-threads its replica), behind
+    the fast front, as `scanflow serve gateway` runs it by default: POST /predict is answered from the HTTP
+    protocol without the ASGI cycle (scanflow/serving/fastfront.py), so that path is fuzzed too."""
     from pydantic import SecretStr
 
+    from scanflow.httpdeadline import with_head_timeout
+    from scanflow.serving.fastfront import protocol_for
     from scanflow.serving.gateway import GatewayConfig, create_app
 
     for upstream in _replica(monkeypatch_module):
         # /ready checks get 5 s: the replica runs in this process and the fuzz can hold it for over the default
         # 0.5 s on a busy machine; a gateway that then calls it unhealthy answers 503, by design, not a fault
-        yield from _serve(create_app(GatewayConfig(service="m", replicas=(upstream,), token=SecretStr(TOKEN),
-                                                   health_interval_s=5.0)))
+        app = create_app(GatewayConfig(service="m", replicas=(upstream,), token=SecretStr(TOKEN), health_interval_s=5.0))
+        front = with_head_timeout(protocol_for(app.gateway), 10.0)
+
+        class Counted(front):  # type: ignore[misc,valid-type]
+            """The production protocol, counting the answers its fast path gives (the test checks the fuzz
+            reached it)."""
+
+            def _answer(self, *args: Any, **kwargs: Any) -> None:
+                FAST_ANSWERS.append(1)
+                super()._answer(*args, **kwargs)
+
+        yield from _serve(app, http=Counted)
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +249,7 @@ def test_replica_openapi_no_5xx(replica_url: str) -> None:
 
 def test_gateway_openapi_no_5xx(gateway_url: str) -> None:
     assert _fuzz(gateway_url, "gateway") >= 5
+    assert FAST_ANSWERS, "no fuzzed request took the fast front's POST /predict path"
 
 
 def documented_findings(text: str) -> set[tuple[str, str, str, str]]:
