@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -276,19 +276,26 @@ def min_window(null: CombinedNull, values: NDArray[np.float64], fpr: float, *, s
 # per-feature KS and missed by the z-tests.
 @dataclass(frozen=True)
 class FeatureKS:
-    """The calibration's columns, each sorted, each column's scale, and the joint null of the largest
-    scaled KS statistic."""
+    """The calibration's columns, each sorted, each column's scale, the code groups and their scales, and
+    the joint null of the largest scaled statistic (one per input column)."""
 
     sorted_cal: NDArray[np.float64]  # (n, K), each column sorted ascending
-    # (K,): what each column's sqrt(n m / (n + m)) D_j is divided by before the maximum over columns: its
-    # own null 95 % point for a code column, KOLMOGOROV_95 for the others (see `fit`)
+    # (K,): what each column's sqrt(n m / (n + m)) D_j is divided by: its own null 95 % point for a code
+    # column, KOLMOGOROV_95 for the others (see `fit`)
     scale: NDArray[np.float64]
-    max_null: NDArray[np.float64]  # (draws,) sorted: max over columns of sup |bridge| / scale, jointly
+    max_null: NDArray[np.float64]  # (draws,) sorted: the largest unit statistic (`units`) of each null draw
+    # the one-hot columns of each categorical input (a group counts as one column), and each group's null
+    # 95 % point of its members' largest scaled statistic
+    groups: tuple[NDArray[np.int64], ...] = ()
+    group_scale: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    singles: NDArray[np.int64] | None = None  # the columns in no group (None: every column)
 
     @classmethod
-    def fit(cls, x_cal: NDArray[np.float64], *, codes: NDArray[np.bool_] | None = None, draws: int = KS_DRAWS,
+    def fit(cls, x_cal: NDArray[np.float64], *, codes: Sequence[Sequence[int]] = (), draws: int = KS_DRAWS,
             seed: int = 0, chunk: int = 500) -> FeatureKS:
-        """Sort the calibration columns and draw the joint null of max_j sqrt(n m / (n + m)) D_j / scale_j.
+        """Sort the calibration columns and draw the joint null of the largest unit statistic (`units`):
+        S_j = sqrt(n m / (n + m)) D_j / scale_j per column, a code group's largest S_j over its own null
+        95 % point.
 
         Under the null each column's scaled statistic tends to the supremum of a Brownian bridge run
         through that column's CDF, and the columns' bridges are correlated as the columns are. A
@@ -300,24 +307,28 @@ class FeatureKS:
         few values, so Bonferroni's rate is well under its level (alibi-detect's KSDrift, which uses
         it, flagged 0.017-0.025 of clean windows at 0.05); the joint null spends the whole level.
 
-        Code columns (`codes`: the one-hot columns of a categorical input) are balanced. A 0/1 column has
-        one CDF jump, so its null supremum is |N(0, p (1 - p))|: 95 % point 1.96 sqrt(p (1 - p)), 0.70 at
-        p = 0.15, half a continuous column's 1.358 (Kolmogorov's). Under the maximum of the raw statistics
-        the continuous columns set the bar, and a category mix that moves one code by 4 of its own null sd
-        was caught in 0.3 of 200-row windows (MMD: 0.48). So each code column's statistic is divided by its
-        own null 95 % point (`scale`, from the same draws), floored at KS_SCALE_FLOOR (a code in fewer than
-        10 % of rows is a count of a few events, whose tail is far heavier than the Gaussian bootstrap's),
-        and every other column by KOLMOGOROV_95: the raw maximum, as before, for them. Why not balance every
-        column the same way: digit pixels are mostly blank and sit on a 1/16 grid, and balanced they
-        raised the clean-window rate on digits from 0.062 to 0.087 (200 rows) and 0.083 to 0.117 (500 rows)
-        over 6 deployments, even floored."""
+        Categorical inputs (`codes`: for each, the indices of its one-hot columns). A 0/1 column has one
+        CDF jump, so its null supremum is |N(0, p (1 - p))|: 95 % point 1.96 sqrt(p (1 - p)), 0.70 at
+        p = 0.15, half a continuous column's 1.358 (Kolmogorov's). Under the maximum of the raw
+        statistics the continuous columns set the bar, and a category mix that moved one code by 4 of
+        its own null sd was caught in 0.30-0.375 of 200-row windows (MMD: 0.475 on 40). So each code
+        column is divided by its own null 95 % point, floored at KS_SCALE_FLOOR (a code in fewer than
+        10 % of rows is a count of a few events, whose tail is far heavier than the Gaussian
+        bootstrap's), and a categorical input's codes then count as ONE column: their largest, over that
+        maximum's own null 95 % point. Measured: with every code a column of its own, 4 codes beside 9
+        sensors took level from the sensors, and a one-sensor shift of 0.15 sd fell from 0.158 to 0.100
+        of 200-row windows (0.367 to 0.233 at 500) over 6 deployments. Every other column is divided by
+        KOLMOGOROV_95 (the raw maximum, as before, for them). Why not balance pixels the same way: they
+        are mostly blank and sit on a 1/16 grid, and balanced they raised the clean-window rate on
+        digits from 0.062 to 0.087 (200 rows) and 0.083 to 0.117 (500 rows) over 6 deployments, even floored."""
         x = np.asarray(x_cal, dtype=np.float64)
         if x.ndim != 2 or len(x) < 2:
             raise ValueError(f"need a (n >= 2, K) calibration matrix, got shape {x.shape}")
         n, k = x.shape
-        mask = None if codes is None else np.asarray(codes, dtype=bool)
-        if mask is not None and mask.shape != (k,):
-            raise ValueError(f"codes mask of shape {mask.shape} for {k} columns")
+        groups = tuple(np.asarray(sorted({int(j) for j in g}), dtype=np.int64) for g in codes if len(g))
+        grouped = np.concatenate(groups) if groups else np.zeros(0, dtype=np.int64)
+        if len(grouped) != len(set(grouped.tolist())) or (len(grouped) and (grouped.min() < 0 or grouped.max() >= k)):
+            raise ValueError(f"codes {[g.tolist() for g in groups]}: expected disjoint column indices in [0, {k})")
         order = np.argsort(x, axis=0, kind="stable")
         srt = np.take_along_axis(x, order, axis=0)
         last = np.ones((n, k), dtype=bool)  # the last row of each run of equal values: where F jumps
@@ -332,9 +343,24 @@ class FeatureKS:
                 sups[start:start + len(xi), j] = np.abs(g).max(axis=1)
         sups /= math.sqrt(n)
         scale = np.full(k, KOLMOGOROV_95)
-        if mask is not None:
-            scale[mask] = np.maximum(np.quantile(sups[:, mask], 0.95, axis=0), KS_SCALE_FLOOR)
-        return cls(srt, scale, np.sort((sups / scale).max(axis=1)))
+        if not groups:
+            return cls(srt, scale, np.sort((sups / scale).max(axis=1)))
+        scale[grouped] = np.maximum(np.quantile(sups[:, grouped], 0.95, axis=0), KS_SCALE_FLOOR)
+        scaled = sups / scale
+        group_scale = np.array([np.quantile(scaled[:, g].max(axis=1), 0.95) for g in groups])
+        singles = np.setdiff1d(np.arange(k), grouped)
+        ks = cls(srt, scale, np.zeros(0), groups, group_scale, singles)
+        return replace(ks, max_null=np.sort(ks.units(scaled).max(axis=-1)))
+
+    def units(self, scaled: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Scaled column statistics (..., K) -> one statistic per input column (..., U): the columns in no
+        group as they are, then each code group's largest over the group's scale."""
+        if not self.groups:
+            return scaled
+        s = np.asarray(scaled)
+        parts = [s[..., self.singles]] + [s[..., g].max(axis=-1, keepdims=True) / gs
+                                          for g, gs in zip(self.groups, self.group_scale, strict=True)]
+        return np.concatenate(parts, axis=-1)
 
     def statistics(self, window: NDArray[np.float64]) -> NDArray[np.float64]:
         """Each column's two-sample KS statistic D = max_t |F_window(t) - F_calibration(t)|, (K,).
@@ -371,7 +397,7 @@ class FeatureKS:
         p-values (valid whatever their dependence) says how far beyond."""
         d = self.statistics(window)
         n, m = len(self.sorted_cal), len(window)
-        stat = math.sqrt(n * m / (n + m)) * float((d / self.scale).max())
+        stat = float(self.units(math.sqrt(n * m / (n + m)) * d / self.scale).max())
         p = float(self.p_of_stat(np.array([stat]))[0])
         if p <= 1.0 / (len(self.max_null) + 1.0):  # Bonferroni over every column's asymptotic p-value
             p = min(p, float(self.p_values(d, m).min()) * len(d))
@@ -428,11 +454,12 @@ class PairNull:
             xi -= xi.mean(axis=1, keepdims=True)
             z = xi @ std / math.sqrt(n - 1)
             _, p_joint = combined.p_values(np.where(one_sided, np.maximum(z, 0.0), z))
-            best = np.zeros(len(xi))
+            sups = np.empty((len(xi), x.shape[1]))
             for j in range(x.shape[1]):
                 g = np.cumsum(xi[:, order[:, j]], axis=1)[:, last[:, j]]
-                np.maximum(best, np.abs(g).max(axis=1) / feature_ks.scale[j], out=best)
-            out[start:start + len(xi)] = np.minimum(p_joint, feature_ks.p_of_stat(best / math.sqrt(n)))
+                sups[:, j] = np.abs(g).max(axis=1)
+            best = feature_ks.units(sups / (math.sqrt(n) * feature_ks.scale)).max(axis=-1)
+            out[start:start + len(xi)] = np.minimum(p_joint, feature_ks.p_of_stat(best))
         return cls(np.sort(out))
 
     def p_value(self, p_joint: float, p_ks: float) -> float:

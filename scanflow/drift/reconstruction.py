@@ -188,10 +188,10 @@ class ReconstructionDriftDetector(DriftDetector):
     def _model_inputs(self, x: Array) -> Array:
         """Rows -> the model's input space, (n, width), float32 (uses what `_fit_inputs` learnt)."""
 
-    def _code_columns(self) -> NDArray[np.bool_] | None:
-        """Which columns of the model's input space are one-hot codes of a categorical input (the feature KS
-        test balances those against the others, `evidence.FeatureKS.fit`); None: none are."""
-        return None
+    def _code_groups(self) -> list[list[int]]:
+        """For each categorical input, the columns of the model's input space holding its one-hot codes (the
+        feature KS test balances them and counts each input as one column, `evidence.FeatureKS.fit`)."""
+        return []
 
     @abstractmethod
     def _build_model(self) -> Autoencoder:
@@ -304,7 +304,7 @@ class ReconstructionDriftDetector(DriftDetector):
             self._tail_cuts = np.quantile(log_errs, TAIL_QUANTILES)
             values = self._values(blocks)
             self.combined = evidence.CombinedNull.fit(values, self._layout(blocks), seed=self.seed)
-            self.feature_ks = evidence.FeatureKS.fit(blocks[1], codes=self._code_columns(), seed=self.seed)
+            self.feature_ks = evidence.FeatureKS.fit(blocks[1], codes=self._code_groups(), seed=self.seed)
             self.pair_null = evidence.PairNull.fit(values, blocks[1], self.combined, self.feature_ks, seed=self.seed)
             self.min_window = evidence.min_window(self.combined, values, self.fpr, sizes=stats.WINDOW_GRID,
                                                   seed=self.seed)

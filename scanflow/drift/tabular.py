@@ -162,11 +162,13 @@ class TabularAutoencoderDriftDetector(ReconstructionDriftDetector):
             parts.append(x[:, c : c + 1] == codes[None, :])  # unseen code: all zeros
         return np.concatenate(parts, axis=1, dtype=np.float32)
 
-    def _code_columns(self) -> NDArray[np.bool_] | None:
-        """The one-hot columns, after the numeric ones (`_model_inputs`)."""
-        if not self.categorical:
-            return None
-        return np.arange(self.encoded_width()) >= len(self.numeric)
+    def _code_groups(self) -> list[list[int]]:
+        """Each categorical column's one-hot columns, after the numeric ones (`_model_inputs`)."""
+        out, start = [], len(self.numeric)
+        for codes in self.categories:
+            out.append(list(range(start, start + len(codes))))
+            start += len(codes)
+        return out
 
     def _input_column(self, encoded: int) -> int:
         """The row column an encoded column comes from (numeric columns first, then each code's one-hot)."""
