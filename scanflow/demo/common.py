@@ -29,9 +29,6 @@ class DemoContext:
     say: Say = _quiet  # one-line progress updates (the runner shows them with rich)
     stack: Any = None  # scanflow.stack.EmbeddedStack for S1/S4 (None: those scenarios cannot run)
     t0: float = field(default_factory=time.monotonic)
-    # set by S1 at its drift onset: the inputs stay drifted afterwards (the new scanner stays), so the
-    # scenarios after it send drifted rows (`traffic_rows`)
-    world_drifted: bool = False
 
     def model_uri(self) -> str:
         return "models:/digits@champion"
@@ -42,21 +39,6 @@ def clean_rows(n: int = 512) -> np.ndarray:
     from workflows.digits.data import load_splits
 
     return load_splits(0).x_test[:n]
-
-
-def traffic_rows(ctx: DemoContext, n: int = 512) -> np.ndarray:
-    """Rows to send as traffic in the world as it is now: clean rows, or after S1's drift onset the same
-    rows through S1's drift (its kind and severity). Why: the champion S1 promoted was calibrated on the
-    drifted traffic. Clean rows sent to it afterwards are a drift back, which the Checker rightly flagged
-    in every window of S2-S4 (seen in the demo's monitoring run), and the Planner could plan another
-    retrain in the middle of the load step, its training job taking the CPU the scenario measures."""
-    rows = clean_rows(n)
-    if not ctx.world_drifted:
-        return rows
-    from workflows.digits.data import corrupt
-    from workflows.digits.s1 import DRIFT_KIND, DRIFT_SEVERITY, TRAFFIC_RNG
-
-    return corrupt(rows, DRIFT_KIND, DRIFT_SEVERITY, rng=TRAFFIC_RNG)
 
 
 def wait_for(cond: Callable[[], bool], timeout_s: float, interval_s: float = 0.25) -> bool:

@@ -83,7 +83,6 @@ def run(ctx: DemoContext) -> ScenarioResult:
         wait_for(lambda: any(e.get("name") == "drift.checked" for e in stack.events("checker")), 60, 1.0)
         onset = time.time()
         traffic.drifted = True
-        ctx.world_drifted = True  # for the scenarios after this one (`traffic_rows`)
         ctx.say("S1: drift onset (new scanner: washed-out contrast); waiting for detection, retrain, promotion, swap")
         new: str | None = None
 

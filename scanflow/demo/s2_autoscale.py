@@ -49,7 +49,7 @@ from typing import Any
 
 import httpx
 
-from scanflow.demo.common import DemoContext, reversals, traffic_rows, wait_for
+from scanflow.demo.common import DemoContext, clean_rows, reversals, wait_for
 from scanflow.demo.load import OpenLoad
 from scanflow.demo.report import ScenarioResult
 from scanflow.demo.sim import SimConfig, Trace, compare
@@ -377,7 +377,7 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
     base: list[float] = []
     seconds: list[Second] = []
     try:
-        with OpenLoad(url, traffic_rows(ctx), ctx.home / "s2") as load:
+        with OpenLoad(url, clean_rows(), ctx.home / "s2") as load:
             pid = int(reps_now[0]["pid"])
             ctx.say("S2: calibrating one replica's capacity at its CPU limit (a rate ramp)")
             # CPU-bound capacity (slo inf): the Planner now sees an overload in the observed rate x CPU per

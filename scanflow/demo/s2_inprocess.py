@@ -18,7 +18,7 @@ import secrets
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from scanflow.demo.common import DemoContext, reversals, traffic_rows
+from scanflow.demo.common import DemoContext, clean_rows, reversals
 from scanflow.demo.load import Load
 from scanflow.demo.report import ScenarioResult
 from scanflow.demo.sim import SimConfig, Trace, compare
@@ -71,7 +71,7 @@ def run(ctx: DemoContext, note: str = "") -> ScenarioResult:
     with LocalPlatform(ctx.home / "s2", ctx.tracking_uri, token=secrets.token_urlsafe(16)) as platform:
         platform.deploy(spec)
         endpoint = platform.status(spec.name).endpoint or ""
-        with Load(endpoint, traffic_rows(ctx), concurrency=plan[0][1], max_clients=plan[1][1]) as load:
+        with Load(endpoint, clean_rows(), concurrency=plan[0][1], max_clients=plan[1][1]) as load:
             ctx.say("S2: measuring p99 at low load to calibrate the SLO")
             t_cal = time.monotonic()
             time.sleep(3.0)  # a measurement window, not a synchronisation

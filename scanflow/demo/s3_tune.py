@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scanflow.demo.common import DemoContext, traffic_rows, wait_for
+from scanflow.demo.common import DemoContext, clean_rows, wait_for
 from scanflow.demo.load import OpenLoad
 from scanflow.demo.report import ScenarioResult
 from scanflow.demo.s2_autoscale import (
@@ -215,7 +215,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
     figures: dict[str, Any] = {"mis_cpu": MIS_CPU}
     passed_mis = passed_right = False
     try:
-        with OpenLoad(url, traffic_rows(ctx), ctx.home / "s3") as load:
+        with OpenLoad(url, clean_rows(), ctx.home / "s3") as load:
             reps = limited_replicas(stack.get("executor", "/services"), svc.name)
             pid = int(reps[0]["pid"])
             points = calibrate(load, url, pid, MIS_CPU, slo_ms=math.inf)  # CPU-bound: see `calibrate`

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from scanflow import plots
@@ -282,18 +280,3 @@ def test_s1_decision_lines_say_the_verdict_once_and_cut_at_a_word() -> None:
     long = decision_line("retrain", "retrain: drift in 3 of the last 3 windows >= 2 (150 labelled critical points, "
                          "accuracy 0.29 on them)", width=60)
     assert len(long) <= 60 and long.endswith(" ...") and long.count("retrain:") == 1
-
-
-def test_traffic_after_the_drift_onset_stays_drifted(tmp_path: Path) -> None:
-    """The scenarios after S1 send rows of the world S1 left: drifted the way S1 drifted them, which the
-    champion S1 promoted was calibrated on (clean rows would read as a drift back in every window)."""
-    from scanflow.demo.common import DemoContext, clean_rows, traffic_rows
-    from workflows.digits.data import corrupt
-    from workflows.digits.s1 import DRIFT_KIND, DRIFT_SEVERITY, TRAFFIC_RNG
-
-    ctx = DemoContext(tmp_path, "http://127.0.0.1:1")
-    assert np.array_equal(traffic_rows(ctx, 64), clean_rows(64))
-    ctx.world_drifted = True
-    drifted = traffic_rows(ctx, 64)
-    assert drifted.shape == (64, 64) and not np.allclose(drifted, clean_rows(64))
-    assert np.array_equal(drifted, corrupt(clean_rows(64), DRIFT_KIND, DRIFT_SEVERITY, rng=TRAFFIC_RNG))
