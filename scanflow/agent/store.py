@@ -36,6 +36,7 @@ from scanflow.agent.engine import Decision, Intent, StrategyState
 from scanflow.agent.inbox import Accepted, Checkpointer, Done, EventRow, InboxWriter
 from scanflow.agent.jsonsafe import check_depth, check_finite
 from scanflow.agent.types import Event
+from scanflow.sqlschema import create_tables
 
 ActionStatus = Literal["started", "succeeded", "failed"]
 
@@ -214,7 +215,7 @@ class Store:
         self._owner_fd: int | None = None
         self._owner_conn: sa.Connection | None = None  # PostgreSQL: the session holding the owner lock
         self._pg_claimed = False  # claimed on PostgreSQL (and not released): verify_claim keeps it
-        metadata.create_all(self.engine)
+        create_tables(metadata, self.engine)
         self._writer: InboxWriter | None = None
         self._writer_init = threading.Lock()
         self._closed = False

@@ -45,6 +45,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine, make_url
 
+from scanflow.sqlschema import create_tables
 from scanflow.tracking.predictions import AppendResult, serialise_appends, sqlite_pragmas
 
 MAX_LABELS = 10_000  # labels per record: one per row of the request (a replica takes at most this many rows)
@@ -149,7 +150,7 @@ class FeedbackLog:
         self.engine: Engine = create_engine(url, future=True)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", sqlite_pragmas)
-        _metadata.create_all(self.engine)
+        create_tables(_metadata, self.engine)
 
     def close(self) -> None:
         self.engine.dispose()

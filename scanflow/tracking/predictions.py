@@ -69,6 +69,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.sql import Executable
 
+from scanflow.sqlschema import create_tables
+
 log = logging.getLogger(__name__)
 
 ARTIFACT_DIR = "predictions"
@@ -414,7 +416,7 @@ class PredictionLog:
         self.engine: Engine = create_engine(url, future=True)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", sqlite_pragmas)
-        _metadata.create_all(self.engine)
+        create_tables(_metadata, self.engine)
         self._flush_lock = threading.Lock()
         with self.engine.begin() as conn:
             if conn.execute(select(_state.c.name).where(_state.c.name == name)).first() is None:

@@ -220,3 +220,37 @@ def test_an_agent_that_lost_its_store_stops_acting_and_exits(pg_database: str, t
     finally:
         worker.stop()
         other.close()
+
+
+def test_stores_created_at_once_on_a_fresh_database_all_start(pg_database: str) -> None:
+    """Two agents starting at once (a rollout), or Tracker replicas: each creates the tables it needs on a
+    fresh database at the same moment. Checked-then-created table by table, the loser failed with a
+    UniqueViolation on pg_type (a traceback, instead of the clear refusal or a start); under the schema
+    lock (scanflow.sqlschema) every one of them starts. Threads here: their own connections, the same race."""
+    import threading
+
+    from scanflow.tracking.feedback import FeedbackLog
+    from scanflow.tracking.predictions import PredictionLog
+
+    barrier = threading.Barrier(6)
+    errors: list[BaseException] = []
+    made: list[object] = []
+
+    def start(kind: int) -> None:
+        barrier.wait()
+        try:
+            made.append((Store, PredictionLog, FeedbackLog)[kind % 3](pg_database))
+        except BaseException as exc:  # noqa: BLE001 - collected: the assertion says which
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert not errors, errors
+        assert len(made) == 6
+    finally:
+        for m in made:
+            m.close()  # type: ignore[attr-defined]
