@@ -255,7 +255,7 @@ class Runtime:
     def on_lost_claim(self) -> None:
         """What a process whose store another agent now owns does after its tasks stopped: exit through
         the server's SIGTERM handling (an orchestrator restarts it; its claim then fails until the other
-        process is gone). Replaced in tests that run an agent inside the test process."""
+        process is gone). A test that runs an agent inside its own process can replace it."""
         os.kill(os.getpid(), signal.SIGTERM)
 
     async def _call_hook(self, hook: Callable[..., Any]) -> None:
