@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -349,18 +349,14 @@ class FeatureKS:
         scaled = sups / scale
         group_scale = np.array([np.quantile(scaled[:, g].max(axis=1), 0.95) for g in groups])
         singles = np.setdiff1d(np.arange(k), grouped)
-        ks = cls(srt, scale, np.zeros(0), groups, group_scale, singles)
-        return replace(ks, max_null=np.sort(ks.units(scaled).max(axis=-1)))
+        max_null = np.sort(_units(scaled, singles, groups, group_scale).max(axis=-1))
+        return cls(srt, scale, max_null, groups, group_scale, singles)
 
     def units(self, scaled: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Scaled column statistics (..., K) -> one statistic per input column (..., U): the columns in no
-        group as they are, then each code group's largest over the group's scale."""
+        """Scaled column statistics (..., K) -> one statistic per input column (..., U) (`_units`)."""
         if not self.groups:
             return scaled
-        s = np.asarray(scaled)
-        parts = [s[..., self.singles]] + [s[..., g].max(axis=-1, keepdims=True) / gs
-                                          for g, gs in zip(self.groups, self.group_scale, strict=True)]
-        return np.concatenate(parts, axis=-1)
+        return _units(scaled, self.singles, self.groups, self.group_scale)
 
     def statistics(self, window: NDArray[np.float64]) -> NDArray[np.float64]:
         """Each column's two-sample KS statistic D = max_t |F_window(t) - F_calibration(t)|, (K,).
@@ -408,6 +404,16 @@ class FeatureKS:
         above = len(self.max_null) - np.searchsorted(self.max_null, stat, side="left")
         return np.asarray((above + 1.0) / (len(self.max_null) + 1.0))
 
+
+
+def _units(scaled: NDArray[np.float64], singles: NDArray[np.int64] | None, groups: Sequence[NDArray[np.int64]],
+           group_scale: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Pure: scaled column statistics (..., K) -> (..., U): the columns in no group as they are, then each
+    code group's largest over the group's scale."""
+    s = np.asarray(scaled)
+    parts = [s[..., singles]] + [s[..., g].max(axis=-1, keepdims=True) / gs
+                                 for g, gs in zip(groups, group_scale, strict=True)]
+    return np.concatenate(parts, axis=-1)
 
 
 # -- the two tests together: one min-p, calibrated on their joint null ---------------------------------
