@@ -46,6 +46,7 @@ class AutoencoderDriftDetector(ReconstructionDriftDetector):
 
     name = "autoencoder"
     kind = "image"
+    input_mean = True  # pixels share one scale: an image's mean intensity is evidence of its own
 
     def __init__(
         self,

@@ -7,8 +7,8 @@ Who calls it: `ReconstructionDriftDetector` (scanflow/drift/reconstruction.py) a
 Why: the autoencoder's reconstruction errors see changes that move rows off what it learnt (noise,
 inverted or unfamiliar inputs) but not changes *along* the data (a mild contrast change, a dead input
 column the model reconstructs as well as a live one), which a plain per-feature test sees. So the test
-looks at four *families* of evidence, each a set of per-row values whose window mean is compared with
-the calibration set's:
+looks at four or five *families* of evidence, each a set of per-row values whose window mean is compared
+with the calibration set's:
 
 - `errors`: the log reconstruction error and its absolute deviation from the calibration median
   (location and spread, as `stats.window_test`);
@@ -16,6 +16,8 @@ the calibration set's:
   columns and one-hot codes) and its absolute deviation from the calibration median (per-feature
   location and spread: what per-feature KS tests see);
 - `latent`: every encoder output and its absolute deviation (what an MMD on the encoder outputs sees);
+- `input_mean` (images only): each row's mean input and its absolute deviation (a change every pixel
+  shares a little, such as a tone curve, adds up there; `ReconstructionDriftDetector._scores`);
 - `error_tail`: whether the row's log error is above each of a few upper calibration quantiles, one-sided
   (a drift that hits a few rows hard moves the window's tail share, not its mean error).
 
