@@ -55,7 +55,7 @@ MAX_CRITICAL_IDS = 2000
 MIN_ROWS = 20  # check_drift's `min_rows` when the strategy's args name none
 WATCH_TIMEOUT_S = 8.0
 agent = Agent(SPEC.name, role="checker", description="drift, SLO and availability analysis",
-              settings_keys=("fpr", "epochs"))
+              settings_keys=("fpr", "epochs", "copy_tolerance"))
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
 
@@ -81,6 +81,8 @@ def _current_detector() -> tuple[Any, str]:
     if _detector is None or _detector_version != champion:
         uri = ensure_detector(wf.name, model, champion, detector_options(wf, quick()))
         _detector, _detector_version = load_detector(uri), champion
+        for warning in _detector.metadata().get("warnings") or []:  # e.g. a reference of a few rows replayed
+            log.warning("drift detector of %s v%s: %s", model, champion, warning)
     return _detector, champion
 
 
@@ -231,7 +233,7 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     row_owner = [r.request_id for r in batch.records for _ in r.inputs]
     critical = sorted({row_owner[i] for i in report.critical_indices})[:MAX_CRITICAL_IDS]
     payload = {
-        "drift": bool(report.is_drift), "score": report.score, "p_value": report.p_value,
+        "drift": bool(report.is_drift), "score": report.score, "p_value": report.p_value, "fpr": report.threshold,
         "drift_rate": report.drift_rate, "n": report.n, "critical_ids": critical,
         "from_seq": wm, "to_seq": batch.watermark, "run_id": run_id, "detector_version": version,
         # inputs off the reference's scale or range: an integration problem to name, apart from drift

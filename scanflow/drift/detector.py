@@ -65,6 +65,7 @@ class AutoencoderDriftDetector(ReconstructionDriftDetector):
         calibration_confidence: float = 0.9,
         range_margin: float = ranges.DEFAULT_MARGIN,
         evidence: Evidence = "combined",
+        copy_tolerance: float | None = None,
         preprocess_fn: PreprocessFn | None = None,
         seed: int = 0,
     ) -> None:
@@ -87,6 +88,7 @@ class AutoencoderDriftDetector(ReconstructionDriftDetector):
             calibration_confidence=calibration_confidence,
             range_margin=range_margin,
             evidence=evidence,
+            copy_tolerance=copy_tolerance,
             preprocess_fn=preprocess_fn,
             seed=seed,
         )
@@ -96,6 +98,12 @@ class AutoencoderDriftDetector(ReconstructionDriftDetector):
 
     def _fit_inputs(self, x_ref: Array) -> None:
         self.input_range = (float(x_ref.min()), float(x_ref.max()))
+
+    def _copy_scale(self, x: Array) -> NDArray[np.float64]:
+        """Pixels are judged in their own units (one scale for every pixel: they share units, and a border
+        pixel blank in most images would otherwise magnify read noise into a difference), so a
+        `copy_tolerance` reads as it would to the team: "copies differ by at most 0.04 per pixel"."""
+        return np.ones(self.n_features)
 
     def _ranges_of(self, x_ref: Array) -> ranges.FeatureRanges:
         """One range for every pixel: they share a scale, and a border pixel that is 0 in every reference

@@ -1,8 +1,8 @@
 """One window test over several kinds of evidence, at one controlled false-positive rate. Pure numpy.
 
 Who calls it: `ReconstructionDriftDetector` (scanflow/drift/reconstruction.py) at calibration
-(`CombinedNull.fit`, `FeatureKS.fit`, `PairNull.fit`, `min_window`) and per window (`CombinedNull.test`,
-`FeatureKS.test`, and `PairNull.p_value` over the two); benchmarks/drift.py.
+(`CombinedNull.fit`, `min_window`) and per window (`CombinedNull.test`); scanflow/drift/feature_ks.py (the
+per-feature KS test beside it and the null of the two together); benchmarks/drift.py.
 
 Why: the autoencoder's reconstruction errors see changes that move rows off what it learnt (noise,
 inverted or unfamiliar inputs) but not changes *along* the data (a mild contrast change, a dead input
@@ -23,7 +23,9 @@ with the calibration set's:
 
 Each component k is a z-test of the window mean against the calibration mean with the calibration's
 standard deviation (floored, so a column constant in the calibration set stays testable), less a margin
-for the calibration set's own sampling error (per deployment, as `stats.margin_z`). A family's statistic
+for the calibration set's own sampling error (per deployment: `CombinedNull.fit`'s joint margins). The
+means of the families that do not depend on the autoencoder come from every reference row, the others from
+the calibration rows, each at its effective size (near-copies count once). A family's statistic
 is its largest |z|; the window's is the smallest family p-value (min-p). Both are calibrated on the null
 *jointly*: the component z's of a clean window are, by the central limit theorem, normal with the
 correlation of the per-row values, so `draws` normal vectors with the calibration's correlation give the
@@ -48,14 +50,6 @@ DRAWS = 4000  # null draws: p-values resolve to 1/4001, the family rates to ~0.3
 # instead of making any such row infinitely significant.
 VAR_FLOOR_ROWS = 1.0
 TOP_COMPONENTS = 5  # the report names this many most-shifted input columns
-# null draws of the feature KS test: ~1 s of fit per 450 x 64 calibration on a busy core; p-values
-# resolve to 1/2001 (the Bonferroni bound takes over beyond every draw)
-KS_DRAWS = 2000
-# The smallest scale of a code column in the feature KS test (`FeatureKS.fit`): the null 95 % point of a 0/1
-# column with 10 % ones, 1.96 sqrt(0.1 x 0.9). A rarer code is a count of a few events per window, whose tail
-# is far heavier than the Gaussian bootstrap's (the share_z problem, for the KS test).
-KS_SCALE_FLOOR = 1.96 * math.sqrt(0.1 * 0.9)
-KOLMOGOROV_95 = 1.358  # the 95 % point of the supremum of a Brownian bridge: a continuous column's scale
 
 
 @dataclass(frozen=True)
@@ -112,25 +106,45 @@ def ecdf_cuts(x: NDArray[np.float64], quantiles: Sequence[float] = ECDF_QUANTILE
 
 @dataclass(frozen=True)
 class CombinedNull:
-    """The calibration's per-component mean and standard deviation, and the joint null of the family
-    maxima and of the min-p (sorted draws)."""
+    """The calibration's per-component mean and standard deviation, its effective size and margin per
+    component, and the joint null of the family maxima and of the min-p (sorted draws)."""
 
     layout: Layout
     mean: NDArray[np.float64]  # (K,)
     sd: NDArray[np.float64]  # (K,) floored
-    n: int  # calibration rows
+    n: NDArray[np.float64]  # (K,) effective rows behind each mean (near-copies count once)
     family_null: NDArray[np.float64]  # (F, draws) sorted family maxima |z|
     minp_null: NDArray[np.float64]  # (draws,) sorted min-p
+    margin: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))  # (K,) calibration SEs allowed
 
     @classmethod
-    def fit(cls, values: NDArray[np.float64], layout: Layout, *, draws: int = DRAWS, seed: int = 0) -> CombinedNull:
-        """From the calibration rows' per-row values (n, K)."""
+    def fit(cls, values: NDArray[np.float64], layout: Layout, *, draws: int = DRAWS, seed: int = 0,
+            n_eff: float | None = None, confidence: float = 0.0, reference: NDArray[np.float64] | None = None,
+            reference_n: float | None = None, wide: NDArray[np.bool_] | None = None) -> CombinedNull:
+        """From the calibration rows' per-row values (n, K).
+
+        n_eff: the calibration's effective size (`copies.kish` of its groups of near-copies; None: its row
+        count). reference, reference_n, wide: per-row values of more rows (every reference row, the
+        training rows included), their effective size, and the components (`wide`) whose mean and spread
+        are taken from them instead: those that do not depend on the autoencoder (inputs), which the
+        training rows describe as well as held-out rows do. Three times the rows cut the calibration's
+        own error by 1.7.
+
+        confidence: the share of calibration sets (deployments) for which no component's calibration mean
+        is off by more than its margin, so that the rate on clean windows is at most the stated one for
+        that deployment. A margin per family, the `confidence` joint quantile of the family maxima of the
+        calibration offsets, which are normal with the per-row correlation (the same draws as the window
+        null): a per-component margin (the rule before) lets a family of 128 pixels keep ~13 offsets
+        beyond it, and a deployment whose calibration drew a few of them flagged a third of its clean
+        windows. 0: no margin."""
         v = np.asarray(values, dtype=np.float64)
         n, k = v.shape
         if n < 2:
             raise ValueError("need at least 2 calibration rows")
         if k != len(layout.family_of):
             raise ValueError(f"{k} components, layout has {len(layout.family_of)}")
+        if not 0.0 <= confidence < 1.0:
+            raise ValueError(f"confidence must be in [0, 1), got {confidence}")
         mean = v.mean(axis=0)
         var = np.maximum(v.var(axis=0, ddof=1), VAR_FLOOR_ROWS / n)
         sd = np.sqrt(var)
@@ -142,23 +156,39 @@ class CombinedNull:
         fam = _family_max(np.where(layout.one_sided, np.maximum(z, 0.0), np.abs(z)), layout)
         family_null = np.sort(fam, axis=0).T.copy()
         minp = _upper_p(fam, family_null).min(axis=1)
-        return cls(layout, mean, sd, n, family_null, np.sort(minp))
+        sizes = np.full(k, float(n if n_eff is None else n_eff))
+        if reference is not None and wide is not None and wide.any():
+            ref = np.asarray(reference, dtype=np.float64)
+            if ref.ndim != 2 or ref.shape[1] != k or len(ref) < 2:
+                raise ValueError(f"reference values of shape {ref.shape}, expected (>= 2, {k})")
+            mean = np.where(wide, ref.mean(axis=0), mean)
+            sd = np.where(wide, np.sqrt(np.maximum(ref.var(axis=0, ddof=1), VAR_FLOOR_ROWS / len(ref))), sd)
+            sizes = np.where(wide, float(len(ref) if reference_n is None else reference_n), sizes)
+        margin = joint_margins(fam, confidence)[layout.family_of] if confidence > 0 else np.zeros(k)
+        return cls(layout, mean, sd, sizes, family_null, np.sort(minp), margin)
 
-    def z(self, window_means: NDArray[np.float64], n: int, margin: float) -> NDArray[np.float64]:
-        """Component z's of window means (shape (..., K)) of n rows, less `margin` calibration standard errors.
+    def z(self, window_means: NDArray[np.float64], n: float | NDArray[np.float64],
+          margin: float | NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+        """Component z's of window means (shape (..., K)) of n rows (effective: near-copies count once),
+        less `margin` calibration standard errors per component (None: this null's own margins).
 
         Share components (`Layout.shares`) get the normal score of their binomial mid-p value instead: a
         share of rare events (2 expected in 100 rows) is far from normal, and its upper tail under the
         normal approximation is several times too light, which would flag clean small windows."""
+        allow = self.margin if margin is None else margin
+        if np.any(np.asarray(allow) < 0):
+            raise ValueError(f"margin must be >= 0, got {margin}")
         means = np.asarray(window_means, dtype=np.float64)
         d = means - self.mean
-        excess = np.maximum(0.0, np.abs(d) - margin * self.sd / math.sqrt(self.n)) / (self.sd / math.sqrt(n))
+        slack = allow * self.sd / np.sqrt(self.n)
+        excess = np.maximum(0.0, np.abs(d) - slack) / (self.sd / np.sqrt(n))
         signed = np.sign(d) * excess
         out = np.where(self.layout.one_sided, np.maximum(signed, 0.0), signed)
         shares = self.layout.shares
         if shares is not None:
-            p0 = self.mean[shares] + margin * self.sd[shares] / math.sqrt(self.n)
-            out[..., shares] = share_z(means[..., shares], n, p0)
+            p0 = self.mean[shares] + np.broadcast_to(slack, self.mean.shape)[shares]
+            rows = np.maximum(1.0, np.rint(np.broadcast_to(np.asarray(n, dtype=np.float64), self.mean.shape)[shares]))
+            out[..., shares] = share_z(means[..., shares], rows, p0)
         return out
 
     def p_values(self, z: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -187,10 +217,24 @@ class CombinedNull:
         window = np.minimum(1.0, fam.min(axis=-1) * len(self.layout.families))
         return window, fam
 
-    def test(self, values: NDArray[np.float64], margin: float) -> WindowEvidence:
-        """One window's per-row values (n, K) against the null."""
+    def test(self, values: NDArray[np.float64], margin: float | None = None, n_eff: float | None = None, *,
+             partial: tuple[NDArray[np.bool_], NDArray[np.float64], float] | None = None) -> WindowEvidence:
+        """One window's per-row values (n, K) against the null, less `margin` calibration standard errors
+        (None: the null's own margins, `fit`'s confidence). n_eff: the window's effective size (its rows by
+        default; fewer where the window repeats inputs: `copies.kish`). partial: (components, the values
+        of some of the rows, their effective size): those components are judged on those rows alone (the
+        autoencoder's families on the rows it never trained on); with no such row they carry no evidence."""
         v = np.asarray(values, dtype=np.float64)
-        z = self.z(v.mean(axis=0), len(v), margin)
+        means = v.mean(axis=0)
+        n = np.full(len(means), float(len(v) if n_eff is None else n_eff))
+        if partial is not None:
+            comps, rows, rows_n = partial
+            if len(rows):
+                means[comps] = np.asarray(rows, dtype=np.float64)[:, comps].mean(axis=0)
+                n[comps] = rows_n
+            else:
+                means[comps] = self.mean[comps]
+        z = self.z(means, n, margin)
         p_fam, p = self.p_values(z)
         return WindowEvidence(z, dict(zip(self.layout.families, (float(x) for x in p_fam), strict=True)), float(p))
 
@@ -208,7 +252,23 @@ class CombinedNull:
         return flagged / draws
 
 
-def share_z(share: NDArray[np.float64], n: int, p0: NDArray[np.float64]) -> NDArray[np.float64]:
+def joint_margins(fam: NDArray[np.float64], confidence: float) -> NDArray[np.float64]:
+    """Pure: per-family margins (F,) from null draws of the family maxima (draws, F): each family's q-quantile,
+    with one q for all, chosen so that a share `confidence` of the draws has every family within its margin.
+    (Bisection on q: the share of draws inside every family's quantile rises with q.)"""
+    f = np.asarray(fam, dtype=np.float64)
+    lo, hi = confidence, 1.0
+    for _ in range(30):
+        q = (lo + hi) / 2.0
+        inside = (f <= np.quantile(f, q, axis=0)).all(axis=1).mean()
+        if inside >= confidence:
+            hi = q
+        else:
+            lo = q
+    return np.asarray(np.quantile(f, hi, axis=0))
+
+
+def share_z(share: NDArray[np.float64], n: int | NDArray[np.float64], p0: NDArray[np.float64]) -> NDArray[np.float64]:
     """Pure: one-sided normal scores of shares of n rows against null rates p0: z = -ndtri(mid-p), the
     mid-p value P(X > k) + P(X = k) / 2 for X ~ Binomial(n, p0) and k the window's count; 0 at or below
     the expected count. Why not the normal approximation: its z exceeds 3.09 (one-sided 0.001) four times
@@ -256,227 +316,21 @@ def _upper_p(stat: NDArray[np.float64], sorted_null: NDArray[np.float64]) -> NDA
 def min_window(null: CombinedNull, values: NDArray[np.float64], fpr: float, *, sizes: Sequence[int],
                draws: int = 2000, seed: int = 0) -> int:
     """The smallest window size from which the combined test holds its rate on windows resampled from the
-    calibration (fpr + 3 binomial standard errors), and every larger size in `sizes` too."""
+    calibration (fpr + 3 binomial standard errors), and every larger size in `sizes` too. The values are
+    moved onto the null's means and spreads first."""
     tolerance = fpr + 3.0 * math.sqrt(fpr * (1.0 - fpr) / draws)
     gen = np.random.default_rng(seed)
     ordered = sorted({int(s) for s in sizes})
     smallest = ordered[-1]
+    # the null's means and spreads may come from more rows than these (`CombinedNull.fit`'s reference):
+    # moved onto them, the resampled windows are windows of a null that is exactly true
+    v = np.asarray(values, dtype=np.float64)
+    own_mean = v.mean(axis=0)
+    own_sd = np.sqrt(np.maximum(v.var(axis=0, ddof=1), VAR_FLOOR_ROWS / len(v)))
+    moved = (null.mean != own_mean) | (null.sd != own_sd)
+    v = np.where(moved, null.mean + (v - own_mean) * (null.sd / own_sd), v)
     for n in reversed(ordered):
-        if null.resampled_fpr(values, n, fpr, draws=draws, rng=gen) > tolerance:
+        if null.resampled_fpr(v, n, fpr, draws=draws, rng=gen) > tolerance:
             break
         smallest = n
     return smallest
-
-
-# -- per-feature two-sample KS: the shape of each column's distribution --------------------------------
-# Why a second test beside the joint z-test: a mean and a spread compare a column's first two moments,
-# against the column's *overall* variance. A column whose distribution has steep parts (a mixture of
-# narrow modes, a point mass such as the 0 of an un-inked pixel) can move a little along its axis, lose
-# or gain a point mass, and keep its mean and spread within noise while its CDF moves a lot at one point;
-# the KS statistic (the largest CDF gap) sees exactly that. Measured (docs/drift.md): a shift of every
-# tabular column by 0.05 of its overall sd, a clipped column, mild pixel noise were all caught by
-# per-feature KS and missed by the z-tests.
-@dataclass(frozen=True)
-class FeatureKS:
-    """The calibration's columns, each sorted, each column's scale, the code groups and their scales, and
-    the joint null of the largest scaled statistic (one per input column)."""
-
-    sorted_cal: NDArray[np.float64]  # (n, K), each column sorted ascending
-    # (K,): what each column's sqrt(n m / (n + m)) D_j is divided by: its own null 95 % point for a code
-    # column, KOLMOGOROV_95 for the others (see `fit`)
-    scale: NDArray[np.float64]
-    max_null: NDArray[np.float64]  # (draws,) sorted: the largest unit statistic (`units`) of each null draw
-    # the one-hot columns of each categorical input (a group counts as one column), and each group's null
-    # 95 % point of its members' largest scaled statistic
-    groups: tuple[NDArray[np.int64], ...] = ()
-    group_scale: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
-    singles: NDArray[np.int64] | None = None  # the columns in no group (None: every column)
-
-    @classmethod
-    def fit(cls, x_cal: NDArray[np.float64], *, codes: Sequence[Sequence[int]] = (), draws: int = KS_DRAWS,
-            seed: int = 0, chunk: int = 500) -> FeatureKS:
-        """Sort the calibration columns and draw the joint null of the largest unit statistic (`units`):
-        S_j = sqrt(n m / (n + m)) D_j / scale_j per column, a code group's largest S_j over its own null
-        95 % point.
-
-        Under the null each column's scaled statistic tends to the supremum of a Brownian bridge run
-        through that column's CDF, and the columns' bridges are correlated as the columns are. A
-        Gaussian multiplier bootstrap draws exactly that: with centred normal weights xi on the
-        calibration rows, G_j(t) = sum_i xi_i 1{x_ij <= t} / sqrt(n) at each distinct value t of
-        column j (ties and point masses kept: the supremum runs over the values a column takes).
-        A cumulative sum along each sorted column gives every t at once. Why not Bonferroni over
-        the columns' own p-values: neighbouring pixels move together and pixels on a 1/16 grid take
-        few values, so Bonferroni's rate is well under its level (alibi-detect's KSDrift, which uses
-        it, flagged 0.017-0.025 of clean windows at 0.05); the joint null spends the whole level.
-
-        Categorical inputs (`codes`: for each, the indices of its one-hot columns). A 0/1 column has one
-        CDF jump, so its null supremum is |N(0, p (1 - p))|: 95 % point 1.96 sqrt(p (1 - p)), 0.70 at
-        p = 0.15, half a continuous column's 1.358 (Kolmogorov's). Under the maximum of the raw
-        statistics the continuous columns set the bar, and a category mix that moved one code by 4 of
-        its own null sd was caught in 0.30-0.375 of 200-row windows (MMD: 0.475 on 40). So each code
-        column is divided by its own null 95 % point, floored at KS_SCALE_FLOOR (a code in fewer than
-        10 % of rows is a count of a few events, whose tail is far heavier than the Gaussian
-        bootstrap's), and a categorical input's codes then count as ONE column: their largest, over that
-        maximum's own null 95 % point. Measured: with every code a column of its own, 4 codes beside 9
-        sensors took level from the sensors, and a one-sensor shift of 0.15 sd fell from 0.158 to 0.100
-        of 200-row windows (0.367 to 0.233 at 500) over 6 deployments. Every other column is divided by
-        KOLMOGOROV_95 (the raw maximum, as before, for them). Why not balance pixels the same way: they
-        are mostly blank and sit on a 1/16 grid, and balanced they raised the clean-window rate on
-        digits from 0.062 to 0.087 (200 rows) and 0.083 to 0.117 (500 rows) over 6 deployments, even floored."""
-        x = np.asarray(x_cal, dtype=np.float64)
-        if x.ndim != 2 or len(x) < 2:
-            raise ValueError(f"need a (n >= 2, K) calibration matrix, got shape {x.shape}")
-        n, k = x.shape
-        groups = tuple(np.asarray(sorted({int(j) for j in g}), dtype=np.int64) for g in codes if len(g))
-        grouped = np.concatenate(groups) if groups else np.zeros(0, dtype=np.int64)
-        if len(grouped) != len(set(grouped.tolist())) or (len(grouped) and (grouped.min() < 0 or grouped.max() >= k)):
-            raise ValueError(f"codes {[g.tolist() for g in groups]}: expected disjoint column indices in [0, {k})")
-        order = np.argsort(x, axis=0, kind="stable")
-        srt = np.take_along_axis(x, order, axis=0)
-        last = np.ones((n, k), dtype=bool)  # the last row of each run of equal values: where F jumps
-        last[:-1] = srt[1:] != srt[:-1]
-        gen = np.random.default_rng(seed)
-        sups = np.zeros((draws, k))
-        for start in range(0, draws, chunk):
-            xi = gen.standard_normal((min(chunk, draws - start), n))
-            xi -= xi.mean(axis=1, keepdims=True)
-            for j in range(k):
-                g = np.cumsum(xi[:, order[:, j]], axis=1)[:, last[:, j]]
-                sups[start:start + len(xi), j] = np.abs(g).max(axis=1)
-        sups /= math.sqrt(n)
-        scale = np.full(k, KOLMOGOROV_95)
-        if not groups:
-            return cls(srt, scale, np.sort((sups / scale).max(axis=1)))
-        scale[grouped] = np.maximum(np.quantile(sups[:, grouped], 0.95, axis=0), KS_SCALE_FLOOR)
-        scaled = sups / scale
-        group_scale = np.array([np.quantile(scaled[:, g].max(axis=1), 0.95) for g in groups])
-        singles = np.setdiff1d(np.arange(k), grouped)
-        max_null = np.sort(_units(scaled, singles, groups, group_scale).max(axis=-1))
-        return cls(srt, scale, max_null, groups, group_scale, singles)
-
-    def units(self, scaled: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Scaled column statistics (..., K) -> one statistic per input column (..., U) (`_units`)."""
-        if not self.groups:
-            return scaled
-        return _units(scaled, self.singles, self.groups, self.group_scale)
-
-    def statistics(self, window: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Each column's two-sample KS statistic D = max_t |F_window(t) - F_calibration(t)|, (K,).
-
-        Both empirical CDFs are right-continuous step functions that only jump at observed values, so
-        the largest gap is attained at one of the pooled values: evaluate both there. (A loop over
-        columns of two `searchsorted`s each: measured faster than one vectorised search over all
-        columns laid side by side, ~2.5 ms against ~5 ms of CPU for 500 x 64.)"""
-        w = np.sort(np.asarray(window, dtype=np.float64), axis=0)
-        cal = self.sorted_cal
-        n, m = len(cal), len(w)
-        if m < 1 or w.ndim != 2 or w.shape[1] != cal.shape[1]:
-            raise ValueError(f"window shape {w.shape} against {cal.shape[1]} calibration columns")
-        out = np.empty(cal.shape[1])
-        for j in range(cal.shape[1]):
-            pooled = np.concatenate([cal[:, j], w[:, j]])
-            gap = np.searchsorted(cal[:, j], pooled, side="right") / n - np.searchsorted(w[:, j], pooled, side="right") / m
-            out[j] = np.abs(gap).max()
-        return out
-
-    def p_values(self, d: NDArray[np.float64], m: int) -> NDArray[np.float64]:
-        """Per-column asymptotic p-values of statistics `d` for a window of m rows (scipy's two-sample
-        'asymp' method: the one-sample KS distribution at the effective size n m / (n + m)). Ties (a
-        point mass, a code column) only make it conservative."""
-        from scipy.stats import kstwo
-
-        n = len(self.sorted_cal)
-        return np.asarray(kstwo.sf(np.asarray(d, dtype=np.float64), max(1, round(n * m / (n + m)))))
-
-    def test(self, window: NDArray[np.float64]) -> tuple[NDArray[np.float64], float]:
-        """(per-column D, the window's p-value): the share of joint null draws whose largest scaled
-        statistic is at least the window's (+1 in both counts: a finite null). Beyond every draw, where
-        that share is stuck at 1 / (draws + 1), the Bonferroni bound over the columns' asymptotic
-        p-values (valid whatever their dependence) says how far beyond."""
-        d = self.statistics(window)
-        n, m = len(self.sorted_cal), len(window)
-        stat = float(self.units(math.sqrt(n * m / (n + m)) * d / self.scale).max())
-        p = float(self.p_of_stat(np.array([stat]))[0])
-        if p <= 1.0 / (len(self.max_null) + 1.0):  # Bonferroni over every column's asymptotic p-value
-            p = min(p, float(self.p_values(d, m).min()) * len(d))
-        return d, min(1.0, p)
-
-    def p_of_stat(self, stat: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Share of null draws whose largest scaled statistic is at least `stat` (+1 in both counts)."""
-        above = len(self.max_null) - np.searchsorted(self.max_null, stat, side="left")
-        return np.asarray((above + 1.0) / (len(self.max_null) + 1.0))
-
-
-
-def _units(scaled: NDArray[np.float64], singles: NDArray[np.int64] | None, groups: Sequence[NDArray[np.int64]],
-           group_scale: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Pure: scaled column statistics (..., K) -> (..., U): the columns in no group as they are, then each
-    code group's largest over the group's scale."""
-    s = np.asarray(scaled)
-    parts = [s[..., singles]] + [s[..., g].max(axis=-1, keepdims=True) / gs
-                                 for g, gs in zip(groups, group_scale, strict=True)]
-    return np.concatenate(parts, axis=-1)
-
-
-# -- the two tests together: one min-p, calibrated on their joint null ---------------------------------
-# Why not Bonferroni over the joint z-test and the KS test (the rule before): both read the same rows, so
-# under the null their p-values are positively dependent (a column whose mean moves by chance moves its CDF
-# too), and min(p_joint, p_ks) < 0.025 happens less often than 0.05: measured on the coupled draws below,
-# 0.036 on a sensors detector, 0.045 on a digits one. Calibrating the minimum on their joint null gives
-# each test the level it may really have: 0.033 on that sensors detector, 0.027 on the digits one (where
-# the two are nearly independent), instead of 0.025. PAIR_DRAWS: p-values resolve to 1/4001.
-PAIR_DRAWS = 4000
-
-
-@dataclass(frozen=True)
-class PairNull:
-    """The null of min(p_joint, p_ks) (sorted draws): the window's p-value is its share at or below."""
-
-    minp_null: NDArray[np.float64]
-
-    @classmethod
-    def fit(cls, values: NDArray[np.float64], inputs: NDArray[np.float64], combined: CombinedNull,
-            feature_ks: FeatureKS, *, draws: int = PAIR_DRAWS, seed: int = 0, chunk: int = 500) -> PairNull:
-        """Coupled null draws of both tests from ONE Gaussian multiplier per calibration row.
-
-        With centred normal weights xi on the n calibration rows, sum_i xi_i s_i / sqrt(n - 1) over the
-        standardised per-row values s is exactly normal with the calibration's correlation (what
-        `CombinedNull` draws through an eigendecomposition), and the same xi run through each sorted input
-        column give the KS bridges (what `FeatureKS` draws). Each draw's p_joint and p_ks are read off the
-        tests' own nulls, as a window's would be, so the minimum's null keeps their dependence."""
-        v = np.asarray(values, dtype=np.float64)
-        x = np.asarray(inputs, dtype=np.float64)
-        n = len(v)
-        if len(x) != n:
-            raise ValueError(f"{n} rows of values against {len(x)} rows of inputs")
-        std = (v - combined.mean) / combined.sd
-        order = np.argsort(x, axis=0, kind="stable")
-        srt = np.take_along_axis(x, order, axis=0)
-        last = np.ones(x.shape, dtype=bool)  # where each column's empirical CDF jumps (ties kept)
-        last[:-1] = srt[1:] != srt[:-1]
-        one_sided = combined.layout.one_sided
-        gen = np.random.default_rng(seed)
-        out = np.empty(draws)
-        for start in range(0, draws, chunk):
-            xi = gen.standard_normal((min(chunk, draws - start), n))
-            xi -= xi.mean(axis=1, keepdims=True)
-            z = xi @ std / math.sqrt(n - 1)
-            _, p_joint = combined.p_values(np.where(one_sided, np.maximum(z, 0.0), z))
-            sups = np.empty((len(xi), x.shape[1]))
-            for j in range(x.shape[1]):
-                g = np.cumsum(xi[:, order[:, j]], axis=1)[:, last[:, j]]
-                sups[:, j] = np.abs(g).max(axis=1)
-            best = feature_ks.units(sups / (math.sqrt(n) * feature_ks.scale)).max(axis=-1)
-            out[start:start + len(xi)] = np.minimum(p_joint, feature_ks.p_of_stat(best))
-        return cls(np.sort(out))
-
-    def p_value(self, p_joint: float, p_ks: float) -> float:
-        """The share of null draws whose min-p is at least as small (+1: a finite null). Beyond every draw,
-        where that share is stuck at 1 / (draws + 1), the Bonferroni bound 2 min(p_joint, p_ks) (valid
-        whatever their dependence) says how far beyond."""
-        m = min(p_joint, p_ks)
-        count = int(np.searchsorted(self.minp_null, m, side="right"))
-        p = (count + 1.0) / (len(self.minp_null) + 1.0)
-        if count == 0:
-            p = min(p, 2.0 * m)
-        return min(1.0, p)

@@ -11,8 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from scanflow.drift.base import PreprocessFn
 from scanflow.drift.detector import AutoencoderDriftDetector
 from scanflow.drift.reconstruction import ReconstructionDriftDetector
@@ -21,15 +19,17 @@ from scanflow.tracking.reference import DataSchema, Reference
 
 
 def detector_for(
-    schema: DataSchema, *, fpr: float = 0.05, epochs: int | None = None, num_threads: int | None = 1, seed: int = 0
+    schema: DataSchema, *, fpr: float = 0.05, epochs: int | None = None, num_threads: int | None = 1, seed: int = 0,
+    copy_tolerance: float | None = None,
 ) -> ReconstructionDriftDetector:
     """An unfitted detector for `schema`: images -> `AutoencoderDriftDetector(image_shape=...)`,
     tabular -> `TabularAutoencoderDriftDetector(n_features, categorical=...)`.
 
     epochs: None keeps the detector's default (30 for images, 60 for tabular rows).
     num_threads: torch threads for fitting and scoring; 1 by default (agents share a busy machine).
+    copy_tolerance: what counts as a near-copy (`DriftDetector`; None: the detector's default).
     """
-    common: dict[str, Any] = {"fpr": fpr, "num_threads": num_threads, "seed": seed}
+    common: dict[str, Any] = {"fpr": fpr, "num_threads": num_threads, "seed": seed, "copy_tolerance": copy_tolerance}
     if epochs is not None:
         common["epochs"] = int(epochs)
     if schema.kind == "image":
@@ -50,10 +50,11 @@ def fit_reference(ref: Reference, **kwargs: Any) -> ReconstructionDriftDetector:
     errors spread so that S1's drifted rows stayed under the calibration quantile (5 critical points in
     a 200-row drifted window instead of 132, same verdict) and the Planner never gathered enough to
     retrain. Otherwise (tabular rows; a serving reference's few labelled rows) a `calibration_fraction`
-    (0.35) of `ref.x` is held out (seeded) and joined to `ref.x_holdout`, and the autoencoder trains on
-    the rest only: on generated 13-column tables the larger calibration set held the false-positive
+    (0.35) of `ref.x` is held out (seeded, whole groups of near-copies at a time) and joined to
+    `ref.x_holdout`, and the autoencoder trains on the rest only: on generated 13-column tables the larger calibration set held the false-positive
     rate at 0.025 where the holdout alone gave 0.15 (40 windows, one seed). More calibration rows give a steadier null (docs/drift.md, what
     "FPR" means); the held-out reference rows also keep the calibration like the traffic `x` stands for.
+    Holdout rows that are near-copies of `ref.x` rows train instead (`DriftDetector.fit`).
     Blocking (seconds): async callers use `asyncio.to_thread`.
     """
     det = detector_for(ref.schema, **kwargs)
@@ -61,12 +62,7 @@ def fit_reference(ref: Reference, **kwargs: Any) -> ReconstructionDriftDetector:
     holdout = det.validate(ref.x_holdout, what="reference x_holdout")
     if ref.schema.kind == "image" and len(holdout) >= MIN_CALIBRATION_ROWS:
         return det.fit(x, holdout)
-    order = np.random.default_rng(det.seed).permutation(len(x))
-    n_cal = round(det.calibration_fraction * len(x))
-    if len(x) - n_cal < 2:
-        raise ValueError(f"reference x has {len(x)} rows: too few to train on after holding out calibration rows")
-    train, held = x[np.sort(order[n_cal:])], x[np.sort(order[:n_cal])]
-    return det.fit(train, np.concatenate([held, holdout]))
+    return det.fit(x, holdout, hold_out=det.calibration_fraction)
 
 
 def load_detector(directory: str | Path, *, preprocess_fn: PreprocessFn | None = None) -> ReconstructionDriftDetector:

@@ -26,17 +26,20 @@ DETECTOR_KIND = "drift_detector"
 VERSION_TAG = "scanflow.model_version"
 MODEL_TAG = "scanflow.model_name"
 SOURCE_TAG = "scanflow.reference_source"
+WARNINGS_TAG = "scanflow.drift_warnings"  # what makes the detector's null uncertain (few distinct rows), if anything
 DETECTOR_ARTIFACT = "drift_detector"
 
 
 @dataclass(frozen=True)
 class DetectorOptions:
     """How a detector is fitted: the stated false-positive rate, autoencoder epochs (None: the
-    detector's default), torch threads (1: the model is tiny and a busy machine punishes more)."""
+    detector's default), torch threads (1: the model is tiny and a busy machine punishes more), and what
+    counts as a near-copy (None: the detector's default, a tenth of the reference's median row distance)."""
 
     fpr: float = 0.05
     epochs: int | None = None
     num_threads: int = 1
+    copy_tolerance: float | None = None
 
 
 def _quote(value: str) -> str:
@@ -70,15 +73,26 @@ def fit_detector(experiment: str, model_name: str, version: str, options: Detect
     opts = options or DetectorOptions()
     ref = reference_for_version(model_name, version)
     t0 = time.perf_counter()
-    det = fit_reference(ref, fpr=opts.fpr, epochs=opts.epochs, num_threads=opts.num_threads)
+    det = fit_reference(ref, fpr=opts.fpr, epochs=opts.epochs, num_threads=opts.num_threads,
+                        copy_tolerance=opts.copy_tolerance)
     fit_s = time.perf_counter() - t0
+    meta = det.metadata()
+    warnings = list(meta.get("warnings") or [])
     tags = {DETECTOR_TAG: DETECTOR_KIND, MODEL_TAG: model_name, VERSION_TAG: str(version), SOURCE_TAG: ref.source,
             "mlflow.note.content": f"Drift detector for {model_name} version {version}, fitted on {ref.source} "
-                                  f"({len(ref.x)} reference rows, {ref.schema.kind}, {ref.schema.n_features} features)."}
+                                  f"({len(ref.x)} reference rows, {meta.get('reference_distinct')} distinct, "
+                                  f"{ref.schema.kind}, {ref.schema.n_features} features)."
+                                  + "".join(f" Warning: {w}." for w in warnings)}
+    if warnings:
+        tags[WARNINGS_TAG] = "; ".join(warnings)[:4000]
+        for w in warnings:
+            log.warning("drift detector for %s v%s: %s", model_name, version, w)
     exp_id = ensure_experiment(experiment)
     with mlflow.start_run(experiment_id=exp_id, run_name=f"drift-detector-{model_name}-v{version}", tags=tags):
         mlflow.log_metrics({"fit_seconds": fit_s, "reference_rows": float(len(ref.x)),
-                            "holdout_rows": float(len(ref.x_holdout))})
+                            "holdout_rows": float(len(ref.x_holdout)),
+                            "reference_distinct": float(meta.get("reference_distinct") or 0),
+                            "calibration_effective": float(meta.get("calibration_effective") or 0)})
         uri: str = det.log_to_mlflow(DETECTOR_ARTIFACT)
     log.info("fitted the drift detector for %s v%s on %s in %.1fs", model_name, version, ref.source, fit_s)
     return uri

@@ -17,8 +17,8 @@ How it decides (docs/drift.md has the why and the numbers):
    values or values beyond the reference's range are a schema violation (reported, not tested);
    the others are tested (evidence "combined", the default): the joint z-test over the log errors,
    the input columns, the encoder outputs and the errors' tail shares (`evidence.CombinedNull`, with a margin for the
-   calibration set's own error) and the per-feature KS test (`evidence.FeatureKS`), their min-p
-   calibrated on their joint null (`evidence.PairNull`), at p < fpr; evidence "errors": the errors' mean and spread only (`stats.window_test`).
+   calibration set's own error) and the per-feature KS test (`feature_ks.FeatureKS`), their min-p
+   calibrated on their joint null (`feature_ks.PairNull`), at p < fpr; evidence "errors": the errors' mean and spread only (`stats.window_test`).
    Critical points are the scored rows above the threshold. With backend "mmd" | "ks" | "lsdd",
    alibi-detect's test on the encoder outputs (window against the calibration set) decides instead.
 
@@ -29,9 +29,6 @@ autoencoder.pt (the model's state dict), inputs.npz (the learnt input scaling) a
 
 from __future__ import annotations
 
-import contextlib
-import json
-import tempfile
 from abc import abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
@@ -40,7 +37,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 
-from scanflow.drift import alibi_backend, evidence, ranges, stats
+from scanflow.drift import alibi_backend, copies, evidence, feature_ks, ranges, stats, storage
 from scanflow.drift.autoencoder import (
     Autoencoder,
     default_threads,
@@ -51,18 +48,24 @@ from scanflow.drift.autoencoder import (
     train_autoencoder,
 )
 from scanflow.drift.base import Array, DriftDetector, NotFittedError, PreprocessFn
-from scanflow.drift.evidence import CombinedNull, FeatureKS, PairNull
+from scanflow.drift.evidence import CombinedNull
+from scanflow.drift.feature_ks import FeatureKS, PairNull
 from scanflow.drift.report import DriftReport
+from scanflow.drift.storage import FORMAT_VERSION, READABLE_FORMATS
+
+__all__ = ["BACKENDS", "EVIDENCE", "FORMAT_VERSION", "READABLE_FORMATS", "ReconstructionDriftDetector"]
 
 Backend = Literal["ae", "mmd", "ks", "lsdd"]
 Evidence = Literal["combined", "full", "errors"]
 EVIDENCE: tuple[str, ...] = ("combined", "full", "errors")
 BACKENDS: tuple[str, ...] = ("ae", "mmd", "ks", "lsdd")
-# 4: calibration.npz holds the reference's ranges, detector.json min_window. 3: detector.json names the
-# schema, inputs.npz holds the input scaling. 2 (8x8 images in [0, 1], no inputs.npz) and 3 still load
-# (ranges then come from the calibration rows). 1 (full-resolution convolutions) does not: refit.
-FORMAT_VERSION = 4
-READABLE_FORMATS = (2, 3, 4)
+# Evidence families of the model's inputs alone: the training rows describe them as well as held-out rows
+# do, so they are calibrated on both (`_reference_evidence`); the others need rows the autoencoder never saw.
+INPUT_FAMILIES = ("inputs", "input_mean", "input_ecdf")
+# Below this effective size (distinct calibration rows, `copies.kish`) the detector warns that its null
+# is uncertain: the margin for the calibration's own error then costs much power, and the reference is
+# probably a few rows replayed (report `warnings`, the Checker's log, an MLflow tag).
+MIN_DISTINCT_CALIBRATION = 100
 # Windows up to this many rows are scored on one torch thread unless num_threads says otherwise: the
 # model is tiny, and a second thread costs more in handoff than it saves (docs/drift.md, Threads).
 SINGLE_THREAD_ROWS = 1000
@@ -70,10 +73,6 @@ SINGLE_THREAD_ROWS = 1000
 # family: a drift that hits a few rows hard (a patch blanked in one image of ten) barely moves the mean
 # error of a window but doubles or triples its share of rows above the calibration's upper quantiles.
 TAIL_QUANTILES = (0.9, 0.95, 0.98)
-DETECTOR_FILE = "detector.json"
-MODEL_FILE = "autoencoder.pt"
-INPUTS_FILE = "inputs.npz"
-CALIBRATION_FILE = "calibration.npz"
 
 
 class ReconstructionDriftDetector(DriftDetector):
@@ -92,6 +91,8 @@ class ReconstructionDriftDetector(DriftDetector):
         set's own sampling error (`stats.margin_for`: 0.9 -> 1.645 standard errors; 0 -> none).
     range_margin: share of a column's reference width allowed beyond its minimum and maximum before
         a value is a schema violation (`ranges.py`).
+    copy_tolerance: what counts as a near-copy (`DriftDetector`); the calibration and every window are
+        judged at their effective sizes, near-copies counting once.
     evidence: "combined" (default): reconstruction errors, every input column and every encoder output,
         one min-p test calibrated jointly on the null, beside a per-feature KS test on the input
         columns (its own joint null), their min-p calibrated on their joint null (`evidence.py`); "errors": the errors' location
@@ -129,6 +130,7 @@ class ReconstructionDriftDetector(DriftDetector):
         calibration_confidence: float = 0.9,
         range_margin: float = ranges.DEFAULT_MARGIN,
         evidence: Evidence = "combined",
+        copy_tolerance: float | None = None,
         preprocess_fn: PreprocessFn | None = None,
         seed: int = 0,
     ) -> None:
@@ -136,6 +138,7 @@ class ReconstructionDriftDetector(DriftDetector):
             fpr=fpr,
             n_features=n_features,
             calibration_fraction=calibration_fraction,
+            copy_tolerance=copy_tolerance,
             preprocess_fn=preprocess_fn,
             seed=seed,
         )
@@ -180,6 +183,7 @@ class ReconstructionDriftDetector(DriftDetector):
         self._medians: list[NDArray[np.float64]] = []  # calibration medians of each evidence block
         self._cuts: tuple[NDArray[np.int64], NDArray[np.float64]] = (np.zeros(0, np.int64), np.zeros(0))
         self._tail_cuts: NDArray[np.float64] = np.zeros(0)  # log-error cuts of the "error_tail" family
+        self._fit_copies: NDArray[np.float64] | None = None  # training rows in the near-copy space (`_seen`)
         self._alibi: Any = None
 
     # -- what a subclass implements ---------------------------------------------------------------
@@ -193,7 +197,7 @@ class ReconstructionDriftDetector(DriftDetector):
 
     def _code_groups(self) -> list[list[int]]:
         """For each categorical input, the columns of the model's input space holding its one-hot codes (the
-        feature KS test balances them and counts each input as one column, `evidence.FeatureKS.fit`)."""
+        feature KS test balances them and counts each input as one column, `feature_ks.FeatureKS.fit`)."""
         return []
 
     @abstractmethod
@@ -230,6 +234,7 @@ class ReconstructionDriftDetector(DriftDetector):
             "calibration_confidence": self.calibration_confidence,
             "range_margin": self.range_margin,
             "evidence": self.evidence,
+            "copy_tolerance": self.copy_tolerance,
             "seed": self.seed,
         }
 
@@ -319,9 +324,20 @@ class ReconstructionDriftDetector(DriftDetector):
             self._cuts = evidence.ecdf_cuts(blocks[1]) if self.evidence == "full" else (np.zeros(0, np.int64), np.zeros(0))
             self._tail_cuts = np.quantile(log_errs, TAIL_QUANTILES)
             values = self._values(blocks)
-            self.combined = evidence.CombinedNull.fit(values, self._layout(blocks), seed=self.seed)
-            self.feature_ks = evidence.FeatureKS.fit(blocks[1], codes=self._code_groups(), seed=self.seed)
-            self.pair_null = evidence.PairNull.fit(values, blocks[1], self.combined, self.feature_ks, seed=self.seed)
+            layout = self._layout(blocks)
+            rows_in = self.cal_groups
+            # the families that do not depend on the autoencoder are calibrated on every reference row
+            wide = np.isin(layout.family_of, [i for i, f in enumerate(layout.families) if f in INPUT_FAMILIES])
+            ref_values, ref_inputs, ref_groups = self._reference_evidence(values, blocks[1])
+            self.combined = evidence.CombinedNull.fit(
+                values, layout, seed=self.seed, n_eff=self.calibration_effective(),
+                confidence=self.calibration_confidence, reference=ref_values,
+                reference_n=None if ref_groups is None else copies.kish(ref_groups), wide=wide)
+            self.feature_ks = feature_ks.FeatureKS.fit(blocks[1] if ref_inputs is None else ref_inputs,
+                                                     codes=self._code_groups(), seed=self.seed,
+                                                     rows_in=rows_in if ref_groups is None else ref_groups)
+            self.pair_null = feature_ks.PairNull.fit(values, blocks[1], self.combined, self.feature_ks, seed=self.seed,
+                                                   rows_in=rows_in)
             self.min_window = evidence.min_window(self.combined, values, self.fpr, sizes=stats.WINDOW_GRID,
                                                   seed=self.seed)
         else:
@@ -336,6 +352,23 @@ class ReconstructionDriftDetector(DriftDetector):
             if self.backend != "ae"
             else None
         )
+
+    def _reference_evidence(self, values: NDArray[np.float64], inputs: NDArray[np.float64]
+                            ) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None, NDArray[np.int64] | None]:
+        """(per-row values, model inputs, near-copy groups) of the training rows and the calibration rows
+        together, for the families that do not depend on the autoencoder (`INPUT_FAMILIES`): a training
+        row's pixels are as much a sample of the reference as a held-out row's, and three times the rows
+        cut the calibration's own error by 1.7. (None, None, None) when no training rows apart from the
+        calibration's are known (a detector loaded from an older format)."""
+        self._fit_copies = None
+        if self.x_ref is None or self.x_cal is None or (
+                self.x_ref.shape == self.x_cal.shape and np.array_equal(self.x_ref, self.x_cal)):
+            return None, None, None
+        if self.copy_scale is not None:  # the training rows in the near-copy space, for `_seen`
+            self._fit_copies = copies.scaled(self.x_ref, self.copy_scale)
+        _, blocks = self._scores(self._preprocess(self.x_ref))
+        groups = self.copy_groups(np.concatenate([self.x_ref, self.x_cal]))
+        return (np.concatenate([self._values(blocks), values]), np.concatenate([blocks[1], inputs]), groups)
 
     def predict(self, x: ArrayLike) -> DriftReport:
         """Test one window: refuse it if shorter than `min_window`, report rows that break the schema
@@ -358,6 +391,7 @@ class ReconstructionDriftDetector(DriftDetector):
         errors = np.full(len(window), np.nan)
         values: NDArray[np.float64] | None = None
         inputs: NDArray[np.float64] | None = None
+        rows_in = self.copy_groups(window)
         if finite.any():
             errors[finite], blocks = self._scores(self._preprocess(window[finite]))
             if self.combined is not None:
@@ -365,25 +399,28 @@ class ReconstructionDriftDetector(DriftDetector):
                 values[finite] = self._values(blocks)
                 inputs = np.full((len(window), blocks[1].shape[1]), np.nan)
                 inputs[finite] = blocks[1]
-        return self._verdict(window, errors, checked, values, inputs)
+        return self._verdict(window, errors, checked, values, inputs, rows_in)
 
     def _predict(self, x: Array) -> DriftReport:
         """Test rows already validated and screened (all finite, in range): `predict` without the screening."""
         ok = np.ones(len(x), dtype=bool)
         errors, blocks = self._scores(self._preprocess(x))
         values = self._values(blocks) if self.combined is not None else None
-        return self._verdict(x, errors, ranges.Screen(ok, None), values, blocks[1])
+        return self._verdict(x, errors, ranges.Screen(ok, None), values, blocks[1], self.copy_groups(x))
 
     def _verdict(self, window: Array, errors: NDArray[np.float64], checked: ranges.Screen,
-                 values: NDArray[np.float64] | None = None, inputs: NDArray[np.float64] | None = None
-                 ) -> DriftReport:
+                 values: NDArray[np.float64] | None = None, inputs: NDArray[np.float64] | None = None,
+                 rows_in: NDArray[np.int64] | None = None) -> DriftReport:
         assert self.window_null is not None and self.error_threshold is not None  # set by _calibrate
         with np.errstate(invalid="ignore"):
             critical = stats.critical_points(errors, self.error_threshold)  # NaN (not scored) is never above
         tested = checked.ok_rows
         n_tested = int(tested.sum())
+        # near-copies in the window count once (a popular input, replayed traffic): the standard errors
+        # of its means and of its empirical CDFs follow its effective size, not its row count
+        m_eff = copies.kish(rows_in[tested]) if rows_in is not None and n_tested else float(n_tested)
         meta = self.metadata()
-        meta.update(tested_rows=n_tested, tested=n_tested >= (self.min_window or 2))
+        meta.update(tested_rows=n_tested, tested=n_tested >= (self.min_window or 2), effective_rows=round(m_eff, 1))
         score, p_value, is_drift = 0.0, 1.0, False
         if not meta["tested"]:
             meta["untested_reason"] = (
@@ -396,13 +433,22 @@ class ReconstructionDriftDetector(DriftDetector):
             score, p_value = z_loc, stats.bonferroni(p_loc, p_scale)
             meta.update(t_scale=z_scale, p_location=p_loc, p_scale=p_scale)
             if self.combined is not None and values is not None:
-                ev = self.combined.test(values[tested], self.margin)
+                # rows the autoencoder trained on (copies of them) reconstruct from memory: its families judge
+                # the others only, so that traffic replaying reference inputs does not read as "errors down"
+                seen = self._seen(window) & tested
+                partial = None
+                if seen.any():
+                    unseen = tested & ~seen
+                    partial = (self._model_components(), values[unseen],
+                               copies.kish(rows_in[unseen]) if rows_in is not None else float(unseen.sum()))
+                meta.update(seen_rows=int(seen.sum()))
+                ev = self.combined.test(values[tested], None, m_eff, partial=partial)
                 p_value = ev.p_value
                 family_p = dict(ev.family_p)
                 if self.feature_ks is not None and inputs is not None:
                     # two tests of one null: the joint z-test sees moments, the KS test shapes
-                    # (evidence.FeatureKS); their min-p is calibrated on their joint null (evidence.PairNull)
-                    _, p_ks = self.feature_ks.test(inputs[tested])
+                    # (feature_ks.FeatureKS); their min-p is calibrated on their joint null (feature_ks.PairNull)
+                    _, p_ks = self.feature_ks.test(inputs[tested], m_eff)
                     family_p["feature_ks"] = p_ks
                     meta.update(p_joint=ev.p_value, p_feature_ks=p_ks)
                     p_value = (self.pair_null.p_value(ev.p_value, p_ks) if self.pair_null is not None
@@ -424,6 +470,25 @@ class ReconstructionDriftDetector(DriftDetector):
             errors=errors,
             schema_violation=checked.violation,
         )
+
+    def _seen(self, window: Array) -> NDArray[np.bool_]:
+        """Per row: a near-copy of a row the autoencoder trained on (`copies.near_any`); all False when the
+        training rows are not known apart from the calibration's (an older saved format)."""
+        fit = self._fit_copies
+        if fit is None or self.copy_scale is None or self.copy_limit is None:
+            return np.zeros(len(window), dtype=bool)
+        finite = np.isfinite(window).all(axis=1)
+        out = np.zeros(len(window), dtype=bool)
+        if finite.any():
+            out[finite] = copies.near_any(copies.scaled(window[finite], self.copy_scale), fit, self.copy_limit,
+                                          keys=self.copy_scale == copies.KEY)
+        return out
+
+    def _model_components(self) -> NDArray[np.bool_]:
+        """The components of the joint test that depend on the autoencoder (its errors and encoder outputs)."""
+        assert self.combined is not None
+        layout = self.combined.layout
+        return ~np.isin(layout.family_of, [i for i, f in enumerate(layout.families) if f in INPUT_FAMILIES])
 
     def _shifted_inputs(self, z: NDArray[np.float64]) -> list[dict[str, float]]:
         """The input columns (model input space) whose location or spread moved most: [{column, z}]."""
@@ -470,7 +535,30 @@ class ReconstructionDriftDetector(DriftDetector):
             "range_margin": self.range_margin,
             "evidence": self.evidence,
             "schema": self.schema(),
+            "copy_tolerance": self.copy_limit,
+            "reference_distinct": self.reference_distinct,
+            "calibration_rows": None if self.x_cal is None else len(self.x_cal),
+            "calibration_effective": None if self.cal_groups is None else round(self.calibration_effective(), 1),
+            "warnings": self.warnings(),
         }
+
+    def calibration_effective(self) -> float:
+        """The calibration set's effective size: its distinct rows (`copies.kish` of its near-copy groups)."""
+        if self.cal_groups is None:
+            return float(0 if self.x_cal is None else len(self.x_cal))
+        return copies.kish(self.cal_groups)
+
+    def warnings(self) -> list[str]:
+        """What makes this detector's null uncertain, in words (empty when nothing does)."""
+        if self.cal_groups is None:
+            return []
+        eff = self.calibration_effective()
+        if eff >= MIN_DISTINCT_CALIBRATION:
+            return []
+        warning = (f"the calibration holds {len(self.cal_groups)} rows but only ~{eff:.0f} distinct inputs (near-copies "
+                   f"within {self.copy_limit:.3g}), under {MIN_DISTINCT_CALIBRATION}: its null is uncertain and the "
+                   "test conservative; give the reference more distinct rows")
+        return [warning]
 
     def _model(self) -> Autoencoder:
         if self.model is None:
@@ -482,29 +570,10 @@ class ReconstructionDriftDetector(DriftDetector):
         model = self._model()
         return lambda x: encode(model, self._model_inputs(np.asarray(x, dtype=np.float32)))
 
-    # -- persistence ------------------------------------------------------------------------------
+    # -- persistence (scanflow/drift/storage.py) ---------------------------------------------------
     def save(self, directory: str | Path) -> Path:
         """Write detector.json, autoencoder.pt, inputs.npz and calibration.npz into `directory`."""
-        if not self.fitted or self.x_cal is None or self.calibration_errors is None:
-            raise NotFittedError(f"{self.name}: fit() before save()")
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        torch.save(self._model().state_dict(), out / MODEL_FILE)
-        np.savez_compressed(out / INPUTS_FILE, **self._input_state())
-        assert self.ranges is not None
-        np.savez_compressed(out / CALIBRATION_FILE, x_cal=self.x_cal, errors=self.calibration_errors,
-                            range_lo=self.ranges.lo, range_hi=self.ranges.hi)
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "class": type(self).__name__,
-            "config": self.config(),
-            "schema": self.schema(),
-            "null": {"mean": self.null.mean, "var": self.null.var, "n": self.null.n} if self.null else None,
-            "error_threshold": self.error_threshold,
-            "min_window": self.min_window,
-        }
-        (out / DETECTOR_FILE).write_text(json.dumps(meta, indent=2))
-        return out
+        return storage.save(self, directory)
 
     @classmethod
     def load(cls, directory: str | Path, *, preprocess_fn: PreprocessFn | None = None) -> Self:
@@ -513,76 +582,18 @@ class ReconstructionDriftDetector(DriftDetector):
         Called on the base (or through `scanflow.drift.load_detector`) it loads any registered
         subclass; called on a subclass it refuses a detector of another class with a ValueError.
         """
-        src = Path(directory)
-        meta_path = src / DETECTOR_FILE
-        if not meta_path.is_file():
-            raise FileNotFoundError(f"no {DETECTOR_FILE} in {src}")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("format_version") not in READABLE_FORMATS:
-            raise ValueError(f"unsupported detector format {meta.get('format_version')!r} in {src}: refit it")
-        saved = str(meta.get("class"))
-        klass = cls._classes.get(saved)
-        if klass is None:
-            raise ValueError(f"{src}: detector class {saved!r} is unknown (known: {sorted(cls._classes)}); "
-                             "import the module that defines it, or use scanflow.drift.load_detector")
-        if not issubclass(klass, cls):
-            raise ValueError(  # noqa: TRY004 - the saved file is wrong for this class, not an argument's type
-                f"{src} holds a {saved}, not a {cls.__name__}: load it with scanflow.drift.load_detector"
-            )
-        det = klass(**meta["config"], preprocess_fn=preprocess_fn)
-        if (src / INPUTS_FILE).is_file():
-            with np.load(src / INPUTS_FILE, allow_pickle=False) as inputs:
-                det._restore_inputs({k: inputs[k] for k in inputs.files})
-        model = det._build_model()
-        model.load_state_dict(torch.load(src / MODEL_FILE, weights_only=True))
-        model.eval()
-        det.model = model
-        with np.load(src / CALIBRATION_FILE, allow_pickle=False) as cal:
-            x_cal = cal["x_cal"].astype(np.float32)
-            if "range_lo" in cal.files:
-                spec = det._ranges_of(x_cal)  # margin and code columns from the config
-                det.ranges = ranges.FeatureRanges(cal["range_lo"], cal["range_hi"], spec.margin,
-                                                  spec.integer_columns)
-        det.x_ref = x_cal  # reference rows are not stored; the calibration rows stand in (and give the
-        det.infer_threshold(x_cal)  # ranges of older formats); the same null and threshold, same model
-        if meta.get("min_window") is not None:
-            det.min_window = int(meta["min_window"])  # the saved contract, whatever this version derives
-        return det  # type: ignore[return-value]  # an instance of a subclass of cls
+        return storage.load(cls, directory, preprocess_fn=preprocess_fn)
 
     def log_to_mlflow(self, name: str = "drift_detector", *, tracking_uri: str | None = None) -> str:
         """Log the detector as artifacts under `name` in the active MLflow run (or a new one).
 
         Blocking: call it off the event loop. Returns the artifact URI for `load_from_mlflow`.
         """
-        import mlflow
-
-        if tracking_uri:
-            mlflow.set_tracking_uri(tracking_uri)
-        with tempfile.TemporaryDirectory() as tmp:
-            self.save(tmp)
-            active = mlflow.active_run()
-            ctx = mlflow.start_run(run_name=name) if active is None else contextlib.nullcontext(active)
-            with ctx as run:
-                mlflow.log_artifacts(tmp, artifact_path=name)
-                mlflow.log_params({f"{name}.{k}": v for k, v in self.config().items()})
-                mlflow.log_param(f"{name}.class", type(self).__name__)
-                assert self.null is not None and self.error_threshold is not None
-                mlflow.log_metrics(
-                    {
-                        f"{name}.error_threshold": self.error_threshold,
-                        f"{name}.null_log_error_mean": self.null.mean,
-                        f"{name}.null_log_error_var": self.null.var,
-                    }
-                )
-                return f"runs:/{run.info.run_id}/{name}"
+        return storage.log_to_mlflow(self, name, tracking_uri=tracking_uri)
 
     @classmethod
     def load_from_mlflow(
         cls, uri: str, *, tracking_uri: str | None = None, preprocess_fn: PreprocessFn | None = None
     ) -> Self:
         """Download the artifacts at `uri` (e.g. "runs:/<id>/drift_detector") and `load` them. Blocking."""
-        import mlflow
-
-        with tempfile.TemporaryDirectory() as tmp:
-            local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp, tracking_uri=tracking_uri)
-            return cls.load(local, preprocess_fn=preprocess_fn)
+        return storage.load_from_mlflow(cls, uri, tracking_uri=tracking_uri, preprocess_fn=preprocess_fn)

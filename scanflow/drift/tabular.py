@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from scanflow.drift import ranges, stats
+from scanflow.drift import copies, ranges, stats
 from scanflow.drift.autoencoder import DenseAutoencoder
 from scanflow.drift.base import Array, PreprocessFn
 from scanflow.drift.reconstruction import Backend, Evidence, ReconstructionDriftDetector
@@ -86,6 +86,7 @@ class TabularAutoencoderDriftDetector(ReconstructionDriftDetector):
         calibration_confidence: float = 0.9,
         range_margin: float = ranges.DEFAULT_MARGIN,
         evidence: Evidence = "combined",
+        copy_tolerance: float | None = None,
         preprocess_fn: PreprocessFn | None = None,
         seed: int = 0,
     ) -> None:
@@ -111,6 +112,7 @@ class TabularAutoencoderDriftDetector(ReconstructionDriftDetector):
             calibration_confidence=calibration_confidence,
             range_margin=range_margin,
             evidence=evidence,
+            copy_tolerance=copy_tolerance,
             preprocess_fn=preprocess_fn,
             seed=seed,
         )
@@ -147,6 +149,13 @@ class TabularAutoencoderDriftDetector(ReconstructionDriftDetector):
         code is a change in the distribution, which the encoding makes visible) but must be integers."""
         return ranges.learn_ranges(x_ref, margin=self.range_margin, unchecked=self.categorical,
                                    integer_columns=self.categorical)
+
+    def _copy_scale(self, x: Array) -> NDArray[np.float64]:
+        """Numeric columns: their standard deviation; code columns are keys: rows with different codes are
+        never near-copies (another machine type is another input, however close its readings)."""
+        scale = super()._copy_scale(x)
+        scale[list(self.categorical)] = copies.KEY
+        return scale
 
     def encoded_width(self) -> int:
         """Columns after encoding: the numeric ones plus one per category seen in the reference."""

@@ -38,14 +38,17 @@ def model_name_of(workflow: Workflow) -> str:
 
 
 def detector_options(workflow: Workflow, quick: bool) -> Any:
-    """The Checker's detector settings (`fpr`, `epochs`) from its AgentSpec; fewer epochs under --quick."""
+    """The Checker's detector settings (`fpr`, `epochs`, `copy_tolerance`) from its AgentSpec; fewer epochs
+    under --quick."""
     from scanflow.drift.lifecycle import DetectorOptions
 
     checker = next((a for a in workflow.agents if a.role == "checker"), None)
     settings = checker.settings if checker else {}
     epochs = settings.get("epochs")
+    tolerance = settings.get("copy_tolerance")
     return DetectorOptions(fpr=float(settings.get("fpr", 0.05)),
-                           epochs=int(epochs) if epochs is not None else (QUICK_DETECTOR_EPOCHS if quick else None))
+                           epochs=int(epochs) if epochs is not None else (QUICK_DETECTOR_EPOCHS if quick else None),
+                           copy_tolerance=None if tolerance is None else float(tolerance))
 
 
 def bootstrap(workflow: Workflow, *, quick: bool = False) -> dict[str, Any]:

@@ -63,7 +63,8 @@ class Detector:
 
     def predict(self, x: np.ndarray) -> Any:
         drift, score, rate = next(self.verdicts)
-        return SimpleNamespace(is_drift=drift, score=score, p_value=0.5 if not drift else 0.001, drift_rate=rate,
+        return SimpleNamespace(is_drift=drift, score=score, p_value=0.5 if not drift else 0.001, threshold=0.05,
+                               drift_rate=rate,
                                n=len(x), critical_indices=list(range(5)) if drift else [], schema_violation=None,
                                metadata={})
 
@@ -118,6 +119,8 @@ def test_drift_checks_decisions_and_the_retrain_chain(mlflow_server: str, tmp_pa
     monkeypatch.setattr(planner, "count_labelled", lambda ctx, ids: len(ids))
     monkeypatch.setattr(planner, "min_points", lambda: 2)
     monkeypatch.setattr(planner, "min_labelled", lambda: 1)
+    # this test follows the monitoring chain, not the rule: 2 of 3 windows decides on its third check
+    monkeypatch.setitem(planner.CFG, "retrain", {"rule": "k_of_m", "k": 2, "m": 3, "cooldown_s": 600.0})
     # the accuracy estimate: a real estimator; feedback for the first window arrives after its check
     from scanflow.tracking import feedback_client
 

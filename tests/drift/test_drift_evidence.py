@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scanflow.drift import AutoencoderDriftDetector, TabularAutoencoderDriftDetector, evidence
+from scanflow.drift import AutoencoderDriftDetector, TabularAutoencoderDriftDetector, evidence, feature_ks
 from workflows.digits.data import Splits
 from workflows.sensors import data as sensors
 
@@ -187,7 +187,7 @@ def test_feature_ks_statistics_and_p_values_are_scipys() -> None:
     cal[:, 3] = 0.0
     win = np.round(rng.normal(size=(200, 6)) * 2) / 2 + 0.1
     win[:7, 3] = 1.0
-    ks = evidence.FeatureKS.fit(cal)
+    ks = feature_ks.FeatureKS.fit(cal)
     d = ks.statistics(win)
     ref = [ks_2samp(cal[:, j], win[:, j], method="asymp") for j in range(6)]
     assert d == pytest.approx([r.statistic for r in ref], abs=1e-12)
@@ -203,10 +203,10 @@ def test_feature_ks_joint_null_is_kolmogorovs_for_one_continuous_column() -> Non
     are divided by that constant, a continuous column's scale; balanced as a code column, the column's
     own 95 % point is the same.)"""
     x = np.random.default_rng(4).normal(size=(1000, 1))
-    ks = evidence.FeatureKS.fit(x, draws=4000)
-    assert ks.scale[0] == evidence.KOLMOGOROV_95
+    ks = feature_ks.FeatureKS.fit(x, draws=4000)
+    assert ks.scale[0] == feature_ks.KOLMOGOROV_95
     assert np.quantile(ks.max_null * ks.scale[0], 0.95) == pytest.approx(1.358, abs=0.06)
-    assert evidence.FeatureKS.fit(x, codes=[[0]], draws=4000).scale[0] == pytest.approx(1.358, abs=0.06)
+    assert feature_ks.FeatureKS.fit(x, codes=[[0]], draws=4000).scale[0] == pytest.approx(1.358, abs=0.06)
 
 
 def test_feature_ks_balances_a_categorical_input_and_counts_it_as_one_column() -> None:
@@ -228,10 +228,10 @@ def test_feature_ks_balances_a_categorical_input_and_counts_it_as_one_column() -
 
     cal = rows(1350)
     group = [[9, 10, 11, 12]]
-    ks, unbalanced = evidence.FeatureKS.fit(cal, codes=group), evidence.FeatureKS.fit(cal)
-    each = evidence.FeatureKS.fit(cal, codes=[[9], [10], [11], [12]])  # every code a column of its own
+    ks, unbalanced = feature_ks.FeatureKS.fit(cal, codes=group), feature_ks.FeatureKS.fit(cal)
+    each = feature_ks.FeatureKS.fit(cal, codes=[[9], [10], [11], [12]])  # every code a column of its own
     assert ks.scale[12] == pytest.approx(1.96 * np.sqrt(0.15 * 0.85), rel=0.1)
-    assert np.all(ks.scale[:9] == evidence.KOLMOGOROV_95)
+    assert np.all(ks.scale[:9] == feature_ks.KOLMOGOROV_95)
     mixed = np.append(shares[:3] * 0.75 / 0.85, 0.25)  # the last code +10 points, the others in proportion
     caught = raw = 0
     for _ in range(40):
@@ -242,7 +242,7 @@ def test_feature_ks_balances_a_categorical_input_and_counts_it_as_one_column() -
     # the rate holds, over deployments (one calibration set's own error moves its rate: 0.04-0.08 here)
     clean = 0
     for _ in range(5):
-        fresh = evidence.FeatureKS.fit(rows(1350), codes=group, draws=1000)
+        fresh = feature_ks.FeatureKS.fit(rows(1350), codes=group, draws=1000)
         clean += sum(fresh.test(rows(200))[1] < 0.05 for _ in range(100))
     assert clean <= 500 * (0.05 + 3 * np.sqrt(0.05 * 0.95 / 500)), clean
     grouped = separate = 0
@@ -252,7 +252,7 @@ def test_feature_ks_balances_a_categorical_input_and_counts_it_as_one_column() -
         separate += each.test(win)[1] < 0.05
     assert grouped > separate, (grouped, separate)
     with pytest.raises(ValueError, match="disjoint column indices"):
-        evidence.FeatureKS.fit(cal, codes=[[9, 10], [10, 11]])
+        feature_ks.FeatureKS.fit(cal, codes=[[9, 10], [10, 11]])
 
 
 def test_feature_ks_rate_under_the_null_is_the_stated_one() -> None:
@@ -265,7 +265,7 @@ def test_feature_ks_rate_under_the_null_is_the_stated_one() -> None:
         x[:, :2] = np.round(x[:, :2])
         return x
 
-    ks = evidence.FeatureKS.fit(rows(1000))
+    ks = feature_ks.FeatureKS.fit(rows(1000))
     joint, bonferroni = [], []
     for _ in range(400):
         d, p = ks.test(rows(200))
@@ -289,7 +289,7 @@ def test_feature_ks_sees_a_sparse_change_of_shape_the_moments_miss() -> None:
         return x
 
     cal = rows(1000)
-    ks = evidence.FeatureKS.fit(cal)
+    ks = feature_ks.FeatureKS.fit(cal)
     null = _null(np.concatenate([cal, np.abs(cal - np.median(cal, axis=0))], axis=1))
     shifted, noisy = rows(200), rows(200)
     shifted[:, 5] += 0.05
@@ -301,7 +301,7 @@ def test_feature_ks_sees_a_sparse_change_of_shape_the_moments_miss() -> None:
 
 
 def test_feature_ks_refuses_a_window_of_another_width() -> None:
-    ks = evidence.FeatureKS.fit(np.zeros((10, 3)))
+    ks = feature_ks.FeatureKS.fit(np.zeros((10, 3)))
     with pytest.raises(ValueError, match="columns"):
         ks.statistics(np.zeros((5, 4)))
 
@@ -309,7 +309,7 @@ def test_feature_ks_refuses_a_window_of_another_width() -> None:
 def test_pair_null_holds_the_rate_and_spends_what_bonferroni_leaves() -> None:
     """The joint z-test and the feature KS test read the same rows: on correlated columns their p-values
     are dependent under the null, so Bonferroni over the two falls under its level. The min-p calibrated
-    on their coupled null (evidence.PairNull) holds it (0.05 +- 3 binomial sd of 400 fresh windows)."""
+    on their coupled null (feature_ks.PairNull) holds it (0.05 +- 3 binomial sd of 400 fresh windows)."""
     rng = np.random.default_rng(5)
 
     def rows(n: int) -> np.ndarray:
@@ -320,8 +320,8 @@ def test_pair_null_holds_the_rate_and_spends_what_bonferroni_leaves() -> None:
 
     cal = rows(4000)  # a large calibration set: its own error is small against a 200-row window's
     med = np.median(cal, axis=0)
-    null, ks = _null(values(cal, med)), evidence.FeatureKS.fit(cal)
-    pair = evidence.PairNull.fit(values(cal, med), cal, null, ks, draws=2000)
+    null, ks = _null(values(cal, med)), feature_ks.FeatureKS.fit(cal)
+    pair = feature_ks.PairNull.fit(values(cal, med), cal, null, ks, draws=2000)
     p_pair, p_bonf = [], []
     for _ in range(400):
         win = rows(200)
