@@ -1,7 +1,9 @@
 """Planner: decides what to change, with the pure policies of scanflow.policies; every decision says why.
 
-- `plan_retrain` (on each `drift.checked` the Checker forwards): retrain policy (drift in k of the
-  last m windows, no retrain running, cooldown). When it says retrain, it emits `drift.detected`
+- `plan_retrain` (on each `drift.checked` the Checker forwards): retrain policy (a CUSUM of the drift
+  verdicts whose alarm threshold holds false retrains to `retrain.false_alarms_per_day` of stable traffic
+  at the window rate this agent observes, or `rule: k_of_m`; no retrain running; cooldown). When it says
+  retrain, it emits `drift.detected`
   carrying the critical points of the drifted windows; the workflow's `retrain-on-drift` strategy
   (its own cooldown) then runs `submit_plan`, which hands the plan to the Executor's inbox. A retrain
   waits until the drifted windows gave `min_points` critical points (400 quick): fewer cannot train a
@@ -128,23 +130,44 @@ def count_labelled(ctx: Context, ids: list[str]) -> int:
     return len(lookup_labels(ctx, ids))
 
 
+RETRAIN_KEYS = {f.name for f in dataclasses.fields(retrain.RetrainConfig)}
+
+
+def retrain_config(settings: dict[str, Any]) -> retrain.RetrainConfig:
+    """The retrain policy's config from the planner's `retrain` settings (RetrainConfig's fields; `time_scale`
+    divides the cooldown and the assumed window interval). A bad value is a clear error, not a crash."""
+    unknown = sorted(set(settings) - RETRAIN_KEYS - {"min_points", "quick_min_points", "min_labelled",
+                                                      "quick_min_labelled"})
+    if unknown:
+        raise PermanentError(f"planner setting retrain: unknown keys {unknown} (known: {sorted(RETRAIN_KEYS)})")
+    try:
+        return retrain.RetrainConfig(**{k: v for k, v in settings.items() if k in RETRAIN_KEYS})
+    except (TypeError, ValueError) as exc:
+        raise PermanentError(f"planner setting retrain: {exc}") from None
+
+
+def retrain_state(d: dict[str, Any]) -> retrain.RetrainState:
+    """The retrain policy's state as `plan_retrain` stored it (older records: windows and last retrain only)."""
+    known = {f.name for f in dataclasses.fields(retrain.RetrainState)}
+    st = {k: v for k, v in d.items() if k in known}
+    return retrain.RetrainState(**{**st, "windows": tuple(bool(w) for w in st.get("windows", ()))})
+
+
 @agent.actuator("plan_retrain", max_attempts=5, emits=("drift.detected",))
 def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p = _payload(ctx, args)
     if "drift" not in p:
         raise PermanentError("plan_retrain needs a drift verdict: {'drift': bool, 'critical_ids': [...]}")
-    c = dict(CFG.get("retrain", {}))
-    config = retrain.RetrainConfig(k=int(c.get("k", 2)), m=int(c.get("m", 3)),
-                                   cooldown_s=float(c.get("cooldown_s", 600.0)))
-    st = ctx.state.get("retrain", {})
-    state = retrain.RetrainState(tuple(st.get("windows", ())), st.get("last_retrain_at"))
-    decision, new = retrain.decide(retrain.RetrainContext(
-        now=ctx.now(), drift=bool(p["drift"]), drift_score=p.get("score"), config=config, state=state))
+    config = retrain_config(dict(CFG.get("retrain", {})))
+    state = retrain_state(ctx.state.get("retrain", {}))
+    fpr = p.get("fpr")
+    rctx = retrain.RetrainContext(now=ctx.now(), drift=bool(p["drift"]), drift_score=p.get("score"),
+                                  window_fpr=None if fpr is None else float(fpr), config=config, state=state)
+    decision, new = retrain.decide(rctx)
     # critical points of the windows that count: drifted windows only, cleared after a retrain
     pool = list(ctx.state.get("critical_ids", [])) + (list(p.get("critical_ids", [])) if p["drift"] else [])
     pool = list(dict.fromkeys(pool))[-MAX_CRITICAL:]
-    waiting = retrain.RetrainState(windows=(state.windows + (bool(p["drift"]),))[-config.m:],
-                                   last_retrain_at=state.last_retrain_at)
+    waiting = retrain.observe(rctx)
     # labels are counted only when everything else says retrain (one Tracker call, before any state moves)
     labelled = count_labelled(ctx, pool) if decision.retrain and len(pool) >= min_points() else None
     decision, new = gate_on_points(decision, new, waiting, len(pool), min_points(), labelled, min_labelled())
@@ -162,10 +185,10 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ctx.state["critical_from_seq"] = from_seq
     ctx.state["critical_to_seq"] = to_seq
     ctx.state["critical_steps"] = steps[-MAX_STEPS:]
-    ctx.state["retrain"] = {"windows": list(new.windows), "last_retrain_at": new.last_retrain_at}
+    ctx.state["retrain"] = dataclasses.asdict(new)
     rec = _record(ctx, "retrain", decision)
     monitoring.WRITER.submit(ctx.state, _monitor(ctx), monitoring.retrain_decision_metrics(
-        decision.retrain, waiting.windows, len(pool), labelled),
+        decision.retrain, waiting.windows, len(pool), labelled, waiting.cusum, decision.inputs.get("threshold")),
         int(p.get("to_seq") or 0))  # the step of the drift check this answers
     if decision.retrain:
         ctx.state["critical_ids"] = []

@@ -16,7 +16,9 @@ from typing import Any
 
 from scanflow.spec import ActionSpec, AgentSpec, StrategySpec
 
-RETRAIN = {"k": 2, "m": 3, "cooldown_s": 600.0}
+# a CUSUM on drift verdicts, its threshold set for one false retrain per ten days of stable traffic at the
+# window rate the Planner observes (scanflow.policies.retrain)
+RETRAIN = {"rule": "cusum", "false_alarms_per_day": 0.1, "cooldown_s": 600.0}
 PROMOTION = {"min_gain_drifted": 0.0, "clean_tolerance": 0.01}
 # vertical-first (scanflow.policies.elastic): grow a throttled replica in place before adding replicas
 AUTOSCALE = {"mode": "vertical-first", "target_utilization": 0.7, "latency_low": 0.5, "down_window_s": 30.0,
@@ -34,6 +36,7 @@ def standard_agents(
     window: int = 500,
     quick_window: int = 200,
     fpr: float = 0.05,
+    copy_tolerance: float | None = None,
     retrain: dict[str, Any] | None = None,
     promotion: dict[str, Any] | None = None,
     autoscale: dict[str, Any] | bool = True,
@@ -44,7 +47,8 @@ def standard_agents(
     """Tracker, Checker, Planner and Executor supervising `service` (the primary: the one with a backup).
 
     window / quick_window: prediction records per drift check (quick: tests and demos). fpr: the drift
-    detector's false-positive rate. retrain, promotion, failover: the Planner's policy settings, merged
+    detector's false-positive rate. copy_tolerance: what counts as a near-copy of one input for the drift
+    detector (scanflow.drift.copies; None: its default). retrain, promotion, failover: the Planner's policy settings, merged
     over the defaults above (e.g. {"min_labelled": 100}); autoscale: its settings, or False to leave the
     autoscale strategy out. executor: the Executor's settings (duplicate_tolerance, holdout_fraction,
     reference_rows). retrain_cooldown_s: at most one retrain plan per this many seconds.
@@ -62,7 +66,7 @@ def standard_agents(
         name="checker", role="checker", module="agents.checker:agent",
         strategies=[_forward("drift-to-planner", "drift.checked"), _forward("latency-to-planner", "latency.checked"),
                     _forward("health-to-planner", "service.checked")],
-        settings={"fpr": fpr},
+        settings={"fpr": fpr, **({} if copy_tolerance is None else {"copy_tolerance": copy_tolerance})},
     )
     planner_strategies = [
         StrategySpec(name="assess-drift", event="drift.checked", actions=[ActionSpec(actuator="plan_retrain")]),

@@ -173,11 +173,14 @@ def resource_metrics(payload: Mapping[str, Any]) -> dict[str, float]:
 
 
 def retrain_decision_metrics(retrain: bool, windows: Iterable[bool], critical_points: int,
-                             labelled: int | None) -> dict[str, float]:
+                             labelled: int | None, cusum: float | None = None,
+                             threshold: float | None = None) -> dict[str, float]:
     """The Planner's retrain decision on one drift check: retrain 0/1, drifted windows among the last
-    m, critical points gathered, and how many feedback labelled (when it counted them)."""
+    m, critical points gathered, how many feedback labelled (when it counted them), and the drift CUSUM
+    beside its alarm threshold (the retrain rule "cusum")."""
     return _metrics([("plan/retrain", retrain), ("plan/drifted_windows", sum(bool(w) for w in windows)),
-                     ("plan/critical_points", critical_points), ("plan/labelled", labelled)])
+                     ("plan/critical_points", critical_points), ("plan/labelled", labelled),
+                     ("plan/drift_cusum", cusum), ("plan/drift_cusum_threshold", threshold)])
 
 
 def caused_by(from_seq: Any, to_seq: Any) -> str:

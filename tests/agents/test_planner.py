@@ -6,13 +6,13 @@ from __future__ import annotations
 from agents.planner import _autoscale_json, _autoscale_state, gate_on_points
 from scanflow.policies import autoscale, retrain
 
-CFG = retrain.RetrainConfig(k=2, m=3, cooldown_s=600.0)
+CFG = retrain.RetrainConfig(k=2, m=3, cooldown_s=600.0, rule="k_of_m")
 
 
 def _tick(state: retrain.RetrainState, drift: bool, points: int, now: float, needed: int = 400):
-    decision, new = retrain.decide(retrain.RetrainContext(now=now, drift=drift, config=CFG, state=state))
-    waiting = retrain.RetrainState((state.windows + (drift,))[-CFG.m:], state.last_retrain_at)
-    return gate_on_points(decision, new, waiting, points, needed)
+    ctx = retrain.RetrainContext(now=now, drift=drift, config=CFG, state=state)
+    decision, new = retrain.decide(ctx)
+    return gate_on_points(decision, new, retrain.observe(ctx), points, needed)
 
 
 def test_retrain_waits_for_points_then_fires_once() -> None:
@@ -37,7 +37,7 @@ def test_waiting_does_not_start_the_cooldown_or_forget_windows() -> None:
     st = retrain.RetrainState((True,), None)
     d, st2 = _tick(st, True, 10, now=50.0)
     assert not d.retrain and d.reason.startswith("wait") and d.inputs["points"] == 10
-    assert st2 == retrain.RetrainState((True, True), None)
+    assert st2.windows == (True, True) and st2.last_retrain_at is None
     d, _ = _tick(st2, False, 500, now=51.0)  # 2 of the last 3 still drifted, enough points now
     assert d.retrain
 

@@ -1,6 +1,8 @@
-"""Retrain on K of M drifted windows with cooldown; promote challenger vs champion."""
+"""Retrain on a CUSUM of drift verdicts (or K of M windows) with cooldown; promote challenger vs champion."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -26,7 +28,8 @@ def replay(windows: list[bool | None], cfg: RetrainConfig, *, running: list[bool
     return out
 
 
-CFG = RetrainConfig(k=2, m=3, cooldown_s=600.0)
+CFG = RetrainConfig(k=2, m=3, cooldown_s=600.0, rule="k_of_m")
+CUSUM = RetrainConfig(cooldown_s=600.0, false_alarms_per_day=0.1, default_window_s=60.0)
 
 
 def test_a_lone_false_positive_never_retrains() -> None:
@@ -59,6 +62,43 @@ def test_outside_record_of_last_retrain_counts() -> None:
 def test_bad_k_m_refused() -> None:
     with pytest.raises(ValueError, match="k"):
         RetrainConfig(k=4, m=3)
+    with pytest.raises(ValueError, match="rule"):
+        RetrainConfig(rule="vote")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="p0"):
+        RetrainConfig(window_fpr=0.6, drift_power=0.5)
+
+
+def test_cusum_alarm_threshold_follows_the_window_rate() -> None:
+    # one window a minute: 1,440 a day; 0.1 false alarms a day -> 14,400 windows between false alarms
+    d, st = retrain.decide(RetrainContext(now=0.0, drift=False, config=CUSUM))
+    assert d.inputs["arl0_windows"] == 14400 and d.inputs["windows_per_s"] == round(1 / 60, 4)
+    d, st = retrain.decide(RetrainContext(now=1.0, drift=False, config=CUSUM, state=st))  # a window 1 s later
+    fast = retrain.alarm_threshold(RetrainContext(now=1.0, config=CUSUM), st)
+    slow = retrain.alarm_threshold(RetrainContext(now=1.0, config=CUSUM), RetrainState())
+    assert fast[2] > slow[2] and fast[0] > slow[0]  # more windows a day: a higher bar for the same target
+
+
+def test_cusum_a_stable_stream_at_the_window_fpr_stays_quiet() -> None:
+    # 20,000 clean windows flagged at the detector's 5 %, one a minute: the CUSUM is designed for one false
+    # alarm per 14,400 windows (0.1 a day) and 2 of 3 fires every ~130 windows (the cooldown aside)
+    flags = list(np.random.default_rng(0).random(20_000) < 0.05)
+    assert sum(replay(flags, CUSUM, dt=60.0)) <= 3
+    assert sum(replay(flags, RetrainConfig(k=2, m=3, cooldown_s=600.0, rule="k_of_m"), dt=60.0)) > 50
+
+
+def test_cusum_sustained_drift_alarms_within_the_stated_delay() -> None:
+    h, _, _ = retrain.alarm_threshold(RetrainContext(now=0.0, config=CUSUM), RetrainState())
+    windows = math.ceil(h / math.log(0.5 / 0.05))  # every window flagged: +2.30 each
+    got = replay([False] * 10 + [True] * 10, CUSUM)
+    assert got.index(True) == 10 + windows - 1
+    # half the drifted windows flagged: later, but it does alarm
+    assert any(replay([False] * 10 + [True, False] * 20, CUSUM))
+
+
+def test_cusum_uses_the_verdicts_own_fpr() -> None:
+    st = RetrainState()
+    d, st = retrain.decide(RetrainContext(now=0.0, drift=True, window_fpr=0.01, config=CUSUM, state=st))
+    assert d.inputs["window_fpr"] == 0.01 and st.cusum == pytest.approx(math.log(0.5 / 0.01))
 
 
 def test_promotion_rules() -> None:

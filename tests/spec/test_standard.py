@@ -10,7 +10,8 @@ from scanflow.standard import standard_agents
 def test_standard_agents_equal_the_long_form_of_the_digits_workflow() -> None:
     from workflows.digits.workflow import workflow
 
-    built = standard_agents("digits", executor={"duplicate_tolerance": 0.04, "holdout_fraction": 0.3})
+    built = standard_agents("digits", copy_tolerance=0.04,
+                            executor={"duplicate_tolerance": 0.04, "holdout_fraction": 0.3})
     assert [a.model_dump() for a in built] == [a.model_dump() for a in workflow.agents]
 
 
@@ -20,7 +21,7 @@ def test_options_change_what_they_name_only() -> None:
     assert agents["tracker"].settings == {"service": "svc", "window": 50, "quick_window": 200}
     planner = agents["planner"]
     assert "autoscale" not in {s.name for s in planner.strategies}
-    assert planner.settings["retrain"] == {"k": 3, "m": 3, "cooldown_s": 600.0}
+    assert planner.settings["retrain"] == {"rule": "cusum", "false_alarms_per_day": 0.1, "cooldown_s": 600.0, "k": 3}
     retrain = next(s for s in planner.strategies if s.name == "retrain-on-drift")
     assert retrain.cooldown_s == 120 and "120" in retrain.constraint
     with pytest.raises(ValueError, match="window"):
