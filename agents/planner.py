@@ -300,7 +300,7 @@ def elastic_config(settings: dict[str, Any], svc: Service) -> tuple[elastic.Elas
     """(policy config, pending_s): `autoscale_config` plus the vertical settings: `mode`
     ("vertical-first" or "horizontal", the default), `min_cpu`, `max_cpu` (None: the node's CPU count
     as the replicas report it), `cpu_step`, `throttled_high`, `saturated_utilization`, `cpu_down_ticks`,
-    `cpu_cooldown_down_s`."""
+    `cpu_cooldown_down_s`, `flap_window_s`."""
     scale, pending_s = autoscale_config(settings, svc)
     kw: dict[str, Any] = {"vertical": str(settings.get("mode", "horizontal")) == "vertical-first"}
     for key in ("min_cpu", "cpu_step", "throttled_high", "saturated_utilization"):
@@ -310,6 +310,8 @@ def elastic_config(settings: dict[str, Any], svc: Service) -> tuple[elastic.Elas
         kw["max_cpu"] = float(settings["max_cpu"])
     if settings.get("cpu_down_ticks") is not None:
         kw["cpu_down_ticks"] = int(settings["cpu_down_ticks"])
+    if settings.get("flap_window_s") is not None:
+        kw["flap_window_s"] = float(settings["flap_window_s"])
     if settings.get("cpu_cooldown_down_s") is not None:
         kw["cooldown_down_s"] = float(settings["cpu_cooldown_down_s"])
     return elastic.ElasticConfig(scale=scale, **kw), pending_s
@@ -365,16 +367,21 @@ def cpu_view(observed: float | None, asked: float | None, asked_at: float | None
 
 
 def _elastic_state(d: dict[str, Any], scale: autoscale.AutoscaleState) -> elastic.ElasticState:
+    move = d.get("last_move")
     return elastic.ElasticState(scale=scale, needs=tuple((float(t), float(n)) for t, n in d.get("needs", ())),
                                 shrink=Streak(**(d.get("shrink") or {})), cpu_changed_at=d.get("cpu_changed_at"),
                                 changed_at=d.get("changed_at"),
-                                ticks_since_cpu_change=int(d.get("ticks_since_cpu_change", 1000)))
+                                ticks_since_cpu_change=int(d.get("ticks_since_cpu_change", 1000)),
+                                last_move=None if not move else (float(move[0]), int(move[1]),
+                                                                 None if len(move) < 3 or move[2] is None else float(move[2])),
+                                flaps=int(d.get("flaps", 0)))
 
 
 def _elastic_json(st: elastic.ElasticState) -> dict[str, Any]:
     return {"needs": [list(x) for x in st.needs], "shrink": dataclasses.asdict(st.shrink),
             "cpu_changed_at": st.cpu_changed_at, "changed_at": st.changed_at,
-            "ticks_since_cpu_change": st.ticks_since_cpu_change}
+            "ticks_since_cpu_change": st.ticks_since_cpu_change,
+            "last_move": None if st.last_move is None else list(st.last_move), "flaps": st.flaps}
 
 
 def _opt(p: dict[str, Any], key: str) -> float | None:
@@ -438,10 +445,11 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     _record(ctx, "autoscale", decision, quick=quick(), observed_replicas=observed, pinning=pin.reason,
             affinity=pin.affinity)
     monitoring.WRITER.submit(ctx.state, _monitor(ctx), {"plan/replicas": float(want), "plan/replicas_current":
-                                                        float(current), "plan/cpu": float(decision.cpu)},
+                                                        float(current), "plan/cpu": float(decision.cpu),
+                                                        "plan/flaps": float(new.flaps)},
                              monitoring.next_step(ctx.state, "autoscale"))
     return {"replicas": want, "current": current, "observed": observed, "cpu": decision.cpu, "current_cpu": cpu,
-            "threads": decision.threads, "action": decision.action, "reason": decision.reason,
+            "threads": decision.threads, "action": decision.action, "reason": decision.reason, "flaps": new.flaps,
             "affinity": pin.affinity, "pinning": pin.reason}
 
 

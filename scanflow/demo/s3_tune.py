@@ -8,10 +8,11 @@ Two cases on the running EmbeddedStack, the same open-loop load in both:
    over REST. Passes only if the chain happened: the Planner decided `grow` on the Checker's
    observations (GET /plans: its inputs), the Executor's `execute-resources` fired and its
    `set_resources` read the change back (GET /decisions), the replica now runs with the cores the
-   plan asked for (GET /services), and the measured throughput rose by at least GAIN_MIN: a
-   closed-loop capacity probe (8 connections back to back) before the Planner was on and after its
-   change (an open loop cannot show it: a mis-sized replica that keeps up with the offered rate at a
-   higher latency serves the same answers per second).
+   plan asked for (GET /services), the measured throughput rose by at least GAIN_MIN (a closed-loop
+   capacity probe, 8 connections back to back, before the Planner was on and after its change: an open
+   loop cannot show it, a mis-sized replica that keeps up with the offered rate at a higher latency
+   serves the same answers per second), and no move reversed another on the steady load (the
+   Planner's own flap counter, `flaps_since`).
 2. right-sized: the service starts at the size the Planner settled on in case 1 (`settled`: no move for
    15 s, no shrink pending), under a load that fits that size (`right_rate`: the need the Planner
    observed there, moved to the middle of the policy's hold band); passes only if nothing changed: the
@@ -28,7 +29,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scanflow.demo.common import DemoContext, clean_rows, wait_for
+from scanflow.demo.common import DemoContext, traffic_rows, wait_for
 from scanflow.demo.load import OpenLoad
 from scanflow.demo.report import ScenarioResult
 from scanflow.demo.s2_autoscale import (
@@ -66,8 +67,8 @@ RIGHT_S = 20.0  # the right-sized case's window: long enough for several of the 
 MIN_LOOKS = 3  # autoscale decisions the Planner must have made in the right-sized window
 MOVES = ("grow", "shrink", "up", "down")
 BAR = (f"through the agents: from {MIS_CPU} core the Planner grows the replica on the Checker's observations, "
-       f"the Executor applies it and reads it back, throughput +{GAIN_MIN:.0%} or more; started right-sized, "
-       "nothing changes")
+       f"the Executor applies it and reads it back, throughput +{GAIN_MIN:.0%} or more, no reversal (0 flaps); "
+       "started right-sized, nothing changes")
 
 
 @dataclass(frozen=True)
@@ -102,17 +103,30 @@ def served(seconds: list[Second], t0: float, t1: float) -> float | None:
     return sum(s.ok for s in got) / len(got) if got else None
 
 
+def flaps_since(plans: list[dict[str, Any]], since: float) -> int:
+    """Pure: flaps the Planner counted (its autoscale decisions' `flaps`, cumulative in its state) since
+    `since`: moves that reversed the previous one on a steady load (scanflow.policies.elastic)."""
+    auto = sorted((p for p in plans if p.get("policy") == "autoscale"), key=lambda p: float(p.get("at") or 0.0))
+
+    def count(p: dict[str, Any]) -> int:
+        return int((p.get("inputs") or {}).get("flaps") or 0)
+
+    before = [count(p) for p in auto if float(p.get("at") or 0.0) < since]
+    after = [count(p) for p in auto if float(p.get("at") or 0.0) >= since]
+    return max(after, default=0) - (before[-1] if before else 0) if after else 0
+
+
 def mis_sized_verdict(c: Chain, grown_cpu: float | None, quota_now: float | None, before: float | None,
-                      after: float | None) -> tuple[bool, float | None]:
+                      after: float | None, flaps: int = 0) -> tuple[bool, float | None]:
     """Pure: (passed, gain). The chain must show a grow decided by the Planner, executed by the Executor
     with its read-back ok and nothing failed, the replica must run with the cores the plan asked for,
-    and the throughput must have risen by GAIN_MIN."""
+    the throughput must have risen by GAIN_MIN, and no move may have reversed another (`flaps`)."""
     gain = after / before - 1.0 if before and after is not None else None
     grew = bool(c.moves) and c.moves[0].get("action") == "grow" and grown_cpu is not None and grown_cpu > MIS_CPU
     # grown_cpu: the cores of the Planner's last move (it may grow twice and shrink back before settling)
     applied = bool(c.resources_ok) and c.resources_failed == 0
     runs = quota_now is not None and grown_cpu is not None and abs(quota_now - grown_cpu) <= 0.011
-    return grew and applied and runs and gain is not None and gain >= GAIN_MIN, gain
+    return grew and applied and runs and gain is not None and gain >= GAIN_MIN and flaps == 0, gain
 
 
 def settled(plans: list[dict[str, Any]], since: float, now: float) -> bool:
@@ -132,23 +146,21 @@ def settled(plans: list[dict[str, Any]], since: float, now: float) -> bool:
 
 def right_rate(rate: float, plans: list[dict[str, Any]], cpu: float, config: Any) -> float | None:
     """Pure: the load (requests/s) at which a replica of `cpu` cores is right-sized for the Planner: its
-    per-replica need in the middle of the band where every tick holds (`elastic.hold_band(calm=False)`:
-    a tick with latency above the low band grows on any need over `cpu`), scaled from the need the
-    Planner itself observed at `rate` in its last decisions (`plans`, at that size); None without one.
-    The middle is geometric (the need's noise is a ratio): sqrt(lo * cpu), or cpu / 2 at the smallest
-    size (no shrink below it). Why not the same rate as case 1: the size it settled on sits anywhere in
-    its band, often near an edge (a need of 0.22-0.31 cores measured at one rate in different runs,
-    around the 0.25 -> 0.5 step), and a start at a band's edge moves on noise alone; the scenario owns
-    the load, so it offers one that fits. Why the strict band, not the calm one: on a busy machine the
-    latency leaves the low band now and then, and a load at 80% of a 0.25-core replica's calm band
-    (measured: a need of 0.26 at 167 rps where 0.13 was seen at 108) grew it twice."""
+    per-replica need in the middle of the band where every tick holds (`elastic.hold_band`: a replica
+    that is not saturated grows only past the grow margin, whatever the latency), scaled from the need
+    the Planner itself observed at `rate` in its last decisions (`plans`, at that size, on this machine
+    as busy as it is now); None without one. The middle is geometric (the need's noise is a ratio):
+    sqrt(lo * hi), or hi / 2 at the smallest size (no shrink below it). Why not the same rate as case 1:
+    the size it settled on sits anywhere in its band, often near an edge (a need of 0.22-0.31 cores
+    measured at one rate in different runs, around the 0.25 -> 0.5 step), and a start at a band's edge
+    moves on noise alone; the scenario owns the load, so it offers one that fits."""
     from scanflow.policies import elastic
 
     needs = sorted(float(p["inputs"]["need_cores"]) / max(1, int(p.get("current") or 1))
                    for p in plans[-SETTLED_LOOKS:] if (p.get("inputs") or {}).get("need_cores"))
     if not needs:
         return None
-    lo, hi = elastic.hold_band(cpu, config, calm=False)
+    lo, hi = elastic.hold_band(cpu, config)
     target = math.sqrt(lo * hi) if lo else hi / 2
     return round(min(MAX_RATE, max(5.0, rate * target / needs[len(needs) // 2])), 1)
 
@@ -215,7 +227,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
     figures: dict[str, Any] = {"mis_cpu": MIS_CPU}
     passed_mis = passed_right = False
     try:
-        with OpenLoad(url, clean_rows(), ctx.home / "s3") as load:
+        with OpenLoad(url, traffic_rows(ctx), ctx.home / "s3") as load:
             reps = limited_replicas(stack.get("executor", "/services"), svc.name)
             pid = int(reps[0]["pid"])
             points = calibrate(load, url, pid, MIS_CPU, slo_ms=math.inf)  # CPU-bound: see `calibrate`
@@ -264,14 +276,15 @@ def run(ctx: DemoContext) -> ScenarioResult:
             # the cores the Planner last asked for (it may grow twice, x1.5 while latency is over, and shrink)
             grown_cpu = float(c1.moves[-1].get("cpu") or 0.0) if c1.moves else None
             quota_now = _quota(stack, svc.name)
-            passed_mis, gain = mis_sized_verdict(c1, grown_cpu, quota_now, before, after)
+            flaps_mis = flaps_since(list(stack.get("planner", "/plans")), wall1)
+            passed_mis, gain = mis_sized_verdict(c1, grown_cpu, quota_now, before, after, flaps_mis)
             res.decisions += [f"mis-sized: t={float(p['at']) - wall1:.0f}s {p.get('action')} cpu "
                               f"{p.get('current_cpu')}->{p.get('cpu')}, replicas {p.get('current')}->"
                               f"{p.get('replicas')}: {str(p.get('reason', ''))[:60]}" for p in c1.moves]
             figures.update({
                 "capacity_rps": cap, "load_rps": rate, "slo_ms": slo, "before_rps": before, "after_rps": after,
                 "gain": None if gain is None else round(gain, 3), "grown_cpu": grown_cpu, "cpu_quota_now": quota_now,
-                "planner_moves": len(c1.moves), "executor_resources_ok": len(c1.resources_ok),
+                "planner_moves": len(c1.moves), "flaps": flaps_mis, "executor_resources_ok": len(c1.resources_ok),
                 "executor_resources_failed": c1.resources_failed,
                 "decided_after_s": round(float(c1.moves[0]["at"]) - wall1, 1) if c1.moves else None,
             })
@@ -304,6 +317,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
             figures.update({
                 "right_cpu": right, "right_replicas": right_replicas, "right_load_rps": rate2, "right_rps": got2, "right_looks": c2.looks,
                 "right_moves": len(c2.moves),
+                "right_flaps": flaps_since(list(stack.get("planner", "/plans")), wall2),
                 "right_executor_changes": len(c2.resources_ok) + c2.resources_failed + c2.scales,
                 "failed": sum(s.failed for s in seconds), "unsent": sum(s.unsent for s in seconds),
             })

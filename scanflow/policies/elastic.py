@@ -19,13 +19,22 @@ One tick, in order:
    guardrails) sized at the ceiling, so it adds replicas only when `need` exceeds what the present
    ones can grow to, and it removes them only when the rest, grown to the ceiling, carry the demand;
    while a resize settles (`settle_s`), latency above the SLO alone adds no replica;
-4. per-replica cores for that replica count: up at once to the need (`cpu_step` multiples; while
-   latency is low and nothing saturates, only a need seen on two ticks running and past
-   `grow_margin`, so measurement noise never grows it), and by
-   half again when the replica is throttled or saturated while latency breaks the SLO although the
-   estimate says it should not (not while an earlier resize settles, `settle_s`); down only to the largest need of the last `down_window_s`, after
-   `cpu_down_ticks` agreeing ticks in the low latency band and `cooldown_down_s` after any change, and
-   only by `shrink_margin` or more (small moves are noise, and each one risks a flap).
+4. per-replica cores for that replica count: up to the need (`cpu_step` multiples) when the replica is
+   saturated (throttled, or using nearly its whole limit); otherwise only a need seen on two ticks
+   running and past `grow_margin`, so measurement noise never grows it, and latency alone never
+   does: on a busy host latency rises with the neighbours' work while the replica's own CPU use stays
+   under its limit, and more cores would not help. By half again when the replica is saturated while
+   latency breaks the SLO although the estimate says it should not (not while an earlier resize
+   settles, `settle_s`). Down only to the largest need of the last `down_window_s` with the grow margin on
+   top (so the need lands inside the new size's hold band, not at its top edge: a shrink to exactly the
+   need was grown back on the next noisy tick), after `cpu_down_ticks` agreeing ticks in the low latency
+   band, and no sooner than `cooldown_down_s` and a whole `down_window_s` after any change and
+   `flap_window_s` after a move up, and only by `shrink_margin` or more (small moves are noise, and each
+   one risks a flap).
+5. flaps: a capacity move (cores in all, up or down) that reverses the previous one within
+   `flap_window_s` while the arrival rate held (within `STEADY_BAND`) counts as a flap
+   (`ElasticState.flaps`, in every decision's inputs): 0 is what a stable controller shows on a steady
+   load. A shrink waits out the flap window after a move up while the load holds.
 
 `decide(ctx) -> (ElasticDecision, ElasticState)`; the caller owns the clock and applies `cpu` (a
 `resources` plan) before `replicas` (a `scale` plan), so replicas that stay grow before others go.
@@ -42,6 +51,15 @@ from scanflow.policies import autoscale
 from scanflow.policies.types import Decision, Streak
 
 SETTLE_TICKS = 3  # decisions a resize settles for at least, whatever settle_s says
+STEADY_BAND = 0.3  # arrival rates within this ratio of each other (either way) are one steady load
+
+
+def steady(rate: float | None, then: float | None, unknown: bool = False) -> bool:
+    """Pure: whether the load held between two ticks (arrival rates within STEADY_BAND of each other);
+    `unknown` when either rate was not observed."""
+    if rate is None or then is None or rate <= 0 or then <= 0:
+        return unknown
+    return abs(math.log(rate / then)) < math.log(1 + STEADY_BAND)
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,7 @@ class ElasticConfig:
     shrink_margin: float = 0.2  # shrink only to (1 - margin) x cpu or less: small moves are noise
     cpu_down_ticks: int = 3
     cooldown_down_s: float = 60.0  # no shrink within this long of any capacity change
+    flap_window_s: float = 300.0  # a move reversing the previous one this soon on a steady load is a flap (HPA: 300 s)
 
     def __post_init__(self) -> None:
         if not 0 < self.min_cpu <= (self.max_cpu or math.inf) or self.cpu_step <= 0:
@@ -77,6 +96,9 @@ class ElasticState:
     cpu_changed_at: float | None = None
     changed_at: float | None = None  # last capacity change of either kind
     ticks_since_cpu_change: int = 0  # decisions since the last resize (its observations lag a tick or two)
+    # (time, +1 up / -1 down, arrival rate then) of the last change of cores in all
+    last_move: tuple[float, int, float | None] | None = None
+    flaps: int = 0  # moves that reversed the previous one within flap_window_s on a steady load
 
 
 @dataclass(frozen=True)
@@ -207,7 +229,8 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
         ready = r if ctx.ready_replicas is None else ctx.ready_replicas
         per = None if need is None else need / max(1, min(replicas, ready))
         low = ctx.latency_ms is None or ctx.latency_ms <= cfg.scale.latency_low * ctx.slo_latency_ms
-        calm = low and not over and not saturated
+        # the grow margin holds unless the replica itself is out of CPU: latency alone is no sign of that
+        calm = not saturated
         if calm and per is not None and len(needs) >= 2:
             # calm: a need seen on one tick only is measurement noise; the lower of the last two must ask
             per = min(per, needs[-2][1] / max(1, min(replicas, ready)))
@@ -238,18 +261,32 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
             if why == "hold" or why.startswith("no removal"):
                 why = f"need {need:.2f} cores over {replicas} replicas -> {want:g} each (room {room:g})"
         elif per is not None and replicas <= r:
-            # shrink: to the largest need of the window, only in the low band and after the cooldown
+            # shrink: to the largest need of the window with the grow margin on top (it lands inside the new
+            # size's hold band), only in the low band, after the cooldown and a whole window since any change
             peak = max(n for _, n in needs) / max(1, replicas)
-            down = max(cfg.min_cpu, quantize_up(peak, cfg.cpu_step))
+            down = shrink_to(peak, cfg)
             if down <= c * (1 - cfg.shrink_margin) + 1e-9 and low and not over:
                 shrink = st.shrink.update(-1, now)
-                cooled = st.changed_at is None or now - st.changed_at >= cfg.cooldown_down_s / ts
+                # and, while the load holds, never within the flap window of a move up (as the HPA's 300 s
+                # scale-down stabilization): a boost that drained a backlog is taken back after it, not as a
+                # reversal on a steady load; a load that fell (past STEADY_BAND) may shrink it sooner
+                held = (st.last_move is not None and st.last_move[1] > 0 and now - st.last_move[0] < cfg.flap_window_s / ts
+                        and steady(ctx.arrival_rate, st.last_move[2]))
+                cooled = (st.changed_at is None
+                          or now - st.changed_at >= max(cfg.cooldown_down_s, cfg.scale.down_window_s) / ts) and not held
                 if shrink.count >= cfg.cpu_down_ticks and cooled:
                     target, why, shrink = down, f"idle: peak need {peak:.2f} per replica over the window -> {down:g}", Streak()
                 else:
                     why = f"shrink to {down:g} waits: {shrink.count}/{cfg.cpu_down_ticks} ticks, cooled {cooled}"
     changed_cpu = target != c
     changed = changed_cpu or replicas != r
+    last_move, flaps = st.last_move, st.flaps
+    direction = (replicas * target > r * c + 1e-9) - (replicas * target < r * c - 1e-9)
+    if direction:
+        if (last_move is not None and last_move[1] == -direction and now - last_move[0] < cfg.flap_window_s / ts
+                and steady(ctx.arrival_rate, last_move[2], unknown=True)):
+            flaps += 1
+        last_move = (now, direction, ctx.arrival_rate)
     action: Literal["up", "down", "grow", "shrink", "hold"] = (
         "up" if replicas > r else "down" if replicas < r else "grow" if target > c else "shrink" if target < c
         else "hold")
@@ -258,27 +295,38 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
               "cpu_per_request_ms": ctx.cpu_per_request_ms, "cpu_utilization": ctx.cpu_utilization,
               "throttled_ratio": ctx.throttled_ratio, "node_idle_cores": ctx.node_idle_cores,
               "headroom_cores_per_replica": ctx.headroom_cores_per_replica,
-              "saturated": saturated, "vertical": cfg.vertical,
+              "saturated": saturated, "vertical": cfg.vertical, "flaps": flaps,
               "shrink_pending": shrink.count}  # agreeing ticks of a shrink not made yet (0: none pending)
     new = ElasticState(scale=sst, needs=needs, shrink=shrink,
                        cpu_changed_at=now if changed_cpu else st.cpu_changed_at,
                        changed_at=now if changed else st.changed_at,
-                       ticks_since_cpu_change=0 if changed_cpu else min(st.ticks_since_cpu_change + 1, 1000))
+                       ticks_since_cpu_change=0 if changed_cpu else min(st.ticks_since_cpu_change + 1, 1000),
+                       last_move=last_move, flaps=flaps)
     return (ElasticDecision(reason=reason, inputs=inputs, replicas=replicas, current=r, cpu=target, current_cpu=c,
                             threads=threads_for(target, ctx.node_cpus), action=action), new)
 
 
-def hold_band(cpu: float, config: ElasticConfig, calm: bool = True) -> tuple[float, float]:
+def shrink_to(peak: float, config: ElasticConfig) -> float:
+    """Pure: the size a shrink lands on for a per-replica peak need: the need with the grow margin on top, in
+    `cpu_step` multiples, at least `min_cpu`. The margin is the hysteresis: the need then sits inside the
+    new size's hold band, where the next noisy tick does not grow it back."""
+    return max(config.min_cpu, quantize_up(peak * (1 + config.grow_margin), config.cpu_step))
+
+
+def hold_band(cpu: float, config: ElasticConfig, saturated: bool = False) -> tuple[float, float]:
     """Pure: (lo, hi) such that a tick holds a replica of `cpu` cores (replicas unchanged) when every
-    recent per-replica need lies in (lo, hi]: above hi it grows, at or under lo it shrinks
-    (`shrink_margin`, in `cpu_step` multiples, never under `min_cpu`; lo is 0 where no shrink is
-    possible). A calm tick (low latency, not saturated) grows only past `grow_margin` on top of `cpu`;
-    with `calm=False` (latency between the low band and the SLO, or a saturated replica) any need above
-    `cpu` grows it, so the band ends at `cpu`. What a "right-sized" replica means to this policy: a load
-    whose need sits inside the band, away from its edges, is one it leaves alone."""
-    hi = cpu * (1 + config.grow_margin) if calm else cpu
-    lo = quantize_down(cpu * (1 - config.shrink_margin), config.cpu_step)
-    return (lo if lo >= config.min_cpu and lo < cpu else 0.0), hi
+    recent per-replica need lies in (lo, hi]: above hi it grows; at or under lo it shrinks (the need with
+    the grow margin on top fits a size `shrink_margin` or more below `cpu`, in `cpu_step` multiples and
+    never under `min_cpu`; lo is 0 where no shrink is possible). A replica that is not saturated grows
+    only past `grow_margin` on top of `cpu`, whatever the latency; a saturated one (throttled, or using
+    nearly all of its limit) grows on any need above `cpu`, so its band ends at `cpu`. What a
+    "right-sized" replica means to this policy: a load whose need sits inside the band, away from its
+    edges, is one it leaves alone."""
+    hi = cpu if saturated else cpu * (1 + config.grow_margin)
+    top = quantize_down(cpu * (1 - config.shrink_margin), config.cpu_step)  # the largest size a shrink goes to
+    if top < config.min_cpu or top >= cpu:
+        return 0.0, hi
+    return top / (1 + config.grow_margin), hi
 
 
 def horizontal(config: ElasticConfig) -> ElasticConfig:

@@ -11,6 +11,7 @@ from scanflow.demo.s3_tune import (
     SETTLED_LOOKS,
     SETTLED_S,
     chain,
+    flaps_since,
     mis_sized_verdict,
     right_sized_verdict,
     served,
@@ -55,6 +56,17 @@ def test_mis_sized_passes_only_with_the_whole_chain_and_a_gain() -> None:
     scaled_out = chain([_plan("up", 1.0)], [{"strategy": "execute-scale", "result": "fired", "at": 1.5,
                                              "outcomes": OK}], 0.0)
     assert not mis_sized_verdict(scaled_out, None, 0.3, 100.0, 200.0)[0]  # a replica added, not resized
+    assert not mis_sized_verdict(grow, 1.0, 1.0, 100.0, 200.0, flaps=1)[0]  # a move reversed on the steady load
+
+
+def test_flaps_since_counts_the_planners_own_counter_from_a_point_on() -> None:
+    def plan(at: float, flaps: int) -> dict:
+        return {**_plan("hold", at), "inputs": {"flaps": flaps}}
+
+    plans = [plan(1.0, 2), plan(5.0, 2), plan(11.0, 2), plan(12.0, 3), plan(13.0, 3)]
+    assert flaps_since(plans, 10.0) == 1  # 2 before (S2's), 3 after
+    assert flaps_since(plans, 20.0) == 0 and flaps_since([], 0.0) == 0
+    assert flaps_since([plan(1.0, 1)], 0.0) == 1
 
 
 def test_right_sized_passes_only_if_the_planner_looked_and_nothing_changed() -> None:
@@ -99,16 +111,16 @@ def test_right_rate_moves_the_observed_need_to_the_middle_of_the_hold_band() -> 
     from scanflow.policies.elastic import ElasticConfig, hold_band
 
     cfg = ElasticConfig(min_cpu=0.25, cpu_step=0.25)
-    lo, hi = hold_band(0.5, cfg, calm=False)  # (0.25, 0.5]: any tick holds there
+    lo, hi = hold_band(0.5, cfg)  # (0.208, 0.6]: any tick of a replica that is not saturated holds there
 
     def looks(need: float) -> list[dict]:
         return [{**_plan("hold", 100.0 + i), "current": 1, "inputs": {"need_cores": need}} for i in range(6)]
 
-    # at 100 rps the Planner saw 0.26 cores needed: at the band's bottom edge; the (geometric) middle is 0.354
+    # at 100 rps the Planner saw 0.26 cores needed: near the band's bottom edge; the (geometric) middle is 0.354
     assert right_rate(100.0, looks(0.26), 0.5, cfg) == round(100.0 * math.sqrt(lo * hi) / 0.26, 1)
     assert lo < 0.26 * right_rate(100.0, looks(0.26), 0.5, cfg) / 100.0 < hi
-    # at the smallest size there is no shrink: half the size (measured: 0.13 at 108 rps -> 104 rps, not 167)
-    assert right_rate(108.0, looks(0.13), 0.25, cfg) == round(108.0 * 0.125 / 0.13, 1)
+    # at the smallest size there is no shrink: half the band's top (0.15 of a core)
+    assert right_rate(108.0, looks(0.13), 0.25, cfg) == round(108.0 * 0.15 / 0.13, 1)
     # per replica: 2 replicas needing 0.52 in all are 0.26 each
     two = [{**p, "current": 2, "inputs": {"need_cores": 0.52}} for p in looks(0.0)]
     assert right_rate(100.0, two, 0.5, cfg) == right_rate(100.0, looks(0.26), 0.5, cfg)
