@@ -78,6 +78,7 @@ class DriftDetector(ABC):
         self.x_ref: Array | None = None
         self.x_cal: Array | None = None
         self.cal_groups: NDArray[np.int64] | None = None  # group of each calibration row
+        self._training_copies: NDArray[np.float64] | None = None  # x_ref in the near-copy space (`seen`)
         self._fitted = False
 
     # -- public workflow -------------------------------------------------------------------------
@@ -123,7 +124,7 @@ class DriftDetector(ABC):
                              "hold out a calibration set apart from the training rows")
         self._check_reference(fit_rows, cal_rows)  # before training: a mis-scaled calibration set fails fast
         self._fitted = False
-        self.x_ref = fit_rows
+        self.x_ref, self._training_copies = fit_rows, None
         self._fit(self._preprocess(fit_rows))
         self.infer_threshold(cal_rows)
         return self
@@ -157,6 +158,27 @@ class DriftDetector(ABC):
         if finite.any():
             out[finite] = copies.groups(copies.scaled(x[finite], self.copy_scale), self.copy_limit, seed=self.seed,
                                         keys=self.copy_scale == copies.KEY)
+        return out
+
+    def training_rows_known(self) -> bool:
+        """Whether the rows the model trained on are known apart from the calibration rows (a detector
+        loaded from an older saved format knows only the calibration rows)."""
+        return self.x_ref is not None and self.x_cal is not None and not (
+            self.x_ref.shape == self.x_cal.shape and np.array_equal(self.x_ref, self.x_cal))
+
+    def seen(self, x: Array) -> NDArray[np.bool_]:
+        """Per row of `x`: a near-copy of a row the model trained on (`copies.near_any`). A model's verdict on
+        such a row is memory, not evidence. All False where the training rows are not known."""
+        out = np.zeros(len(x), dtype=bool)
+        if self.copy_scale is None or self.copy_limit is None or not self.training_rows_known():
+            return out
+        if self._training_copies is None:
+            assert self.x_ref is not None  # training_rows_known
+            self._training_copies = copies.scaled(self.x_ref, self.copy_scale)
+        finite = np.isfinite(x).all(axis=1)
+        if finite.any():
+            out[finite] = copies.near_any(copies.scaled(x[finite], self.copy_scale), self._training_copies,
+                                          self.copy_limit, keys=self.copy_scale == copies.KEY)
         return out
 
     def _copy_scale(self, x: Array) -> NDArray[np.float64]:

@@ -34,6 +34,10 @@ from numpy.typing import NDArray
 # Near-copies) at most ~2 % of rows had a distinct neighbour within it, and those merge into pairs.
 DEFAULT_TOLERANCE_SHARE = 0.1
 PAIRS = 4000  # random pairs behind the median distance
+# Below this effective size (distinct calibration rows) a detector warns that its null is uncertain: the
+# margins for the calibration's own error then cost much power, and the reference is probably a few rows
+# replayed (`calibration_warnings`: the report's `warnings`, the Checker's log, an MLflow tag).
+MIN_DISTINCT_CALIBRATION = 100
 EXACT = 0.0  # tolerance 0: identical rows only
 
 
@@ -211,3 +215,17 @@ def near_any(z: NDArray[np.float64], reference: NDArray[np.float64], tolerance: 
         dist += (b * b).sum(axis=1)[None, :]
         out[rows] = dist.min(axis=1) <= limit
     return out
+
+
+def calibration_warnings(cal_groups: NDArray[np.int64] | None, tolerance: float | None) -> list[str]:
+    """Pure: the warning a calibration of these near-copy groups deserves, in words; none from
+    MIN_DISTINCT_CALIBRATION distinct rows on (or when the groups are not known)."""
+    if cal_groups is None:
+        return []
+    eff = kish(cal_groups)
+    if eff >= MIN_DISTINCT_CALIBRATION:
+        return []
+    return [(f"the calibration holds {len(cal_groups)} rows but only ~{eff:.0f} distinct inputs (near-copies within "
+            f"{tolerance or 0:.3g}), under {MIN_DISTINCT_CALIBRATION}: its null is uncertain and the test "
+            "conservative; give the reference more distinct rows")]
+

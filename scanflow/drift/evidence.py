@@ -49,6 +49,9 @@ DRAWS = 4000  # null draws: p-values resolve to 1/4001, the family rates to ~0.3
 # out. A pixel that is 0 in every calibration image then moves z by ~1 per clean row that inks it,
 # instead of making any such row infinitely significant.
 VAR_FLOOR_ROWS = 1.0
+# Families of the model's inputs alone: the training rows describe them as well as held-out rows do, so they
+# are calibrated on both (`CombinedNull.fit`'s reference); the others need rows the autoencoder never saw.
+INPUT_FAMILIES = ("inputs", "input_mean", "input_ecdf")
 TOP_COMPONENTS = 5  # the report names this many most-shifted input columns
 
 
@@ -82,6 +85,31 @@ def row_values(blocks: Sequence[NDArray[np.float64]], medians: Sequence[NDArray[
         arr = np.asarray(b, dtype=np.float64).reshape(len(b), -1)
         parts += [arr, np.abs(arr - m)]
     return np.concatenate(parts, axis=1)
+
+
+FAMILIES = ("errors", "inputs", "latent", "input_mean")  # the blocks' families, in order (`layout_of`)
+
+
+def layout_of(blocks: Sequence[NDArray[np.float64]], n_cuts: int, n_tails: int, alternative: str) -> Layout:
+    """Pure: the layout of `values_of`: each block's columns and spreads, then `n_cuts` empirical-CDF points
+    ("input_ecdf") and `n_tails` tail shares ("error_tail", one-sided: only more rows above an upper quantile
+    is evidence; fewer is what a blur does, and the errors family sees that in the mean). With
+    `alternative` "greater" the errors' location is one-sided too."""
+    sizes = [(name, 2 * b.shape[1]) for name, b in zip(FAMILIES[:len(blocks)], blocks, strict=True)]
+    sizes += [("input_ecdf", n_cuts), ("error_tail", n_tails)]
+    before = sum(k for _, k in sizes[:-1])
+    tail = list(range(before, before + n_tails))
+    return Layout.of(sizes, one_sided=([0] if alternative == "greater" else []) + tail, shares=tail)
+
+
+def values_of(blocks: Sequence[NDArray[np.float64]], medians: Sequence[NDArray[np.float64]],
+              cuts: tuple[NDArray[np.int64], NDArray[np.float64]], tail_cuts: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Pure: per-row values of every family: `row_values` of the blocks (errors, model inputs, encoder outputs,
+    row means), then the inputs' empirical CDF at the calibration's quartiles (`ecdf_cuts`), then whether the
+    row's log error (blocks[0]) is above each tail cut (the window's exceedance shares)."""
+    cols, thr = cuts
+    return np.concatenate([row_values(blocks, medians), (blocks[1][:, cols] <= thr).astype(np.float64),
+                           (blocks[0][:, :1] > tail_cuts).astype(np.float64)], axis=1)
 
 
 ECDF_QUANTILES = (0.25, 0.5, 0.75)

@@ -6,25 +6,13 @@ input space (`_fit_inputs`, `_model_inputs`, `_input_state` / `_restore_inputs`)
 (`_build_model`) and the schema they describe. `scanflow.drift.factory` builds and loads them;
 the Checker agent calls `predict` per window, off the event loop.
 
-How it decides (docs/drift.md has the why and the numbers):
-1. `fit` learns the input scaling from the reference rows and trains the autoencoder on them.
-   It also learns the reference's range per column (`ranges.py`) and refuses calibration rows that
-   look mis-scaled against it.
-2. calibration, on clean rows the autoencoder never saw: the log reconstruction errors' mean,
-   variance, median and spread (the null), their `error_quantile` (the critical-point threshold),
-   and `min_window`, the smallest window at which the test holds its rate (resampled from them).
-3. `predict`: windows shorter than `min_window` are refused (ValueError). Rows with non-finite
-   values or values beyond the reference's range are a schema violation (reported, not tested);
-   the others are tested (evidence "combined", the default): the joint z-test over the log errors,
-   the input columns, the encoder outputs and the errors' tail shares (`evidence.CombinedNull`, with a margin for the
-   calibration set's own error) and the per-feature KS test (`feature_ks.FeatureKS`), their min-p
-   calibrated on their joint null (`feature_ks.PairNull`), at p < fpr; evidence "errors": the errors' mean and spread only (`stats.window_test`).
-   Critical points are the scored rows above the threshold. With backend "mmd" | "ks" | "lsdd",
-   alibi-detect's test on the encoder outputs (window against the calibration set) decides instead.
-
-Persistence: `save` writes detector.json (format version, class name, config, schema, null, min_window),
-autoencoder.pt (the model's state dict), inputs.npz (the learnt input scaling) and calibration.npz
-(calibration rows, their errors, the reference's ranges); `load` rebuilds the saved class from them without retraining.
+How it decides (docs/drift.md has the why; docs/benchmarks/drift.md the numbers): `fit` (the base,
+scanflow/drift/base.py) splits the reference from its calibration rows by groups of near-copies; `_fit`
+learns the input scaling and trains the autoencoder; `_calibrate` fits the nulls on rows it never saw
+(`evidence.CombinedNull`, `feature_ks.FeatureKS` and `feature_ks.PairNull`, the input families on every
+reference row) and `min_window`; `predict` screens the window (`ranges.py`: a schema violation is no
+drift) and judges the rest (`window.combined`), critical points being the rows above the calibration's
+error quantile. Persistence: scanflow/drift/storage.py.
 """
 
 from __future__ import annotations
@@ -37,7 +25,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 
-from scanflow.drift import alibi_backend, copies, evidence, feature_ks, ranges, stats, storage
+from scanflow.drift import alibi_backend, copies, evidence, ranges, stats, storage, window
 from scanflow.drift.autoencoder import (
     Autoencoder,
     default_threads,
@@ -59,13 +47,6 @@ Backend = Literal["ae", "mmd", "ks", "lsdd"]
 Evidence = Literal["combined", "full", "errors"]
 EVIDENCE: tuple[str, ...] = ("combined", "full", "errors")
 BACKENDS: tuple[str, ...] = ("ae", "mmd", "ks", "lsdd")
-# Evidence families of the model's inputs alone: the training rows describe them as well as held-out rows
-# do, so they are calibrated on both (`_reference_evidence`); the others need rows the autoencoder never saw.
-INPUT_FAMILIES = ("inputs", "input_mean", "input_ecdf")
-# Below this effective size (distinct calibration rows, `copies.kish`) the detector warns that its null
-# is uncertain: the margin for the calibration's own error then costs much power, and the reference is
-# probably a few rows replayed (report `warnings`, the Checker's log, an MLflow tag).
-MIN_DISTINCT_CALIBRATION = 100
 # Windows up to this many rows are scored on one torch thread unless num_threads says otherwise: the
 # model is tiny, and a second thread costs more in handoff than it saves (docs/drift.md, Threads).
 SINGLE_THREAD_ROWS = 1000
@@ -86,9 +67,9 @@ class ReconstructionDriftDetector(DriftDetector):
     num_threads: torch threads while fitting (default: the cores this process may use, at most 4)
         and scoring (default: 1 for windows of <= SINGLE_THREAD_ROWS rows, else the process's
         setting); restored afterwards.
-    calibration_confidence: share of calibration sets (deployments) for which each test's rate on
-        fresh clean windows is at most its share of `fpr`; it sets the margin for the calibration
-        set's own sampling error (`stats.margin_for`: 0.9 -> 1.645 standard errors; 0 -> none).
+    calibration_confidence: share of calibration sets (deployments) whose means are all within the
+        margins the test allows for them (`evidence.CombinedNull.fit`: a joint quantile per family), so
+        that such a deployment flags clean windows at most at `fpr`; 0: no margin.
     range_margin: share of a column's reference width allowed beyond its minimum and maximum before
         a value is a schema violation (`ranges.py`).
     copy_tolerance: what counts as a near-copy (`DriftDetector`); the calibration and every window are
@@ -183,7 +164,6 @@ class ReconstructionDriftDetector(DriftDetector):
         self._medians: list[NDArray[np.float64]] = []  # calibration medians of each evidence block
         self._cuts: tuple[NDArray[np.int64], NDArray[np.float64]] = (np.zeros(0, np.int64), np.zeros(0))
         self._tail_cuts: NDArray[np.float64] = np.zeros(0)  # log-error cuts of the "error_tail" family
-        self._fit_copies: NDArray[np.float64] | None = None  # training rows in the near-copy space (`_seen`)
         self._alibi: Any = None
 
     # -- what a subclass implements ---------------------------------------------------------------
@@ -291,25 +271,10 @@ class ReconstructionDriftDetector(DriftDetector):
         return errors, blocks
 
     def _layout(self, blocks: list[NDArray[np.float64]]) -> evidence.Layout:
-        names = ("errors", "inputs", "latent", "input_mean")[:len(blocks)]
-        sizes = [(name, 2 * b.shape[1]) for name, b in zip(names, blocks, strict=True)]
-        sizes.append(("input_ecdf", len(self._cuts[0])))
-        sizes.append(("error_tail", len(self._tail_cuts)))
-        before = sum(k for _, k in sizes[:-1])
-        # only more rows above an upper quantile is evidence: fewer is what a blur does, and the errors
-        # family already sees that in the mean
-        tail = list(range(before, before + len(self._tail_cuts)))
-        return evidence.Layout.of(sizes, one_sided=([0] if self.alternative == "greater" else []) + tail,
-                                  shares=tail)
+        return evidence.layout_of(blocks, len(self._cuts[0]), len(self._tail_cuts), self.alternative)
 
     def _values(self, blocks: list[NDArray[np.float64]]) -> NDArray[np.float64]:
-        """Per-row values of every evidence family: `evidence.row_values` of the blocks, then the input
-        columns' empirical CDF at the calibration's quartiles (`evidence.ecdf_cuts`), then whether the
-        row's log error is above each of the calibration's `TAIL_QUANTILES` (the window's exceedance shares)."""
-        cols, thr = self._cuts
-        return np.concatenate([evidence.row_values(blocks, self._medians),
-                               (blocks[1][:, cols] <= thr).astype(np.float64),
-                               (blocks[0][:, :1] > self._tail_cuts).astype(np.float64)], axis=1)
+        return evidence.values_of(blocks, self._medians, self._cuts, self._tail_cuts)
 
     def _calibrate(self, x_cal: Array) -> None:
         if self.ranges is None and self.x_ref is not None:  # a model set by hand (benchmark twins), or a
@@ -324,22 +289,11 @@ class ReconstructionDriftDetector(DriftDetector):
             self._cuts = evidence.ecdf_cuts(blocks[1]) if self.evidence == "full" else (np.zeros(0, np.int64), np.zeros(0))
             self._tail_cuts = np.quantile(log_errs, TAIL_QUANTILES)
             values = self._values(blocks)
-            layout = self._layout(blocks)
-            rows_in = self.cal_groups
-            # the families that do not depend on the autoencoder are calibrated on every reference row
-            wide = np.isin(layout.family_of, [i for i, f in enumerate(layout.families) if f in INPUT_FAMILIES])
             ref_values, ref_inputs, ref_groups = self._reference_evidence(values, blocks[1])
-            self.combined = evidence.CombinedNull.fit(
-                values, layout, seed=self.seed, n_eff=self.calibration_effective(),
-                confidence=self.calibration_confidence, reference=ref_values,
-                reference_n=None if ref_groups is None else copies.kish(ref_groups), wide=wide)
-            self.feature_ks = feature_ks.FeatureKS.fit(blocks[1] if ref_inputs is None else ref_inputs,
-                                                     codes=self._code_groups(), seed=self.seed,
-                                                     rows_in=rows_in if ref_groups is None else ref_groups)
-            self.pair_null = feature_ks.PairNull.fit(values, blocks[1], self.combined, self.feature_ks, seed=self.seed,
-                                                   rows_in=rows_in)
-            self.min_window = evidence.min_window(self.combined, values, self.fpr, sizes=stats.WINDOW_GRID,
-                                                  seed=self.seed)
+            nulls = window.fit_nulls(
+                values, blocks[1], self._layout(blocks), window.Rows(self.cal_groups, ref_values, ref_inputs, ref_groups),
+                codes=self._code_groups(), confidence=self.calibration_confidence, fpr=self.fpr, seed=self.seed)
+            self.combined, self.feature_ks, self.pair_null, self.min_window = nulls
         else:
             self.combined = None
             self.feature_ks = None
@@ -360,12 +314,8 @@ class ReconstructionDriftDetector(DriftDetector):
         row's pixels are as much a sample of the reference as a held-out row's, and three times the rows
         cut the calibration's own error by 1.7. (None, None, None) when no training rows apart from the
         calibration's are known (a detector loaded from an older format)."""
-        self._fit_copies = None
-        if self.x_ref is None or self.x_cal is None or (
-                self.x_ref.shape == self.x_cal.shape and np.array_equal(self.x_ref, self.x_cal)):
+        if not self.training_rows_known() or self.x_ref is None or self.x_cal is None:
             return None, None, None
-        if self.copy_scale is not None:  # the training rows in the near-copy space, for `_seen`
-            self._fit_copies = copies.scaled(self.x_ref, self.copy_scale)
         _, blocks = self._scores(self._preprocess(self.x_ref))
         groups = self.copy_groups(np.concatenate([self.x_ref, self.x_cal]))
         return (np.concatenate([self._values(blocks), values]), np.concatenate([blocks[1], inputs]), groups)
@@ -408,7 +358,7 @@ class ReconstructionDriftDetector(DriftDetector):
         values = self._values(blocks) if self.combined is not None else None
         return self._verdict(x, errors, ranges.Screen(ok, None), values, blocks[1], self.copy_groups(x))
 
-    def _verdict(self, window: Array, errors: NDArray[np.float64], checked: ranges.Screen,
+    def _verdict(self, window_rows: Array, errors: NDArray[np.float64], checked: ranges.Screen,
                  values: NDArray[np.float64] | None = None, inputs: NDArray[np.float64] | None = None,
                  rows_in: NDArray[np.int64] | None = None) -> DriftReport:
         assert self.window_null is not None and self.error_threshold is not None  # set by _calibrate
@@ -433,79 +383,28 @@ class ReconstructionDriftDetector(DriftDetector):
             score, p_value = z_loc, stats.bonferroni(p_loc, p_scale)
             meta.update(t_scale=z_scale, p_location=p_loc, p_scale=p_scale)
             if self.combined is not None and values is not None:
-                # rows the autoencoder trained on (copies of them) reconstruct from memory: its families judge
-                # the others only, so that traffic replaying reference inputs does not read as "errors down"
-                seen = self._seen(window) & tested
-                partial = None
-                if seen.any():
-                    unseen = tested & ~seen
-                    partial = (self._model_components(), values[unseen],
-                               copies.kish(rows_in[unseen]) if rows_in is not None else float(unseen.sum()))
-                meta.update(seen_rows=int(seen.sum()))
-                ev = self.combined.test(values[tested], None, m_eff, partial=partial)
-                p_value = ev.p_value
-                family_p = dict(ev.family_p)
-                if self.feature_ks is not None and inputs is not None:
-                    # two tests of one null: the joint z-test sees moments, the KS test shapes
-                    # (feature_ks.FeatureKS); their min-p is calibrated on their joint null (feature_ks.PairNull)
-                    _, p_ks = self.feature_ks.test(inputs[tested], m_eff)
-                    family_p["feature_ks"] = p_ks
-                    meta.update(p_joint=ev.p_value, p_feature_ks=p_ks)
-                    p_value = (self.pair_null.p_value(ev.p_value, p_ks) if self.pair_null is not None
-                               else stats.bonferroni(ev.p_value, p_ks))
-                meta.update(evidence_p=family_p, shifted_inputs=self._shifted_inputs(ev.z))
+                verdict = window.combined(self.combined, self.feature_ks, self.pair_null, values,
+                                          inputs if self.feature_ks is not None else None, tested,
+                                          self.seen(window_rows), rows_in)
+                p_value = verdict.p_value
+                meta.update(verdict.meta, evidence_p=verdict.family_p,
+                            shifted_inputs=window.shifted_inputs(self.combined.layout, verdict.z, self._input_column))
             is_drift = p_value < self.fpr
         else:
-            x_in = self._preprocess(window[tested])
+            x_in = self._preprocess(window_rows[tested])
             score, p_value, is_drift = alibi_backend.alibi_verdict(self._alibi.predict(x_in), self.backend)
         return DriftReport(
             score=float(score),
             p_value=float(p_value),
             threshold=self.fpr,
             is_drift=bool(is_drift),
-            drift_rate=len(critical) / len(window),
+            drift_rate=len(critical) / len(window_rows),
             critical_indices=tuple(int(i) for i in critical),
-            n=len(window),
+            n=len(window_rows),
             metadata=meta,
             errors=errors,
             schema_violation=checked.violation,
         )
-
-    def _seen(self, window: Array) -> NDArray[np.bool_]:
-        """Per row: a near-copy of a row the autoencoder trained on (`copies.near_any`); all False when the
-        training rows are not known apart from the calibration's (an older saved format)."""
-        fit = self._fit_copies
-        if fit is None or self.copy_scale is None or self.copy_limit is None:
-            return np.zeros(len(window), dtype=bool)
-        finite = np.isfinite(window).all(axis=1)
-        out = np.zeros(len(window), dtype=bool)
-        if finite.any():
-            out[finite] = copies.near_any(copies.scaled(window[finite], self.copy_scale), fit, self.copy_limit,
-                                          keys=self.copy_scale == copies.KEY)
-        return out
-
-    def _model_components(self) -> NDArray[np.bool_]:
-        """The components of the joint test that depend on the autoencoder (its errors and encoder outputs)."""
-        assert self.combined is not None
-        layout = self.combined.layout
-        return ~np.isin(layout.family_of, [i for i, f in enumerate(layout.families) if f in INPUT_FAMILIES])
-
-    def _shifted_inputs(self, z: NDArray[np.float64]) -> list[dict[str, float]]:
-        """The input columns (model input space) whose location or spread moved most: [{column, z}]."""
-        assert self.combined is not None
-        layout = self.combined.layout
-        if "inputs" not in layout.families:
-            return []
-        idx = np.flatnonzero(layout.family_of == layout.families.index("inputs"))
-        width = len(idx) // 2
-        both = np.maximum(np.abs(z[idx[:width]]), np.abs(z[idx[width:]]))
-        out: dict[int, float] = {}  # a row column (a code column has one encoded column per code) -> largest z
-        for c in np.argsort(-both):
-            if both[c] <= 0 or len(out) >= evidence.TOP_COMPONENTS:
-                break
-            col = self._input_column(int(c))
-            out.setdefault(col, round(float(both[c]), 2))
-        return [{"column": c, "z": v} for c, v in out.items()]
 
     def _input_column(self, encoded: int) -> int:
         """The row column a column of the model's input space comes from (the same one, unless a subclass
@@ -550,15 +449,7 @@ class ReconstructionDriftDetector(DriftDetector):
 
     def warnings(self) -> list[str]:
         """What makes this detector's null uncertain, in words (empty when nothing does)."""
-        if self.cal_groups is None:
-            return []
-        eff = self.calibration_effective()
-        if eff >= MIN_DISTINCT_CALIBRATION:
-            return []
-        warning = (f"the calibration holds {len(self.cal_groups)} rows but only ~{eff:.0f} distinct inputs (near-copies "
-                   f"within {self.copy_limit:.3g}), under {MIN_DISTINCT_CALIBRATION}: its null is uncertain and the "
-                   "test conservative; give the reference more distinct rows")
-        return [warning]
+        return copies.calibration_warnings(self.cal_groups, self.copy_limit)
 
     def _model(self) -> Autoencoder:
         if self.model is None:
