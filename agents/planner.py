@@ -161,11 +161,15 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     config = retrain_config(dict(CFG.get("retrain", {})))
     state = retrain_state(ctx.state.get("retrain", {}))
     fpr = p.get("fpr")
+    version = p.get("detector_version")
     rctx = retrain.RetrainContext(now=ctx.now(), drift=bool(p["drift"]), drift_score=p.get("score"),
-                                  window_fpr=None if fpr is None else float(fpr), config=config, state=state)
+                                  window_fpr=None if fpr is None else float(fpr),
+                                  version=None if version is None else str(version), config=config, state=state)
     decision, new = retrain.decide(rctx)
-    # critical points of the windows that count: drifted windows only, cleared after a retrain
-    pool = list(ctx.state.get("critical_ids", [])) + (list(p.get("critical_ids", [])) if p["drift"] else [])
+    # critical points of the windows that count: drifted windows only (not those a retrain in flight
+    # answers), cleared after a retrain
+    counts = bool(p["drift"]) and not retrain.answered(rctx)
+    pool = list(ctx.state.get("critical_ids", [])) + (list(p.get("critical_ids", [])) if counts else [])
     pool = list(dict.fromkeys(pool))[-MAX_CRITICAL:]
     waiting = retrain.observe(rctx)
     # labels are counted only when everything else says retrain (one Tracker call, before any state moves)
@@ -173,13 +177,13 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     decision, new = gate_on_points(decision, new, waiting, len(pool), min_points(), labelled, min_labelled())
     # the earliest and latest records of those windows: the Executor reads the prediction log between them
     from_seq, to_seq = ctx.state.get("critical_from_seq"), ctx.state.get("critical_to_seq")
-    if p["drift"] and p.get("from_seq") is not None:
+    if counts and p.get("from_seq") is not None:
         from_seq = int(p["from_seq"]) if from_seq is None else min(int(from_seq), int(p["from_seq"]))
-    if p["drift"] and p.get("to_seq") is not None:
+    if counts and p.get("to_seq") is not None:
         to_seq = int(p["to_seq"]) if to_seq is None else max(int(to_seq), int(p["to_seq"]))
     # the drifted checks themselves: their steps in the Checker's monitoring run (to_seq), for the UI's links
     steps = list(ctx.state.get("critical_steps", []))
-    if p["drift"] and p.get("to_seq") is not None:
+    if counts and p.get("to_seq") is not None:
         steps.append(int(p["to_seq"]))
     ctx.state["critical_ids"] = pool
     ctx.state["critical_from_seq"] = from_seq

@@ -13,7 +13,12 @@ Two pure policies, used by the Planner (retrain) and the Executor or Planner (pr
   - "k_of_m": drift in at least `k` of the last `m` windows (the rule before: 2 of 3 at a 0.05 window
     rate alarms every ~130 stable windows, so only the cooldown stood between stable traffic and a
     retrain; kept for comparison, benchmarks/alarms.py).
-  After a retrain the evidence is cleared, so the new model needs fresh evidence.
+  After a retrain the evidence is cleared, so the new model needs fresh evidence; and while that retrain
+  is in flight, the verdicts of the detector version it answers (the old champion's, still arriving until
+  the new one serves) are not evidence again: they only repeat the drift the retrain is for. They count
+  again only after `retrain_timeout_s` (a challenger not promoted: the champion, its detector and the
+  drift stay). Before, with a 60 s cooldown, the old champion's verdicts during a 60 s retrain planned a
+  second one.
 - `decide_promotion(challenger, champion, config) -> PromotionDecision`: promote when the challenger
   is better on drifted data by more than `min_gain_drifted`, and not worse on clean data than the
   champion by more than `clean_tolerance`.
@@ -53,6 +58,7 @@ class RetrainConfig:
     drift_power: float = 0.5
     default_window_s: float = 5.0
     min_arl0_windows: float = 1000.0
+    retrain_timeout_s: float = 1800.0  # a retrain's verdicts wait this long for the new champion's detector
 
     def __post_init__(self) -> None:
         if not 1 <= self.k <= self.m:
@@ -61,8 +67,10 @@ class RetrainConfig:
             raise ValueError("cooldown_s must be >= 0 and time_scale > 0")
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {list(RULES)}, got {self.rule!r}")
-        if self.false_alarms_per_day <= 0 or self.default_window_s <= 0 or self.min_arl0_windows < 1:
-            raise ValueError("false_alarms_per_day and default_window_s must be > 0, min_arl0_windows >= 1")
+        if self.false_alarms_per_day <= 0 or self.default_window_s <= 0 or self.min_arl0_windows < 1 \
+                or self.retrain_timeout_s < 0:
+            raise ValueError("false_alarms_per_day and default_window_s must be > 0, min_arl0_windows >= 1, "
+                             "retrain_timeout_s >= 0")
         sequential.Design(self.window_fpr, self.drift_power)  # ValueError unless 0 < window_fpr < drift_power < 1
 
 
@@ -73,6 +81,7 @@ class RetrainState:
     cusum: float = 0.0  # the CUSUM statistic (rule "cusum")
     window_s: float | None = None  # EWMA of the seconds between drift windows
     last_window_at: float | None = None
+    retrain_version: str | None = None  # the detector version whose verdicts the last retrain answers
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,7 @@ class RetrainContext:
     """drift: the verdict of a new drift window (None = no new window this tick).
 
     window_fpr: the detector's false-positive rate, as its verdict states it (None: the config's).
+    version: the model version whose detector judged the window (None: not known).
     retrain_running: a training job started earlier has not finished (observed, e.g. from the
     Executor). last_retrain_at: when a retrain last started, if known from outside (e.g. the store);
     the later of this and the state's own record counts.
@@ -89,6 +99,7 @@ class RetrainContext:
     drift: bool | None = None
     drift_score: float | None = None
     window_fpr: float | None = None
+    version: str | None = None
     retrain_running: bool = False
     last_retrain_at: float | None = None
     config: RetrainConfig = field(default_factory=RetrainConfig)
@@ -107,8 +118,18 @@ def design_of(ctx: RetrainContext) -> sequential.Design:
     return sequential.Design(p0, ctx.config.drift_power)
 
 
+def answered(ctx: RetrainContext) -> bool:
+    """Pure: this window was judged by the detector version a retrain still in flight answers (its verdicts
+    wait for the new champion's detector, at most `retrain_timeout_s`)."""
+    st, cfg = ctx.state, ctx.config
+    return (st.retrain_version is not None and ctx.version is not None and ctx.version == st.retrain_version
+            and st.last_retrain_at is not None
+            and ctx.now - st.last_retrain_at < cfg.retrain_timeout_s / cfg.time_scale)
+
+
 def observe(ctx: RetrainContext) -> RetrainState:
-    """Pure: the state after this tick's window (verdict history, CUSUM, window rate), nothing reset."""
+    """Pure: the state after this tick's window (verdict history, CUSUM, window rate), nothing reset. A window
+    a retrain in flight answers (`answered`) moves only the window rate."""
     cfg, st = ctx.config, ctx.state
     if ctx.drift is None:
         return st
@@ -116,9 +137,13 @@ def observe(ctx: RetrainContext) -> RetrainState:
     if st.last_window_at is not None and ctx.now > st.last_window_at:
         gap = ctx.now - st.last_window_at
         window_s = gap if window_s is None else (1 - RATE_ALPHA) * window_s + RATE_ALPHA * gap
+    if answered(ctx):
+        return replace(st, window_s=window_s, last_window_at=ctx.now)
+    # a newer detector judged it: the retrain landed (or a version the Planner never saw serves)
     return RetrainState(windows=(st.windows + (bool(ctx.drift),))[-cfg.m:], last_retrain_at=st.last_retrain_at,
                         cusum=sequential.step(st.cusum, bool(ctx.drift), design_of(ctx)), window_s=window_s,
-                        last_window_at=ctx.now)
+                        last_window_at=ctx.now,
+                        retrain_version=st.retrain_version if ctx.version is None else None)
 
 
 def alarm_threshold(ctx: RetrainContext, state: RetrainState) -> tuple[float, float, float]:
@@ -139,7 +164,11 @@ def decide(ctx: RetrainContext) -> tuple[RetrainDecision, RetrainState]:
     drifted = sum(state.windows)
     inputs: dict[str, Any] = {"now": ctx.now, "drift": ctx.drift, "drift_score": ctx.drift_score,
                               "drifted_windows": drifted, "windows": len(state.windows), "rule": cfg.rule,
-                              "retrain_running": ctx.retrain_running, "since_last_retrain_s": since}
+                              "retrain_running": ctx.retrain_running, "since_last_retrain_s": since,
+                              "version": ctx.version}
+    if answered(ctx):
+        return RetrainDecision(f"no: the retrain for version {ctx.version}'s drift is in flight; its verdicts wait "
+                               "for the new champion's detector", inputs), state
     if cfg.rule == "k_of_m":
         inputs |= {"k": cfg.k, "m": cfg.m}
         evidence = f"drift in {drifted} of the last {len(state.windows)} windows"
@@ -163,7 +192,7 @@ def decide(ctx: RetrainContext) -> tuple[RetrainDecision, RetrainState]:
         return RetrainDecision(f"no: last retrain {since:.0f}s ago < cooldown {cooldown:.0f}s", inputs), state
     return (
         RetrainDecision(f"retrain: {evidence} >= {bar}", inputs, retrain=True),
-        replace(state, windows=(), cusum=0.0, last_retrain_at=ctx.now),
+        replace(state, windows=(), cusum=0.0, last_retrain_at=ctx.now, retrain_version=ctx.version),
     )
 
 

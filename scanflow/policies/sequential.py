@@ -65,6 +65,8 @@ def average_run_length(h: float, rate: float, design: Design, *, grid: int = GRI
         raise ValueError(f"rate must be in [0, 1], got {rate}")
     if h <= 0:
         return 1.0
+    if rate == 0.0 and design.down < 0:  # never flagged: the statistic stays at 0 for ever
+        return math.inf
     d = h / grid
     states = np.arange(grid) * d
     q = np.zeros((grid, grid))
@@ -122,7 +124,7 @@ def k_of_m_run_length(k: int, m: int, rate: float) -> float:
     if not 0.0 <= rate <= 1.0:
         raise ValueError(f"rate must be in [0, 1], got {rate}")
     states: list[tuple[bool, ...]] = [()]
-    index = {(): 0}
+    index: dict[tuple[bool, ...], int] = {(): 0}
     for s in states:  # grows while new histories appear: every history of up to m verdicts below k drifted
         for v in (True, False):
             nxt = (s + (v,))[-m:]

@@ -142,3 +142,35 @@ def test_score_by_task() -> None:
     assert score("regression", y, y + 10) < 0
     with pytest.raises(ValueError, match="targets"):
         score("regression", y, y[:2])
+
+
+def test_a_retrain_in_flight_is_not_asked_for_again_by_the_verdicts_it_answers() -> None:
+    # cooldown 60 s, windows every 4 s: the old champion's detector keeps flagging while the retrain runs
+    # (60 s and more on a busy machine); before, its verdicts planned a second retrain once the cooldown passed
+    cfg = RetrainConfig(cooldown_s=60.0, default_window_s=4.0)
+    state, fired, t = RetrainState(), [], 0.0
+    for _ in range(40):  # 160 s of version 1's drifted verdicts
+        d, state = retrain.decide(RetrainContext(now=t, drift=True, version="1", config=cfg, state=state))
+        fired.append(d.retrain)
+        t += 4.0
+    assert sum(fired) == 1 and state.retrain_version == "1"
+    assert "in flight" in d.reason
+    # the new champion serves: its clean verdicts, then drift again, count afresh (and after the cooldown)
+    d, state = retrain.decide(RetrainContext(now=t, drift=False, version="2", config=cfg, state=state))
+    assert state.retrain_version is None and not d.retrain
+    got = []
+    for _ in range(10):
+        t += 4.0
+        d, state = retrain.decide(RetrainContext(now=t, drift=True, version="2", config=cfg, state=state))
+        got.append(d.retrain)
+    assert any(got)
+
+
+def test_a_challenger_never_promoted_lets_the_verdicts_count_after_the_timeout() -> None:
+    cfg = RetrainConfig(cooldown_s=60.0, default_window_s=4.0, retrain_timeout_s=100.0)
+    state, t, fired = RetrainState(), 0.0, 0
+    for _ in range(60):  # 240 s, version 1 throughout: the retrain's challenger was not promoted
+        d, state = retrain.decide(RetrainContext(now=t, drift=True, version="1", config=cfg, state=state))
+        fired += d.retrain
+        t += 4.0
+    assert fired == 2  # once, then again after the timeout (100 s) with fresh evidence
