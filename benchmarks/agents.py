@@ -25,6 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from verdict import add_check, exit_code
+
 from scanflow.platform.processes import free_port
 
 TOKEN = "bench-token"
@@ -279,7 +282,7 @@ def engine(n: int, n_store: int, reps: int) -> dict[str, float]:
     }
 
 
-def main() -> None:
+def main() -> int:
     from scanflow.platform.children import stop_children_on_exit
 
     stop_children_on_exit()  # its servers stop on any exit: exception, Ctrl-C, SIGTERM, SIGHUP
@@ -287,10 +290,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes, under a minute")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--home", help=argparse.SUPPRESS)
+    add_check(ap)
     args = ap.parse_args()
     if args.serve:
         serve(args.serve, args.home or tempfile.mkdtemp())
-        return
+        return 0
     n_rt, reps, n_eng, n_store = (300, 3, 20_000, 300) if args.quick else (2000, 5, 100_000, 2000)
     print(
         f"agents benchmark ({'quick' if args.quick else 'full'}), {os.cpu_count()} cores, "
@@ -323,8 +327,10 @@ def main() -> None:
     )
     figures = {k: round(v, 3) for k, v in {**rt, **eng}.items()}
     figures["load_average"] = round(os.getloadavg()[0], 2)
+    figures["target_met"] = bool(ok_p99 and ok_eng)
     print(json.dumps(figures))
+    return exit_code(figures, args.check)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

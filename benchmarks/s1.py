@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import statistics
 import sys
@@ -34,6 +35,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no progress bars in the figures
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from verdict import add_check, exit_code
 
 
 def s1_module(workflow: str) -> Any:
@@ -146,6 +149,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small windows and sizes (under a minute of S1)")
     ap.add_argument("--runs", type=int, default=1)
+    add_check(ap)
     ap.add_argument("--workflow", default="digits", help="a shipped example with an s1 module (digits, ...)")
     ap.add_argument("--feedback", type=float, default=0.2, help="share of answered requests whose label is sent")
     ap.add_argument("--rate", type=float, default=150.0,
@@ -177,7 +181,8 @@ def main() -> int:
         print(f"  accuracy_gap_points clean(old) - drifted(new), unseen digits: "
               f"{med.get('accuracy_gap_points', float('nan')):.1f} points (target <= 2); "
               f"new champion's own clean - drifted {med['unseen_gap_points']:.1f}")
-    print(json.dumps({"workflow": args.workflow, "feedback_fraction": args.feedback,
+    gap = med.get("accuracy_gap_points", float("nan"))
+    figures = {"workflow": args.workflow, "feedback_fraction": args.feedback,
                       "s1_seconds": round(med["s1_seconds"], 2),
                       "accuracy_gap_points": round(med.get("accuracy_gap_points", float("nan")), 2),
                       "traffic_gap_points": round(med["traffic_gap_points"], 2),
@@ -186,8 +191,12 @@ def main() -> int:
                       "accuracy_drifted_new": round(med["accuracy_drifted_new"], 4),
                       "accuracy_clean_old": round(med["accuracy_clean_old"], 4),
                       "unseen_gap_points": round(med.get("unseen_gap_points", float("nan")), 2),
-                      "rate": args.rate, "runs": len(runs)}))
-    return 0
+                      "rate": args.rate, "runs": len(runs),
+                      # the targets: S1 under 60 s, the new champion within 2 points on unseen drifted rows, no loss
+                      "target_met": bool(med["s1_seconds"] < 60.0 and math.isfinite(gap) and gap <= 2.0
+                                         and int(med["failed_requests"]) == 0)}
+    print(json.dumps(figures))
+    return exit_code(figures, args.check)
 
 
 if __name__ == "__main__":

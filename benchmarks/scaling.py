@@ -51,6 +51,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from verdict import add_check, exit_code
 
 from scanflow.policies.simulated import (
     STEP_TRACE,
@@ -269,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-replicas", type=int, default=10)
     p.add_argument("--node-cpus", type=float, default=8.0, help="CPUs of each replica's node (its vertical ceiling)")
     p.add_argument("--noise", type=float, default=0.1, help="lognormal sd of the measured rates and CPU")
+    add_check(p)
     a = p.parse_args(argv)
     ts = a.time_scale or (5.0 if a.quick else 1.0)
     if a.seeds < 1 or ts <= 0 or a.service_ms <= 0 or a.slo_ms <= 0 or a.max_replicas < 1 or a.node_cpus < 1 \
@@ -319,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
           f"x{figures['core_seconds_ratio_vs_hpa']} (<= 1), flaps {figures['flaps']} (0); vs horizontal-only: "
           f"violations x{figures['vertical_violation_ratio_vs_horizontal']} (target <= 0.5); {wall:.1f}s wall")
     print(json.dumps(figures))
-    return 0
+    return exit_code(figures, a.check)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import serving_peers
+from verdict import add_check, exit_code
 
 WRK_LUA = """
 wrk.method = "POST"
@@ -233,13 +234,14 @@ async def _empty_app(scope, receive, send) -> None:  # type: ignore[no-untyped-d
     await send({"type": "http.response.body", "body": body})
 
 
-def main() -> None:
+def main() -> int:
     from scanflow.platform.children import stop_children_on_exit
 
     stop_children_on_exit()  # its servers stop on any exit: exception, Ctrl-C, SIGTERM, SIGHUP
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="short runs, three concurrencies (8, 64, 128)")
     p.add_argument("--replicas", type=int, default=2)
+    add_check(p)
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--loadgen", nargs=3, metavar=("URL", "CONCURRENCY", "SECONDS"), help=argparse.SUPPRESS)
     p.add_argument("--empty-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
@@ -431,7 +433,8 @@ def main() -> None:
                                  and p99 <= 1.0 and figures["fraction_of_limit"] >= 0.7
                                  and not any(errors.values()))
     print(json.dumps(figures))
+    return exit_code(figures, args.check)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -31,6 +31,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from verdict import add_check, exit_code
+
 from scanflow.loadgen import measure_closed_loop
 from scanflow.platform.local import LocalPlatform
 from scanflow.platform.topology import Config, candidate_configs, default_config, read_topology
@@ -108,6 +111,7 @@ def main() -> int:
     stop_children_on_exit()  # its servers stop on any exit: exception, Ctrl-C, SIGTERM, SIGHUP
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer configs, 3 s windows, 1 probe round (~2 min)")
+    add_check(ap)
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--rounds", type=int, default=None, help="probe rounds (confirmation: at least 3)")
@@ -176,7 +180,7 @@ def main() -> int:
     errors = sum(m["errors"] for runs in (probes, confirm) for ms in runs.values() for m in ms)
     print(f"chosen: {chosen.label} {gain:+.1%} over the mis-sized start, {gain_untuned:+.1%} over the untuned "
           f"default ({elapsed:.0f}s)")
-    print(json.dumps({
+    figures = {
         "benchmark": "tuning", "cores": topo.total, "clients": args.clients, "probe_rounds": rounds,
         "confirm_rounds": confirm_rounds, "start": start.label, "default": start.label,
         "default_rps": round(start_rps, 1), "best_rps": round(chosen_rps, 1),
@@ -188,8 +192,9 @@ def main() -> int:
                         "cpus_per_replica": chosen.cpu, "affinity": chosen.affinity},
         "configs": {c.label: round(med(probes, c, "rps"), 1) for c in cands},
         "cgroup_quota": quota_applies, "hidden": args.hidden, "errors": int(errors), "seconds": round(elapsed, 1),
-    }))
-    return 0
+    }
+    print(json.dumps(figures))
+    return exit_code(figures, args.check)
 
 
 if __name__ == "__main__":

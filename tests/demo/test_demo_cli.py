@@ -21,9 +21,12 @@ def test_demo_quick_json_last_line(tmp_path: Path, scanflow_exe: Path) -> None:
     for key, sc in doc["scenarios"].items():
         assert sc["bar"], key  # every scenario states its bar
         assert isinstance(sc["passed"], bool) and isinstance(sc["figures"], dict), key
-    # the exit code is the verdict of the bars
+    # the exit code is the verdict of the bars, and every bar is met: a demo that runs but misses them is
+    # the product failing a newcomer's first run
     assert doc["ok"] == all(sc["passed"] for sc in doc["scenarios"].values())
     assert proc.returncode == (0 if doc["ok"] else 1), proc.stderr[-2000:]
+    missed = {k: (sc.get("error"), sc["figures"]) for k, sc in doc["scenarios"].items() if not sc["passed"]}
+    assert doc["ok"] and not missed, missed
     assert "scenario" in proc.stdout and "bar" in proc.stdout  # the table went to stdout
     # its first words say where the log is, which exists (output to a file shows no spinner)
     log_line = proc.stderr.splitlines()[0]
