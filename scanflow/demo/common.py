@@ -29,6 +29,9 @@ class DemoContext:
     say: Say = _quiet  # one-line progress updates (the runner shows them with rich)
     stack: Any = None  # scanflow.stack.EmbeddedStack for S1/S4 (None: those scenarios cannot run)
     t0: float = field(default_factory=time.monotonic)
+    # set by S1 at its drift onset: the new scanner stays, so the scenarios after it send the world S1
+    # left (`traffic_rows`)
+    world_drifted: bool = False
 
     def model_uri(self) -> str:
         return "models:/digits@champion"
@@ -39,6 +42,19 @@ def clean_rows(n: int = 512) -> np.ndarray:
     from workflows.digits.data import load_splits
 
     return load_splits(0).x_test[:n]
+
+
+def traffic_rows(ctx: DemoContext, n: int = 512) -> np.ndarray:
+    """Rows to send as traffic in the world as it is now: clean digits, or after S1's drift onset fresh
+    digits through S1's drift (`workflows.digits.s1.post_drift_pool`: rows no reference, retrain or
+    calibration held). Why: the champion S1 promoted serves the drifted world, and its detector was fitted
+    on S1's traffic; clean rows would be a drift back, and S1's own pool rows would judge the detector
+    on the rows it was refitted on."""
+    if not ctx.world_drifted:
+        return clean_rows(n)
+    from workflows.digits.s1 import post_drift_pool
+
+    return post_drift_pool()[0][:n]
 
 
 def wait_for(cond: Callable[[], bool], timeout_s: float, interval_s: float = 0.25) -> bool:

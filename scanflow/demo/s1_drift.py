@@ -20,8 +20,11 @@ import numpy as np
 from scanflow.demo.common import DemoContext, wait_for
 from scanflow.demo.report import ScenarioResult
 
-BAR = "a new champion serves after the drift onset (deadline), 0 failed requests, accuracy on drifted rows rises"
+BAR = ("a new champion serves after the drift onset (deadline), 0 failed requests, accuracy on drifted rows rises, "
+       "and at most 2 of 5 windows of fresh drifted rows flagged by its detector afterwards")
+POST_WINDOWS, MAX_POST_FLAGGED = 5, 2  # fresh post-drift windows judged after the swap; 3+ flagged: < 1 % at 5 %
 MODEL = "digits"
+RATE = 60  # requests per second of S1's traffic
 
 
 def pools() -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -55,6 +58,14 @@ def drift_series(events: list[dict[str, Any]], t0: float) -> dict[str, list[Any]
     return out
 
 
+def post_swap_checks(events: list[dict[str, Any]], version: str, after: float) -> list[dict[str, Any]]:
+    """Pure: the `drift.checked` events judged by `version`'s detector and received after `after`, oldest
+    first (the windows made of rows sent after the traffic switched to fresh rows)."""
+    got = [e for e in events if e.get("name") == "drift.checked" and isinstance(e.get("payload"), dict)
+           and str(e["payload"].get("detector_version")) == version and float(e.get("received_at") or 0) > after]
+    return sorted(got, key=lambda e: float(e.get("received_at") or 0))
+
+
 def decision_line(label: str, reason: str, width: int = 100) -> str:
     """Pure: 'label: reason' for the summary, without repeating a verdict the reason already starts with
     ("retrain: drift in 3 of ..." stays as it is) and shortened at a word, not mid-parenthesis."""
@@ -74,7 +85,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
     deadline = 200.0 if ctx.quick else 300.0
     p = pools()
     t0 = time.time()
-    with Traffic(stack.service_url, p["clean"], p["drifted"], rate=60, clients=3,
+    with Traffic(stack.service_url, p["clean"], p["drifted"], rate=RATE, clients=3,
                      tracker_url=stack.agent_urls["tracker"], token=stack.token) as traffic:
         old = champion()
         ctx.say(f"S1: clean traffic to champion v{old}")
@@ -83,6 +94,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
         wait_for(lambda: any(e.get("name") == "drift.checked" for e in stack.events("checker")), 60, 1.0)
         onset = time.time()
         traffic.drifted = True
+        ctx.world_drifted = True  # the scenarios after this one send the world S1 leaves (`traffic_rows`)
         ctx.say("S1: drift onset (new scanner: washed-out contrast); waiting for detection, retrain, promotion, swap")
         new: str | None = None
 
@@ -100,9 +112,27 @@ def run(ctx: DemoContext) -> ScenarioResult:
             return False
 
         wait_for(new_version_serves, deadline, interval_s=1.0)
+        post: list[dict[str, Any]] = []
         if new is not None:
             ctx.say(f"S1: v{new} serves; measuring its accuracy on drifted rows")
             wait_for(lambda: sum(1 for a in traffic.snapshot() if a.version == new and a.drifted) >= 150, 30)
+            # the world S1 leaves: fresh digits through the same drift, judged by the new champion's detector
+            from workflows.digits.s1 import post_drift_pool
+
+            traffic.drift_pool = post_drift_pool()
+            switched = time.time()
+            ctx.say(f"S1: fresh drifted digits to v{new}; its detector should read them as clean")
+
+            from scanflow.embedded.env import drift_window
+
+            tracker = next(a for a in stack.workflow.agents if a.role == "tracker")
+            straddle_s = 5.0 + drift_window(tracker, ctx.quick) / RATE  # a window of rows sent before the switch
+
+            def fresh() -> list[dict[str, Any]]:
+                return post_swap_checks(stack.events("checker", limit=1000), str(new), switched + straddle_s)
+
+            wait_for(lambda: len(fresh()) >= POST_WINDOWS, 90, interval_s=1.0)
+            post = fresh()[:POST_WINDOWS]
         checker_events = stack.events("checker", limit=1000)
         plans = stack.get("planner", "/plans")
     served_at = min((a.t for a in traffic.snapshot() if new and a.version == new), default=float("nan"))
@@ -126,8 +156,12 @@ def run(ctx: DemoContext) -> ScenarioResult:
         "accuracy_clean_old": acc["clean, old model"], "accuracy_drifted_old": acc["drifted, old model"],
         "accuracy_drifted_new": acc["drifted, new model"],
     }
+    post_flagged = sum(bool(e["payload"].get("drift")) for e in post)
+    res.figures["post_swap_windows"] = len(post)
+    res.figures["post_swap_flagged"] = post_flagged
     res.passed = (new is not None and failed == 0
-                  and acc["drifted, new model"] > acc["drifted, old model"])
+                  and acc["drifted, new model"] > acc["drifted, old model"]
+                  and len(post) >= POST_WINDOWS and post_flagged <= MAX_POST_FLAGGED)
     res.series = {"drift": series, "marks": {"drift onset": onset - t0,
                                              **({"new champion serves": served_at - t0} if new else {})},
                   "accuracy": acc,

@@ -15,7 +15,8 @@ when the service does.
 
 Steps, on the running EmbeddedStack (S1 and S4 ran with autoscale off):
 1. CPU limit `REPLICA_CPU` on the primary service via the Executor; no cgroup support -> the in-process
-   S2 (scanflow.demo.s2_inprocess) runs instead, with a note: never a failure for that reason.
+   S2 (scanflow.demo.s2_inprocess) runs instead, reported as a fallback: its figures are shown, and the
+   scenario does not pass (the agents did not decide).
 2. Calibration, each run: a rate ramp while the replica's CPU time is read from /proc; one replica's
    capacity is the rate where it uses SATURATED of its limit, or the last rate before the gateway p99
    broke the SLO on a machine too busy to give it that (`capacity`); the step's rates are fractions of
@@ -49,7 +50,7 @@ from typing import Any
 
 import httpx
 
-from scanflow.demo.common import DemoContext, clean_rows, reversals, wait_for
+from scanflow.demo.common import DemoContext, reversals, traffic_rows, wait_for
 from scanflow.demo.load import OpenLoad
 from scanflow.demo.report import ScenarioResult
 from scanflow.demo.sim import SimConfig, Trace, compare
@@ -377,7 +378,7 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
     base: list[float] = []
     seconds: list[Second] = []
     try:
-        with OpenLoad(url, clean_rows(), ctx.home / "s2") as load:
+        with OpenLoad(url, traffic_rows(ctx), ctx.home / "s2") as load:
             pid = int(reps_now[0]["pid"])
             ctx.say("S2: calibrating one replica's capacity at its CPU limit (a rate ramp)")
             # CPU-bound capacity (slo inf): the Planner now sees an overload in the observed rate x CPU per

@@ -68,7 +68,7 @@ MIN_LOOKS = 3  # autoscale decisions the Planner must have made in the right-siz
 MOVES = ("grow", "shrink", "up", "down")
 BAR = (f"through the agents: from {MIS_CPU} core the Planner grows the replica on the Checker's observations, "
        f"the Executor applies it and reads it back, throughput +{GAIN_MIN:.0%} or more, no reversal (0 flaps); "
-       "started right-sized, nothing changes")
+       "started right-sized, nothing changes; 0 failed requests")
 
 
 @dataclass(frozen=True)
@@ -332,5 +332,6 @@ def run(ctx: DemoContext) -> ScenarioResult:
         _restore(stack, svc, declared)
     figures.update({"mis_sized_passed": passed_mis, "right_sized_passed": passed_right})
     res.figures = figures
-    res.passed = passed_mis and passed_right
+    # nothing is killed here: a failed request is a failure of the scenario (the resizes, the probes)
+    res.passed = passed_mis and passed_right and figures.get("failed") == 0
     return res

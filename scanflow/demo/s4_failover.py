@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scanflow.demo.common import DemoContext, clean_rows, wait_for
+from scanflow.demo.common import DemoContext, traffic_rows, wait_for
 from scanflow.demo.load import Load, Sample
 from scanflow.demo.report import ScenarioResult
 
@@ -119,7 +119,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
         return pids
 
     t0 = time.monotonic()
-    with Load(stack.service_url, clean_rows(), concurrency=3, max_clients=3) as load:
+    with Load(stack.service_url, traffic_rows(ctx), concurrency=3, max_clients=3) as load:
         wait_for(lambda: len(load.samples()) > 100, 30)
         wall_killed = time.time()
         killed_at = time.monotonic()

@@ -280,3 +280,31 @@ def test_s1_decision_lines_say_the_verdict_once_and_cut_at_a_word() -> None:
     long = decision_line("retrain", "retrain: drift in 3 of the last 3 windows >= 2 (150 labelled critical points, "
                          "accuracy 0.29 on them)", width=60)
     assert len(long) <= 60 and long.endswith(" ...") and long.count("retrain:") == 1
+
+
+def test_post_swap_checks_keep_the_new_detectors_windows_after_the_switch() -> None:
+    from scanflow.demo.s1_drift import post_swap_checks
+
+    def check(at: float, version: str, drift: bool = False) -> dict:  # type: ignore[type-arg]
+        return {"name": "drift.checked", "received_at": at, "payload": {"detector_version": version, "drift": drift}}
+
+    events = [check(5.0, "2"), check(1.0, "1"), check(12.0, "2", True), check(11.0, "2"),
+              {"name": "latency.checked", "received_at": 13.0, "payload": {}}]
+    got = post_swap_checks(events, "2", after=10.0)
+    assert [e["received_at"] for e in got] == [11.0, 12.0]  # oldest first, straddling window left out
+
+
+def test_traffic_after_s1_is_the_drifted_world_never_the_pool() -> None:
+    import numpy as np
+
+    from scanflow.demo.common import DemoContext, traffic_rows
+    from workflows.digits.s1 import post_drift_pool, traffic_pools
+
+    ctx = DemoContext(home=None, tracking_uri="")  # type: ignore[arg-type]
+    clean = traffic_rows(ctx)
+    ctx.world_drifted = True
+    drifted = traffic_rows(ctx)
+    assert drifted.shape[1] == clean.shape[1] == 64 and not np.allclose(drifted[: len(clean)], clean[: len(drifted)])
+    assert np.array_equal(drifted, post_drift_pool()[0][: len(drifted)])
+    pool = traffic_pools()["drifted"][0]  # S1's own traffic (and the serving reference's rows): never resent
+    assert not (np.abs(pool[:, None, :] - drifted[None, :50, :]).max(axis=2) < 1e-6).any()

@@ -51,6 +51,34 @@ def without_planner_strategies(workflow, without: tuple[str, ...] = ("autoscale"
     return workflow.model_copy(update={"agents": agents})
 
 
+def with_retrain_cooldown(workflow, seconds: float):  # type: ignore[no-untyped-def]
+    """`workflow` whose Planner may plan a retrain every `seconds` (its policy's cooldown and the
+    `retrain-on-drift` strategy's): a second retrain after S1 then is the drift rule's doing, not held
+    back by the default 600 s."""
+    agents = []
+    for a in workflow.agents:
+        if a.role == "planner":
+            settings = {**a.settings, "retrain": {**a.settings.get("retrain", {}), "cooldown_s": seconds}}
+            strategies = [s.model_copy(update={"cooldown_s": seconds, "constraint": f"since('submit_plan') > {seconds:g}"})
+                          if s.name == "retrain-on-drift" else s for s in a.strategies]
+            a = a.model_copy(update={"settings": settings, "strategies": strategies})
+        agents.append(a)
+    return workflow.model_copy(update={"agents": agents})
+
+
+def fresh_checks(checks: list[dict[str, Any]], since: float, window_s: float) -> list[dict[str, Any]]:
+    """Drift checks received after `since` + `window_s` + 5 s: windows made only of rows sent after `since`
+    (a window's rows arrive over `window_s`; the Tracker's flush and the check take a few seconds more)."""
+    return [c for c in checks if float(c.get("received_at") or 0) > since + window_s + 5.0]
+
+
+POST_SWAP_WINDOWS = 10  # fresh post-drift windows judged by the new champion's detector
+# of 10 fresh windows at the detector's 5 % false-positive rate, 3 or more flagged happens in ~1 % of runs
+MAX_FLAGGED = 2
+STABLE_S = 300.0  # fresh post-drift traffic with feedback after the promotion: no second retrain in it
+RETRAIN_COOLDOWN_S = 60.0
+
+
 @contextmanager
 def busy_core() -> Iterator[int]:
     """One core kept busy by a background process for the block (a spin loop, unpinned: the scheduler

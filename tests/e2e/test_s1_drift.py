@@ -1,6 +1,8 @@
 """S1 end to end: corrupted traffic -> drift detected -> one retrain on critical points with TRUE labels from
 feedback (20 % of requests, 2 s late, posted to the Tracker) -> challenger evaluated -> promoted -> hot swap
-with 0 failed requests -> the detector refitted for the new champion reads the same traffic as clean.
+with 0 failed requests -> the world goes on drifted: fresh digits through the same drift, rows no
+reference, retrain or calibration held, read as clean by the detector refitted for the new champion, and
+five minutes of them with feedback flowing start no second retrain although the cooldown is 60 s.
 Real MLflow, agents, replicas, all started by `scanflow up` and driven from outside.
 
 The drift is S1's "new scanner" (workflows/digits/s1.py); the promotion gate evaluates on the champion's
@@ -8,16 +10,29 @@ clean reference holdout and on labelled drifted rows held out of the retrain."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
-from e2e_support import count_ok, digits_workflow, wait_for
+from e2e_support import (
+    MAX_FLAGGED,
+    POST_SWAP_WINDOWS,
+    RETRAIN_COOLDOWN_S,
+    STABLE_S,
+    count_ok,
+    digits_workflow,
+    fresh_checks,
+    wait_for,
+    with_retrain_cooldown,
+)
 from scenario import run_s1
 from up_support import UpStack, detector_sources
 
 from scanflow.stack import Traffic
 
 Pool = tuple[np.ndarray, np.ndarray]
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+RATE, WINDOW = 60, 200  # requests per second; rows per drift check (the quick window)
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +51,6 @@ def _unseen_drifted_accuracy(*versions: str) -> list[float]:
     return [float((load_model(f"models:/digits/{v}").predict(x_d) == y).mean()) for v in versions]
 
 
-POST_SWAP_WINDOWS = 5
-# at the detector's 5 % false-positive rate (measured 2.5-10 % on windows of S1's replayed drifted pool
-# with a detector fitted on 2,000 of its rows), 3 or more of 5 clean windows flagged happens < 1 % of runs
-MAX_FLAGGED = 2
-
-
 def _checks_by(stack: UpStack, version: str, at_least: int) -> list[dict] | None:  # type: ignore[type-arg]
     """The Checker's drift.checked events judged by `version`'s detector, once there are `at_least`."""
     got = [e for e in stack.events("checker") if e["name"] == "drift.checked"
@@ -51,16 +60,25 @@ def _checks_by(stack: UpStack, version: str, at_least: int) -> list[dict] | None
 
 def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ignore[no-untyped-def]
     pools = s1_pools
+    from workflows.digits.s1 import post_drift_pool
+
     declared = tmp_path / "digits.yaml"  # the digits workflow without autoscaling, as a user's file
-    declared.write_text(digits_workflow().to_yaml())
+    declared.write_text(with_retrain_cooldown(digits_workflow(), RETRAIN_COOLDOWN_S).to_yaml())
     stack = UpStack(declared, tmp_path / "home", tmp_path / "up.out")
     try:
-        with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=60, clients=3,
+        with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=RATE, clients=3,
                      tracker_url=stack.agent_urls["tracker"], token=stack.token) as traffic:
             res = run_s1(stack, traffic)
-            # the same drifted traffic goes on: the Checker judges it with the new champion's detector
-            post = wait_for(lambda: _checks_by(stack, res.new_version, at_least=POST_SWAP_WINDOWS),
-                            150, what=f"{POST_SWAP_WINDOWS} drift checks by the new champion's detector")
+            # the world S1 left: fresh digits through the same drift, judged by the new champion's detector
+            traffic.drift_pool = post_drift_pool()
+            switched = time.time()
+            post = wait_for(lambda: (got := fresh_checks(_checks_by(stack, res.new_version, 1) or [], switched,
+                                                         WINDOW / RATE)) and len(got) >= POST_SWAP_WINDOWS and got,
+                            150, what=f"{POST_SWAP_WINDOWS} drift checks of fresh rows by the new champion's detector")
+            # five minutes of it, labels flowing, cooldown 60 s: only the drift rule can hold a second retrain back
+            wait_for(lambda: time.time() > switched + STABLE_S, STABLE_S + 30, interval_s=5.0,
+                     what="five minutes of stable post-drift traffic")
+            stable = fresh_checks(_checks_by(stack, res.new_version, 1) or [], switched, WINDOW / RATE)
         planner, executor = stack.decisions("planner"), stack.decisions("executor")
         plans = stack.get("planner", "/plans")
         unseen = _unseen_drifted_accuracy(res.old_version, res.new_version)
@@ -69,7 +87,7 @@ def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ign
         stack.down()
 
     assert res.new_version != res.old_version
-    # the Planner's policy saw drift in k of m windows and asked for exactly one retrain
+    # the Planner's policy (the drift CUSUM) alarmed and asked for exactly one retrain
     retrain_decisions = [p for p in plans if p["policy"] == "retrain" and p["retrain"]]
     assert len(retrain_decisions) == 1, plans
     assert count_ok(planner, strategy="retrain-on-drift", result="fired") == 1
@@ -90,11 +108,16 @@ def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ign
     assert last and {a.version for a in last} == {res.new_version}
     assert traffic.feedback_counts().acknowledged > 0
     # the loop converged: the detector was refitted for the new champion, from its serving reference
-    # (the drifted traffic), and reads the same traffic as clean at its false-positive rate
+    # (the drifted traffic), and reads fresh rows of the drifted world as clean at its false-positive rate
     assert detectors.get(res.new_version, "").endswith("scanflow/serving_reference"), detectors
-    flagged = sum(bool(e["payload"]["drift"]) for e in post)
-    assert flagged <= MAX_FLAGGED, [e["payload"]["p_value"] for e in post]
-    assert len(retrain_decisions) == 1  # and no second retrain was asked for
+    first = sorted(post, key=lambda e: e["received_at"])[:POST_SWAP_WINDOWS]
+    flagged = sum(bool(e["payload"]["drift"]) for e in first)
+    assert flagged <= MAX_FLAGGED, [e["payload"]["p_value"] for e in first]
+    # five minutes of fresh post-drift traffic with feedback and a 60 s cooldown: no second retrain
+    assert len(retrain_decisions) == 1, plans
+    assert len(stable) >= 3 * POST_SWAP_WINDOWS, len(stable)
+    flagged_stable = sum(bool(e["payload"]["drift"]) for e in stable)
     print(f"S1: drift onset -> new champion serving in {res.served_at - res.onset:.1f}s; "
           f"{traffic.count()} requests, 0 failed; unseen drifted digits v{res.old_version} {unseen[0]:.3f} -> "
-          f"v{res.new_version} {unseen[1]:.3f}")
+          f"v{res.new_version} {unseen[1]:.3f}; fresh post-drift windows flagged {flagged} of {len(first)}, "
+          f"{flagged_stable} of {len(stable)} in {STABLE_S:.0f} s")

@@ -38,7 +38,7 @@ GATE_COPIES = 4
 # Calibration rows, not a bigger feedback split, so the training and test splits stay as they are.
 CALIBRATION_TRAFFIC_FRACTION = 0.0
 SPLIT_SEED = 0
-TRAFFIC_RNG, GATE_RNG, UNSEEN_RNG = 7, 11, 123
+TRAFFIC_RNG, GATE_RNG, UNSEEN_RNG, POST_DRIFT_RNG = 7, 11, 123, 2027
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,14 @@ def unseen_test(kind: CorruptionKind = DRIFT_KIND, severity: int = DRIFT_SEVERIT
     """(clean test rows, a fresh corrupted copy, labels): digits no training, traffic or gate ever saw."""
     s = splits or _splits()
     return s.x_test, corrupt(s.x_test, kind, severity, rng=rng), s.y_test
+
+
+def post_drift_pool(kind: CorruptionKind = DRIFT_KIND, severity: int = DRIFT_SEVERITY,
+                    splits: Splits | None = None) -> tuple[Array, Labels]:
+    """The world S1 leaves: the test split's digits through S1's drift with read noise of their own, rows no
+    reference, retrain, calibration or traffic pool ever held (the promotion gate saw them clean only).
+    What the scenarios send after the promotion, so that the refitted detector is judged on fresh rows of
+    the new distribution, not on the pool it was refitted on."""
+    s = splits or _splits()
+    return corrupt(s.x_test, kind, severity, rng=POST_DRIFT_RNG), s.y_test
+

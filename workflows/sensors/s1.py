@@ -42,6 +42,19 @@ def unseen_test(splits: Splits | None = None) -> tuple[Array, Array, Labels]:
     return s.x_test, recalibrate(s.x_test), s.y_test
 
 
+POST_DRIFT_ROWS = 2000
+POST_DRIFT_SEED = 20_261_127  # a generator seed no split, pool or benchmark uses
+
+
+def post_drift_pool(n: int = POST_DRIFT_ROWS) -> tuple[Array, Labels]:
+    """The world S1 leaves: freshly generated readings as the recalibrated sensors read them, rows no
+    reference, retrain, calibration or pool ever held (what the scenarios send after the promotion)."""
+    from workflows.sensors.data import generate
+
+    x, y = generate(n, rng=POST_DRIFT_SEED)
+    return recalibrate(x), y
+
+
 def measure(sizes: tuple[int, ...] = (80, 200), draws: int = 5, seed: int = 0) -> dict[str, float]:
     """Offline figures of the docstring: the first model's clean and drifted accuracy, and per retrain
     size n (and adapt mode) the mean and min drifted accuracy and the mean clean accuracy over `draws`
