@@ -1,7 +1,7 @@
 """OS process helpers for the local platform: spawn, stop, pin, read back, and small HTTP calls.
 
 Kept apart from local.py so the platform module reads as "what to apply" and this one as "how the
-OS does it". Who calls: scanflow.platform.local, benchmarks/tuning.py, tests.
+OS does it". Who calls: scanflow.platform.local, benchmarks/tuning_sweep.py, tests.
 """
 
 from __future__ import annotations

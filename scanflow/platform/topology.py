@@ -6,7 +6,7 @@ implements the policies of the Scanflow-K8s paper (docs/local-platform.md): ANY 
 and CPUMEM (affinity "pinned"/"numa": contiguous cores on one socket, filling socket by socket).
 `candidate_configs` lists the configurations a Planner may choose between on this machine.
 
-Who calls: scanflow.platform.local (set_resources, deploy), the Planner agent, benchmarks/tuning.py.
+Who calls: scanflow.platform.local (set_resources, deploy), the Planner agent, benchmarks/tuning_sweep.py.
 """
 
 from __future__ import annotations
