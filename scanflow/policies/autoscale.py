@@ -99,6 +99,10 @@ class AutoscaleContext:
     service_time_ms: mean processing time per request in a replica, queueing excluded (None: unknown).
     capacity_changed_at: when the replicas' capacity last changed otherwise (a vertical resize by
       scanflow.policies.elastic): latency above the SLO adds no replica within `settle_s` of it either.
+    spare_cpu: the replicas measurably had CPU to spare this tick (scanflow.policies.elastic reads it from
+      their cgroups: under their limit, hardly throttled). Latency over the SLO is then not theirs: a busy
+      host's contention or a burst's tail, which another replica on the same host does not serve
+      faster. It adds no replica by itself; the rate estimate still may (band "over-slo-spare").
     """
 
     now: float
@@ -111,6 +115,7 @@ class AutoscaleContext:
     service_time_ms: float | None = None
     ready_replicas: int | None = None
     capacity_changed_at: float | None = None  # another capacity change (an in-place resize) settling too
+    spare_cpu: bool = False
     config: AutoscaleConfig = field(default_factory=AutoscaleConfig)
     state: AutoscaleState = field(default_factory=AutoscaleState)
 
@@ -164,7 +169,11 @@ def decide(ctx: AutoscaleContext) -> tuple[ScaleDecision, AutoscaleState]:
     last_change = max((t for t in (ctx.state.guard.last_change_at, ctx.capacity_changed_at) if t is not None),
                       default=None)
     settling = last_change is not None and ctx.now - last_change < cfg.settle_s / cfg.guardrails.time_scale
-    if ctx.latency_ms is not None and (ctx.latency_ms > slo or (ctx.latency_lower_bound and ctx.latency_ms >= slo)):
+    over = ctx.latency_ms is not None and (ctx.latency_ms > slo or (ctx.latency_lower_bound and ctx.latency_ms >= slo))
+    if over and ctx.spare_cpu:
+        band = "over-slo-spare"
+        raw = max(estimate, current)  # as "comfortable": up on the estimate, never down
+    elif over:
         band = "over-slo"
         # Overload: at least one more than now, unless replicas already asked for are still starting,
         # the last change is too recent to show, or the queue is shrinking (latency is then the tail

@@ -234,3 +234,36 @@ def test_a_load_that_fell_may_shrink_before_the_flap_window_ends() -> None:
     # a load like the one it grew for (2,700 rps, cheaper requests now: the need is as low): it waits
     d, _ = elastic.decide(replace(idle, arrival_rate=2700.0, cpu_per_request_ms=0.1))
     assert d.action == "hold" and "waits" in d.reason
+
+
+@pytest.mark.parametrize("cpu", [0.25, 0.5, 1.0])
+@pytest.mark.parametrize("latency_ms", [60.0, 75.0, 150.0])
+def test_latency_over_the_slo_with_cpu_to_spare_adds_no_replica(cpu: float, latency_ms: float) -> None:
+    # measured live on a busy host (the demo's right-sized S3 case beside a CPU-bound benchmark): 0.5 of a
+    # core used at ~51 %, never throttled, the host with no idle core, p99 60-75 ms over a 50 ms SLO; the
+    # latency rule added a replica the rate estimate said was not needed. With CPU to spare it holds
+    tick = replace(CALM_600, latency_ms=latency_ms, in_flight=1.0, cpu_utilization=0.51, throttled_ratio=0.0,
+                   arrival_rate=cpu * 0.5 * 1000.0 / 3.0, cpu_per_request_ms=3.0)
+    got = replay_elastic([tick] * 40, CFG, cpu=cpu, node_cpus=2.0)
+    assert {(d.cpu, d.replicas) for d in got} == {(cpu, 1)}
+    assert got[-1].inputs["spare_cpu"] is True and got[-1].inputs["band"] == "over-slo-spare"
+
+
+@pytest.mark.parametrize("utilization, throttled", [(0.95, 0.0), (0.6, 0.4)])
+def test_latency_over_the_slo_on_a_saturated_replica_still_scales(utilization: float, throttled: float) -> None:
+    # the same latency with the replica out of CPU (near its limit, or throttled): it is the replica's, and
+    # the policy answers it (in place first, at the node's ceiling with replicas)
+    tick = replace(CALM_600, latency_ms=150.0, in_flight=5.0, cpu_utilization=utilization, throttled_ratio=throttled,
+                   headroom_cores_per_replica=0.0, arrival_rate=0.5 * 0.95 * 1000.0 / 3.0, cpu_per_request_ms=3.0)
+    got = replay_elastic([tick] * 5, CFG, cpu=0.5, node_cpus=2.0)
+    assert got[0].inputs["spare_cpu"] is False
+    assert got[0].replicas == 2 and got[0].action == "up"
+
+
+def test_a_single_thread_under_a_larger_limit_is_not_spare() -> None:
+    # one thread under a 2-core limit reads 50 % of the limit while the thread is pegged; the arrivals'
+    # CPU (1 core at this rate) says it has none to spare, so latency over the SLO still adds a replica
+    tick = replace(CALM_600, latency_ms=150.0, in_flight=5.0, cpu_utilization=0.5, throttled_ratio=0.0,
+                   headroom_cores_per_replica=0.0, arrival_rate=1000.0 / 3.0, cpu_per_request_ms=3.0)
+    got = replay_elastic([tick] * 3, CFG, cpu=1.0, node_cpus=2.0)
+    assert got[0].inputs["spare_cpu"] is False and got[0].replicas >= 2
