@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     vs_default = ratios("rps", "choice", "default")
     p99_vs_default = [g + 1.0 for g in ratios("p99_ms", "choice", "default")]
     cap_vs_default = [g + 1.0 for g in ratios("capacity_rps", "choice", "default")]
-    declared_cores = float(primary_service(demo_workflow()).resources.cpu) * primary_service(demo_workflow()).replicas
+    declared_cores = float(svc.resources.cpu) * svc.replicas  # the untuned default: the declared size
     cores = [(r["choice_cpu"] or 0.0) * r["choice_replicas"] / declared_cores for r in results if r["choice_cpu"]]
     figures: dict[str, Any] = {
         "benchmark": "tuning", "rounds": rounds, "start_cpu": args.start_cpu,
