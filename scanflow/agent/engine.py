@@ -6,7 +6,7 @@ intents to execute (each with a deterministic idempotency key `f"{strategy}:{eve
 new states. So a restart loses nothing (the runtime persists the states with the decisions in one
 transaction) and tests replay scripted sequences with an explicit `now`.
 
-Who calls: scanflow.agent.runtime (once per inbox event), benchmarks/agents.py, tests/agent/test_engine.py.
+Who calls: scanflow.agent.runtime (once per inbox event), benchmarks/agent_events.py, tests/agent/test_engine.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Agent runtime benchmark: REST event round trip on loopback, and strategy-engine throughput.
 
-    .venv/bin/python benchmarks/agents.py --quick
+    .venv/bin/python benchmarks/agent_events.py --quick
 
 (a) Round trip: an agent served by uvicorn in its own process (`scanflow agent run`-equivalent);
     sequential POST /events (durable insert into SQLite, 202) on one keep-alive connection, against
