@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from scanflow.auth import COMPONENT_SCOPES, TokenTable
-from scanflow.tracking.mlflow_proxy import Role, users_json
+from scanflow.tracking.mlflow_proxy import users_json
+from scanflow.tracking.mlflow_routes import Role
 
 AUTH_TOKENS_KEY = "auth-tokens"
 MLFLOW_USERS_KEY = "mlflow-users"
@@ -52,7 +53,8 @@ class Component:
 # champion (role `job`); the bootstrap registers the first champion (admin, as in the embedded stack).
 COMPONENTS: tuple[Component, ...] = (
     Component("operator", COMPONENT_SCOPES["operator"], "admin"),
-    *(Component(a, COMPONENT_SCOPES[a], "writer") for a in ("tracker", "checker", "planner", "executor")),
+    *(Component(a, COMPONENT_SCOPES[a], "writer") for a in ("tracker", "checker", "planner")),
+    Component("executor", COMPONENT_SCOPES["executor"], "executor"),  # the only one that moves `champion`
     Component("replica", COMPONENT_SCOPES["replica"], "reader"),
     Component("feedback", COMPONENT_SCOPES["feedback"], None),
     Component("job", frozenset(), "job"),

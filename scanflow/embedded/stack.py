@@ -52,15 +52,16 @@ from scanflow.embedded.agentfiles import AgentModuleError, agent_target
 from scanflow.embedded.env import QUICK_ENV, WORKFLOW_ENV, loopback_url, primary_service
 from scanflow.embedded.leftovers import kill_leftovers
 from scanflow.platform.processes import free_port
+from scanflow.private_files import PRIVATE_UMASK, open_private_log, private_dir, write_private
 from scanflow.spec import AgentSpec, Workflow
 
 log = logging.getLogger(__name__)
 
 ROLES = ("tracker", "checker", "planner", "executor")
 # MLflow role of each login (scanflow.tracking.mlflow_proxy): the bootstrap and the operator administer,
-# agents write (the Executor moves aliases), a Job may not move the champion, replicas only read.
+# agents write, the Executor alone moves aliases, a Job may not move the champion, replicas only read.
 MLFLOW_ROLES = {"bootstrap": "admin", "operator": "admin", "tracker": "writer", "checker": "writer",
-                "planner": "writer", "executor": "writer", "job": "job", "replica": "reader"}
+                "planner": "writer", "executor": "executor", "job": "job", "replica": "reader"}
 _OPERATOR_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 MLFLOW_WATCH_S = 1.0  # how often the stack checks that MLflow (and its proxy) still run
 BIND_RETRIES = 3  # restarts of an agent whose port was briefly taken (see _wait_healthy)
@@ -196,8 +197,9 @@ class EmbeddedStack:
     def start(self) -> Self:
         from scanflow.tracking.server import MlflowServer
 
-        (self.home / "logs").mkdir(parents=True, exist_ok=True)
-        (self.home / "workflow.yaml").write_text(self.workflow.to_yaml())
+        private_dir(self.home)
+        private_dir(self.home / "logs")
+        write_private(self.home / "workflow.yaml", self.workflow.to_yaml())
         self._say("mlflow: starting (behind its authenticating proxy)")
         self.mlflow = MlflowServer(self.home / "mlflow", users=self.mlflow_logins,
                                    startup_timeout_s=self.ready_timeout_s)
@@ -320,9 +322,9 @@ class EmbeddedStack:
         if self.quick:
             argv.append("--quick")
         logf = self.home / "logs" / "bootstrap.log"
-        with open(logf, "ab") as out:
+        with open_private_log(logf) as out:
             proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=out, env=self._env("bootstrap"),
-                                  cwd=REPO_ROOT, timeout=self.ready_timeout_s, check=False)
+                                  cwd=REPO_ROOT, timeout=self.ready_timeout_s, check=False, umask=PRIVATE_UMASK)
         if proc.returncode != 0:
             raise StackError(f"bootstrap failed (exit {proc.returncode}); see {logf}:\n{_tail(logf)}")
         lines = proc.stdout.decode().strip().splitlines()
@@ -339,10 +341,10 @@ class EmbeddedStack:
         self.agent_home(role).mkdir(parents=True, exist_ok=True)
         log = self.log_path(role)
         self._log_from[role] = log.stat().st_size if log.exists() else 0  # this process's output starts here
-        with open(log, "ab") as out:
+        with open_private_log(log) as out:
             self.procs[role] = subprocess.Popen(
                 self._argv(role), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self._env(role), cwd=REPO_ROOT, start_new_session=True,
+                env=self._env(role), cwd=REPO_ROOT, start_new_session=True, umask=PRIVATE_UMASK,
             )
 
     def _wait_healthy(self, role: str, timeout_s: float | None = None) -> None:

@@ -31,6 +31,7 @@ from scanflow.embedded.statefile import (
     remove_state,
     write_state,
 )
+from scanflow.private_files import PRIVATE_UMASK, private_dir
 from scanflow.spec import Workflow
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -94,7 +95,8 @@ def run_up(workflow: Workflow, home: Path, *, quick: bool, token_file: Path | No
     Raises UpError (the caller prints it, rc 2) before anything was started.
     """
     home = home.resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    os.umask(PRIVATE_UMASK)  # this process and all it starts create private files (scanflow.private_files)
+    private_dir(home)
     token_path, token = prepare(home, token_file)
     t0 = time.monotonic()
     me = Pid.of(os.getpid())

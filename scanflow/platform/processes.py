@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from scanflow.platform.topology import parse_cpu_list
+from scanflow.private_files import PRIVATE_UMASK, open_private_log
 
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_LISTEN_PORT = 10000  # below: well-known and registered services' ports
@@ -69,12 +70,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def spawn(argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start a process in its own session (so a timeout can kill its whole group), output to a file."""
+    """Start a process in its own session (so a timeout can kill its whole group), output to a file;
+    it creates files private to its user (PRIVATE_UMASK)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
+    with open_private_log(log_path) as log:
         return subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,
+            env=env, start_new_session=True, umask=PRIVATE_UMASK,
         )
 
 

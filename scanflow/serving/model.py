@@ -2,7 +2,8 @@
 as a plain `predict(float32 (n, f)) -> (classes, probabilities)` function.
 
 Who calls: the replica at start-up and on `POST /admin/model` (always from a worker thread: MLflow
-and torch block). Resolving `models:/name@alias` to `models:/name/<version>` *before* loading means
+and torch block). A registered version whose files differ from the digest the Executor recorded when
+it promoted them (scanflow.tracking.model_digest) is refused before anything in it is unpickled. Resolving `models:/name@alias` to `models:/name/<version>` *before* loading means
 the version we report is exactly the one we loaded, even if the alias moves meanwhile.
 """
 
@@ -152,9 +153,14 @@ def load_model(uri: str) -> LoadedModel:
     import mlflow
     from mlflow.models import Model
 
+    from scanflow.tracking.model_digest import ModelIntegrityError, recorded_digest, verify
+
     resolved, version = resolve_uri(uri)
     try:
         local_path = mlflow.artifacts.download_artifacts(artifact_uri=resolved)
+        name = registered_name(resolved)
+        if name is not None and version is not None:
+            verify(local_path, recorded_digest(name, str(version)), f"model {resolved}")
         meta = Model.load(local_path)
         flavor = "pytorch" if "pytorch" in meta.flavors else "python_function"
         if flavor == "pytorch":
@@ -165,6 +171,8 @@ def load_model(uri: str) -> LoadedModel:
             predict = _pyfunc_predict(mlflow.pyfunc.load_model(local_path))
     except ModelLoadError:
         raise
+    except ModelIntegrityError as exc:
+        raise ModelLoadError(str(exc)) from exc
     except Exception as exc:
         raise ModelLoadError(f"cannot load model {uri!r} ({resolved}): {exc}") from exc
     if version is None:

@@ -11,8 +11,9 @@ persist in `<home>/logins.json` (mode 0600): a server started by `scanflow mlflo
 `ensure_tracking` in another process, which needs the same logins.
 
 One login per kind of component, as in the stack (roles: scanflow.tracking.mlflow_proxy):
-`operator` admin (you, the CLI, the process that called ensure_tracking), `agent` writer,
-`job` job (may not move `champion`), `replica` reader. Who calls: scanflow.tracking.cli (`mlflow up`),
+`operator` admin (you, the CLI, the process that called ensure_tracking), `executor` executor (the
+one agent that moves aliases), `agent` writer (the other agents), `job` job (may not move `champion`),
+`replica` reader. A file written before the `executor` login existed keeps working without it. Who calls: scanflow.tracking.cli (`mlflow up`),
 scanflow.tracking.server.ensure_tracking, scanflow.demo.runner.
 """
 
@@ -29,7 +30,8 @@ from pathlib import Path
 from scanflow.credentials import MLFLOW_PASSWORD, MLFLOW_USER, kind_vars
 
 LOGINS_FILE = "logins.json"
-LOCAL_ROLES: dict[str, str] = {"operator": "admin", "agent": "writer", "job": "job", "replica": "reader"}
+LOCAL_ROLES: dict[str, str] = {"operator": "admin", "executor": "executor", "agent": "writer", "job": "job",
+                               "replica": "reader"}
 
 Logins = dict[str, tuple[str, str]]  # name -> (password, role), what MlflowServer(users=) takes
 

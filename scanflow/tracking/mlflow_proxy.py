@@ -9,14 +9,10 @@ use; clients keep talking plain MLflow REST with `MLFLOW_TRACKING_USERNAME`/`_PA
 MLflow's client sends them) or `MLFLOW_TRACKING_TOKEN` (Bearer).
 
 Logins come from `SCANFLOW_MLFLOW_USERS` (env, never argv): a JSON list of `{"name", "sha256", "role"}`,
-the digest of the password (random, so unsalted SHA-256 is enough). Roles (`allowed`, a pure function):
-- admin: everything (the stack's own bootstrap, the operator, the Executor which moves aliases).
-- writer: everything but deleting experiments, registered models and model versions (agents).
-- job: a writer that also may not set or delete a protected alias (`champion`, the one every replica
-  loads: moving it is code execution in every replica at the next swap), rename models or change
-  stages. A training Job logs runs, registers versions and may name its own (`challenger`); only the
-  Executor promotes.
-- reader: reads only (GETs and MLflow's read-only POSTs: searches, batch gets): replicas load models.
+the digest of the password (random, so unsalted SHA-256 is enough). What each role may call is decided
+by scanflow.tracking.mlflow_routes (default-deny, by route group; the alias and tag a call touches read
+from its body, where MLflow reads them); this module gathers the facts it needs: the body, and for a
+write into a logged model's folder whether MLflow already finalized that model.
 `GET /health` is open (liveness probes). Anything else without a known login is 401, a known login
 outside its role 403; the password is never logged.
 
@@ -36,10 +32,8 @@ import hmac
 import json
 import logging
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
 
 import httpx
 from starlette.applications import Starlette
@@ -48,19 +42,23 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from scanflow.tracking.mlflow_routes import (
+    ROLE_GROUPS,
+    ROLES,
+    Facts,
+    Role,
+    body_facts,
+    decide,
+    logged_model_of,
+    needs_body,
+    route_group,
+)
+
 log = logging.getLogger("scanflow.tracking.mlflow_proxy")
 
 USERS_ENV = "SCANFLOW_MLFLOW_USERS"
 USERS_FILE_ENV = "SCANFLOW_MLFLOW_USERS_FILE"  # a mounted Secret file holding the same JSON
-Role = Literal["admin", "writer", "job", "reader"]
-ROLES: tuple[Role, ...] = ("admin", "writer", "job", "reader")
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# MLflow's read-only POSTs (searches and batch reads the Python client sends as POST)
-_READ_POST = re.compile(r"/(search|get-history-bulk|get-history-bulk-interval|batch-get|search-datasets)$")
-_DELETES = re.compile(r"/(experiments|registered-models|model-versions)/delete$")
-_PROMOTION = re.compile(r"/registered-models/rename$|/model-versions/transition-stage$")
-_ALIAS = re.compile(r"/registered-models/alias$")
-PROTECTED_ALIASES = frozenset({"champion"})
 _HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
                   "transfer-encoding", "upgrade", "host", "authorization", "content-length"})
 
@@ -165,31 +163,21 @@ def identify(users: list[tuple[str, bytes, Role]], authorization: str | None) ->
     return found
 
 
-def allowed(role: Role, method: str, path: str, alias: str | None = None) -> bool:
-    """Pure: whether `role` may send `method path` to MLflow; `alias`: the alias an alias call names
-    (None when it names none or could not be read: then a job is refused)."""
-    if role == "admin":
-        return True
-    if method in _READ_METHODS or (method == "POST" and _READ_POST.search(path)):
-        return True
-    if role == "reader":
-        return False
-    if _DELETES.search(path):
-        return False
-    moves_protected = _ALIAS.search(path) is not None and (alias is None or alias in PROTECTED_ALIASES)
-    return not (role == "job" and (_PROMOTION.search(path) is not None or moves_protected))
-
-
-def alias_of(body: bytes, query: Mapping[str, str]) -> str | None:
-    """The alias an alias call names: `alias` in its JSON body (POST) or its query (DELETE)."""
-    if "alias" in query:
-        return query["alias"]
+async def finalized(upstream: httpx.AsyncClient, model_id: str) -> bool:
+    """Whether MLflow finalized logged model `model_id` (its files are then immutable): True unless
+    MLflow says it is still pending or does not exist; an unanswered lookup counts as finalized
+    (refusing a write is recoverable, an overwritten model is not)."""
     try:
-        doc = json.loads(body) if body else None
-    except (ValueError, RecursionError):  # not an alias MLflow would read either
-        return None
-    value = doc.get("alias") if isinstance(doc, dict) else None
-    return value if isinstance(value, str) else None
+        r = await upstream.get("/api/2.0/mlflow/logged-models/" + model_id, timeout=30.0)
+    except httpx.HTTPError:
+        return True
+    if r.status_code == 404:
+        return False
+    try:
+        status = r.json()["model"]["info"]["status"]
+    except (ValueError, KeyError, TypeError):
+        return True
+    return status != "LOGGED_MODEL_PENDING"
 
 
 def create_app(users: list[tuple[str, bytes, Role]], upstream: httpx.AsyncClient) -> Starlette:
@@ -207,23 +195,30 @@ def create_app(users: list[tuple[str, bytes, Role]], upstream: httpx.AsyncClient
             return JSONResponse({"error_code": "UNAUTHENTICATED", "message": "MLflow needs a login "
                                  "(MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD)"},
                                 status_code=401, headers={"WWW-Authenticate": 'Basic realm="mlflow"'})
-        path = request.url.path
+        path, method = request.url.path, request.method
         body: bytes | None = None
-        alias = None
-        if login.role == "job" and _ALIAS.search(path) and request.method not in _READ_METHODS:
-            body = await request.body()  # a small JSON document: read it to see which alias it moves
-            alias = alias_of(body, request.query_params)
-        if not allowed(login.role, request.method, path, alias):
-            log.warning("refused %s %s to %s (role %s)", request.method, path, login.name, login.role)
+        facts = Facts()
+        if login.role != "admin":
+            group = route_group(method, path)
+            if method not in _READ_METHODS:
+                body = await request.body()  # MLflow's REST bodies are small JSON; artifacts go whole anyway
+            if needs_body(group):
+                facts = body_facts(method, body or b"", request.query_params)
+            model_id = logged_model_of(method, path)
+            if model_id is not None and group in ROLE_GROUPS[login.role]:
+                facts = replace(facts, frozen=await finalized(upstream, model_id))
+        verdict = decide(login.role, method, path, facts)
+        if not verdict.allowed:
+            log.warning("refused %s %s to %s (role %s): %s", method, path, login.name, login.role, verdict.reason)
             return JSONResponse({"error_code": "PERMISSION_DENIED",
-                                 "message": f"{login.name!r} ({login.role}) may not {request.method} {path}"},
-                                status_code=403)
+                                 "message": f"{login.name!r} ({login.role}) may not {method} {path}: "
+                                            f"{verdict.reason}"}, status_code=403)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
-        if body is None and request.method not in _READ_METHODS:
+        if body is None and method not in _READ_METHODS:
             # whole, with its length: MLflow's WSGI app reads no chunked body (models are MBs, not GBs)
             body = await request.body()
         url = f"{path}?{request.url.query}" if request.url.query else path
-        req = upstream.build_request(request.method, url, headers=headers, content=body)
+        req = upstream.build_request(method, url, headers=headers, content=body)
         try:
             resp = await upstream.send(req, stream=True)
         except httpx.HTTPError as exc:

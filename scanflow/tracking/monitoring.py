@@ -41,6 +41,7 @@ NOTE_TAG = "mlflow.note.content"  # the run's (or experiment's) description in t
 
 KIND_TAG = "scanflow.kind"
 MONITOR_KIND = "monitoring"
+RETIRED_KIND = "monitoring-duplicate"  # a monitoring run two agents created at once: the younger one
 WORKFLOW_TAG = "scanflow.workflow"
 SERVICE_TAG = "scanflow.service"
 HOME_TAG = "scanflow.stack_home"
@@ -302,7 +303,9 @@ def ensure_monitor_run(target: MonitorTarget) -> str:
     """The id of the target's monitoring run: cached, else found by its tags, else created. Blocking.
 
     Race-safe enough for agents that start together: after creating one, the oldest run with the tags
-    wins and a younger duplicate created here is deleted, so every writer settles on the same run."""
+    wins and a younger duplicate created here is retired (its kind tag changed, so no search finds it,
+    and ended): every writer settles on the same run. Retired, not deleted: only the operator's MLflow
+    login deletes runs (scanflow.tracking.mlflow_routes)."""
     with _runs_lock:
         known = _runs.get(target)
     if known is not None:
@@ -323,7 +326,10 @@ def ensure_monitor_run(target: MonitorTarget) -> str:
                                         tags=monitor_tags(target)).info.run_id)
         run_id = oldest() or created
         if run_id != created:
-            client.delete_run(created)
+            client.set_tag(created, KIND_TAG, RETIRED_KIND)
+            client.set_tag(created, NOTE_TAG, f"A duplicate of monitoring run {run_id}, created by an agent that "
+                           "started at the same time; unused.")
+            client.set_terminated(created, "KILLED")
     with _runs_lock:
         _runs[target] = run_id
     return run_id

@@ -180,7 +180,8 @@ def set_alias(
 
     Idempotent: if the alias already points at `version`, nothing moves and no record is added (the
     Executor may retry an action). Returns the promotion record (with `moved: False` when a no-op).
-    Moving `champion` onto the version `challenger` names clears `challenger` (deleted, a retry too):
+    Moving `champion` records the version's file digest first (scanflow.tracking.model_digest: replicas
+    check it at load). Moving `champion` onto the version `challenger` names clears `challenger` (deleted, a retry too):
     an alias left on the champion would say a version is still under evaluation. The version's
     promotion tags keep that it was the challenger.
     """
@@ -206,6 +207,11 @@ def set_alias(
         "ts": ts,
     }
     moved = previous != version
+    if alias == CHAMPION:
+        # what replicas will load, fixed before they are told: they refuse files that differ later
+        from scanflow.tracking.model_digest import record_digest
+
+        record_digest(name, version)
     if moved:
         # history first: if we die between the two calls, the history shows an intent the alias may not
         # reflect yet; a retry then moves the alias (and records once more) rather than losing the record.

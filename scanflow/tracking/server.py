@@ -40,6 +40,8 @@ from typing import Self
 
 import httpx
 
+from scanflow.private_files import PRIVATE_UMASK, open_private_log, private_dir
+
 log = logging.getLogger(__name__)
 
 LOOPBACK_HOSTS: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]")
@@ -196,12 +198,12 @@ class MlflowServer:
         if self._proc is not None and self.alive():
             return self.url
         self.stop()  # a half-dead pair (MLflow or its proxy gone): start both again
-        self.home.mkdir(parents=True, exist_ok=True)
-        (self.home / "artifacts").mkdir(exist_ok=True)
+        private_dir(self.home)  # the database and the models: this user's alone
+        private_dir(self.home / "artifacts")
         env = dict(os.environ)
         env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
         env.pop("MLFLOW_TRACKING_URI", None)  # the server must not point at another server
-        with open(self.log_path, "ab") as logf:
+        with open_private_log(self.log_path) as logf:
             self._proc = subprocess.Popen(
                 self.command(),
                 cwd=self.home,
@@ -210,6 +212,7 @@ class MlflowServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: stop() kills the uvicorn worker too
+                umask=PRIVATE_UMASK,  # the knowledge base (database, artifacts) is its user's alone
             )
             if self.users is not None:
                 from scanflow.tracking.mlflow_proxy import USERS_ENV, users_json
@@ -220,7 +223,7 @@ class MlflowServer:
                                                                   os.environ.get("PYTHONPATH")]))
                 self._proxy = subprocess.Popen(
                     self.proxy_command(), cwd=self.home, env=penv, stdout=logf, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True,
+                    stdin=subprocess.DEVNULL, start_new_session=True, umask=PRIVATE_UMASK,
                 )
         log.info("mlflow server pid %s starting at %s (log %s)", self._proc.pid, self.url, self.log_path)
         try:

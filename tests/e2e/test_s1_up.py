@@ -34,6 +34,7 @@ from e2e_support import (
 )
 from up_support import REPO, UpStack, detector_sources
 
+from scanflow.private_files import open_to_others
 from scanflow.stack import Traffic
 
 RATE, WINDOW = 60, 200  # requests per second; rows per drift check (the quick window)
@@ -142,6 +143,11 @@ def test_a_regression_workflow_of_another_width_runs_with_drift_checks(up_stack:
     failed = [d for d in stack.get("checker", "/decisions", limit=1000) if d["result"] == "error"
               or any(o.get("status") not in ("ok", None) for o in (d.get("outcomes") or {}).values())]
     assert not failed, failed
+    # the stack's files are its own: the home 0700, everything under it 0600 / 0700 (labels, models,
+    # databases, spools, the token), whichever process wrote it
+    home = stack.home
+    assert (home / "token").exists() and any(home.rglob("*.db")) and any(home.rglob("MLmodel"))
+    assert open_to_others(home) == []
 
 
 @pytest.mark.timeout(600)

@@ -35,9 +35,9 @@ def test_logins_are_made_once_readable_only_by_their_owner(tmp_path: Path) -> No
     first = load_or_create(tmp_path)
     path = logins_path(tmp_path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert {n: r for n, (_, r) in first.items()} == {"operator": "admin", "agent": "writer", "job": "job",
+    assert {n: r for n, (_, r) in first.items()} == {"operator": "admin", "executor": "executor", "agent": "writer", "job": "job",
                                                       "replica": "reader"}
-    assert len({p for p, _ in first.values()}) == 4 and all(len(p) >= 24 for p, _ in first.values())
+    assert len({p for p, _ in first.values()}) == 5 and all(len(p) >= 24 for p, _ in first.values())
     assert load_or_create(tmp_path) == first  # kept: a reused server needs the same logins
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
     env = client_env(first)

@@ -84,3 +84,35 @@ def test_promote_without_challenger_is_a_clear_error(mlflow_server: str, unique_
 def test_one_row_example_is_refused(mlflow_server: str, mlp, digits) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match=">= 2 rows"):
         registry.log_pytorch_model(mlp, "never", digits[0][:1])
+
+
+def test_champion_files_changed_behind_mlflow_are_refused_at_load(
+    mlflow_server: str, unique_name: str, digits: tuple[np.ndarray, np.ndarray], make_mlp,  # type: ignore[no-untyped-def]
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Promotion records the digest of the champion's files; a replica's loader refuses the version
+    once its files are changed in the artifact store (around MLflow and its proxy), and says why."""
+    from scanflow.serving.model import ModelLoadError
+    from scanflow.serving.model import load_model as serve_load
+    from scanflow.tracking.model_digest import DIGEST_TAG
+
+    x, _ = digits
+    logged = registry.log_pytorch_model(make_mlp(3), unique_name, x[:2], experiment=f"wf-{unique_name}")
+    registry.set_alias(unique_name, "champion", logged.version, actor="test", reason="first model")
+    client = MlflowClient()
+    digest = client.get_model_version(unique_name, logged.version).tags[DIGEST_TAG]
+    assert digest.startswith("sha256:")
+    assert serve_load(f"models:/{unique_name}@champion").version == logged.version  # intact: loads
+    # promoting again keeps the first digest (a later promotion cannot bless changed files)
+    registry.set_alias(unique_name, "champion", logged.version, actor="test", reason="again")
+    assert client.get_model_version(unique_name, logged.version).tags[DIGEST_TAG] == digest
+
+    source = client.get_model_version(unique_name, logged.version).source  # models:/m-<id> in MLflow 3
+    model_id = source.removeprefix("models:/")
+    folders = list({p.resolve() for p in tmp_path_factory.getbasetemp().glob(
+        f"mlflow*/artifacts/*/models/{model_id}/artifacts")})  # pytest links mlflowcurrent to mlflowN
+    assert len(folders) == 1, (source, folders)
+    pickled = next(p for p in folders[0].rglob("*.pth") if p.is_file())
+    pickled.write_bytes(pickled.read_bytes() + b"\0")  # what an attacker with the bucket's keys does
+    with pytest.raises(ModelLoadError, match="do not match the digest"):
+        serve_load(f"models:/{unique_name}@champion")
