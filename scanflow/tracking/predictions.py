@@ -112,6 +112,7 @@ class PredictionRecord(BaseModel):
     ts: float = Field(ge=0, allow_inf_nan=False)
     labels: list[Any] | None = None
     # sent by the replicas' TrackerSink (scanflow/serving/sink.py); accepted, not stored in Parquet
+    # (the replica's own retry key: request_id is the record's identity)
     record_id: str | None = Field(None, max_length=200)
     # the id the client sent, echoed only: `request_id` (the identity) is always made by the replica
     client_request_id: str | None = Field(None, max_length=200)
@@ -735,6 +736,8 @@ def _to_parquet(rows: Iterable[tuple[int, str]]) -> bytes:
             "latency_ms",
             "ts",
             "labels",
+            "client_request_id",
+            "replica_id",
         )
     }
     for seq, body in rows:
@@ -748,6 +751,8 @@ def _to_parquet(rows: Iterable[tuple[int, str]]) -> bytes:
         cols["latency_ms"].append(float(rec["latency_ms"]))
         cols["ts"].append(float(rec["ts"]))
         cols["labels"].append(None if rec.get("labels") is None else json.dumps(rec["labels"]))
+        cols["client_request_id"].append(rec.get("client_request_id"))
+        cols["replica_id"].append(rec.get("replica_id"))
     table = pa.table(
         {
             "seq": pa.array(seqs, pa.int64()),
@@ -759,6 +764,10 @@ def _to_parquet(rows: Iterable[tuple[int, str]]) -> bytes:
             "latency_ms": pa.array(cols["latency_ms"], pa.float64()),
             "ts": pa.array(cols["ts"], pa.float64()),
             "labels_json": pa.array(cols["labels"], pa.string()),
+            # correlation: the client's own id and the replica that answered (batches written before
+            # these columns existed read them as None)
+            "client_request_id": pa.array(cols["client_request_id"], pa.string()),
+            "replica_id": pa.array(cols["replica_id"], pa.string()),
         }
     )
     buf = io.BytesIO()
@@ -782,6 +791,8 @@ def _from_parquet(path: Path) -> list[tuple[int, PredictionRecord]]:
             latency_ms=row["latency_ms"],
             ts=row["ts"],
             labels=None if row["labels_json"] is None else json.loads(row["labels_json"]),
+            client_request_id=row.get("client_request_id"),
+            replica_id=row.get("replica_id"),
         )
         out.append((int(row["seq"]), rec))
     return out
