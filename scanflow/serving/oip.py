@@ -15,9 +15,11 @@ no registered name and is published under the service name. `versions` lists the
 `/versions/{v}/...` must name it (404 otherwise: a hot swap moved on).
 
 Tensors. Inputs and outputs are named tensors `{name, datatype, shape, data}`; `data` may be flat
-(row-major) or nested as `shape` says. Any numeric datatype is accepted (FP16/32/64, INT8..64,
-UINT8..64: the data must fit it, e.g. no 0.5 in an INT32 tensor) and cast to the model's float32
-rows; BOOL and BYTES are refused. Outputs: a classifier answers `label` (INT64, [n]) and
+(row-major) or nested as `shape` says. A tensor's datatype must be the one the model's MLflow
+signature declares for that input (as the protocol's servers do: what metadata publishes is the
+contract); a model without a signature takes any numeric datatype (FP16/32/64, INT8..64, UINT8..64).
+Either way the data must fit the datatype (no 0.5 in an INT32 tensor) and is cast to the model's
+float32 rows; BOOL and BYTES are refused. Outputs: a classifier answers `label` (INT64, [n]) and
 `probabilities` (FP64, [n, classes]); any other model `prediction` ([n], the signature's datatype).
 """
 
@@ -91,6 +93,7 @@ class ModelMeta:
     outputs: list[TensorMeta]
     columns: bool = False  # the signature names columns: one [n] tensor per column, stacked in order
     aliases: frozenset[str] = field(default_factory=frozenset)
+    declared: bool = False  # the inputs come from the model's signature: their datatypes are checked
 
     def doc(self) -> dict[str, object]:
         return {
@@ -123,6 +126,7 @@ def metadata(model: LoadedModel, service: str) -> ModelMeta:
     name = model.name or service
     sig = model.signature
     inputs, columns = _schema_tensors(getattr(sig, "inputs", None), "input")
+    declared = bool(inputs)
     if not inputs:
         inputs = [TensorMeta("input", "FP32", [-1, model.n_features or -1])]
     return ModelMeta(
@@ -133,6 +137,7 @@ def metadata(model: LoadedModel, service: str) -> ModelMeta:
         outputs=_output_tensors(getattr(sig, "outputs", None)),
         columns=columns and len(inputs) > 1,
         aliases=frozenset({service}),
+        declared=declared,
     )
 
 
@@ -216,10 +221,14 @@ def parse_infer(body: bytes, meta: ModelMeta, *, max_rows: int) -> InferCall:
     if not isinstance(inputs, list) or not inputs:
         raise OipError(400, "'inputs' must be a non-empty list of tensors {name, shape, datatype, data}")
     tensors: dict[str, np.ndarray] = {}
+    declared = {t.name: t.datatype for t in meta.inputs} if meta.declared else {}
     for i, t in enumerate(inputs):
         name, arr = _tensor(t, i)
         if name in tensors:
             raise OipError(400, f"input {name!r} is given twice")
+        want = declared.get(name)
+        if want is not None and t["datatype"] != want:
+            raise OipError(400, f"input {name!r} is {t['datatype']}; the model's signature declares {want}")
         tensors[name] = arr
     rows = _columns_to_rows(tensors, meta) if meta.columns else _single_to_rows(tensors, meta)
     if len(rows) > max_rows:

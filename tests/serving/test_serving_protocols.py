@@ -6,6 +6,7 @@ parts (tensor checks, the probability rule) without a network."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 from collections.abc import Iterator
 from typing import Any
@@ -114,11 +115,14 @@ def _conformance(c: OipClient, rows: list[list[float]], expected: list[int], tag
     assert nested.status_code == 200, nested.text
     assert nested.json()["outputs"] == [{"name": "label", "datatype": "INT64", "shape": [2], "data": expected[3:5]}]
     ids.append(f"{tag}-2")
-    fp64 = c.infer(DIGITS, {"id": f"{tag}-3", "inputs": [tensor(rows[5:6], datatype="FP64")]})
-    assert fp64.status_code == 200 and fp64.json()["outputs"][0]["data"] == expected[5:6]
+    plain = c.infer(DIGITS, {"id": f"{tag}-3", "inputs": [tensor(rows[5:6])]})
+    assert plain.status_code == 200 and plain.json()["outputs"][0]["data"] == expected[5:6]
     ids.append(f"{tag}-3")
-    ints = c.infer(DIGITS, {"inputs": [tensor([[1] * 64], datatype="INT64")]})
-    assert ints.status_code == 200 and ints.json()["id"]  # an id is generated when none is given
+    generated = c.infer(DIGITS, {"inputs": [tensor([[1] * 64])]})
+    assert generated.status_code == 200 and generated.json()["id"]  # an id is generated when none is given
+    for datatype in ("FP64", "INT8", "INT64"):  # the signature declares FP32: what metadata publishes holds
+        other = c.infer(DIGITS, {"inputs": [tensor([[1] * 64], datatype=datatype)]})
+        assert other.status_code == 400 and f"is {datatype}; the model's signature declares FP32" in other.text
 
     bad = [
         ({"inputs": [tensor(rows[:2], shape=[2, 63])]}, "needs 126 values"),
@@ -342,6 +346,10 @@ def test_parse_infer_tensors() -> None:
         oip.parse_infer(orjson.dumps({"inputs": [{"name": "input", "shape": [11, 3], "datatype": "FP32",
                                                   "data": [0] * 33}]}), _meta(), max_rows=10)
     assert err.value.status == 413
+    declared = dataclasses.replace(_meta(), declared=True)  # inputs from a signature: datatypes checked
+    with pytest.raises(oip.OipError, match="is UINT8; the model's signature declares FP32"):
+        oip.parse_infer(orjson.dumps({"inputs": [{"name": "input", "shape": [1, 3], "datatype": "UINT8",
+                                                  "data": [1, 2, 3]}]}), declared, max_rows=10)
     columns = oip.ModelMeta("m", "1", "mlflow_python_function",
                             [oip.TensorMeta("a", "FP64", [-1]), oip.TensorMeta("b", "FP64", [-1])], [], columns=True)
     call = oip.parse_infer(orjson.dumps({"inputs": [{"name": "b", "shape": [2], "datatype": "FP64", "data": [3, 4]},
