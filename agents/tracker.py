@@ -22,6 +22,7 @@ from scanflow.tracking.api import MAX_BODY_BYTES, predictions_router
 from scanflow.tracking.feedback import FeedbackLog
 from scanflow.tracking.feedback_api import feedback_router
 from scanflow.tracking.predictions import AppendResult, LogStats, PredictionLog, PredictionRecord
+from scanflow.tracking.record_ids import RECORD_KEY_ENV, parse_key
 
 SPEC = agent_spec("tracker")
 WINDOW = drift_window(SPEC, quick())
@@ -63,7 +64,9 @@ class _Feedback:
 LOG = _Log()
 FEEDBACK = _Feedback()
 _settings = Settings()
-agent.router.include_router(predictions_router(LOG, _settings.token))  # type: ignore[arg-type]
+_record_key = (parse_key(_settings.record_key.get_secret_value(), RECORD_KEY_ENV)
+               if _settings.record_key is not None else None)
+agent.router.include_router(predictions_router(LOG, _settings.token, record_key=_record_key))  # type: ignore[arg-type]
 agent.router.include_router(feedback_router(FEEDBACK, _settings.token))  # type: ignore[arg-type]
 
 

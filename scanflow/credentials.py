@@ -8,7 +8,8 @@ in, from variables the Executor is given for that purpose:
     SCANFLOW_<KIND>_TOKEN                  -> the child's SCANFLOW_TOKEN
     SCANFLOW_<KIND>_MLFLOW_USERNAME / _PASSWORD -> the child's MLFLOW_TRACKING_USERNAME / _PASSWORD
 
-(<KIND>: REPLICA, GATEWAY, JOB). Without SCANFLOW_AUTH_TOKENS (the legacy single token) a child
+(<KIND>: REPLICA, GATEWAY, JOB). The record key (scanflow.tracking.record_ids) never reaches a child:
+the platform gives a replica its service's key instead (`replica_record_key`). Without SCANFLOW_AUTH_TOKENS (the legacy single token) a child
 without credentials of its own gets the parent's SCANFLOW_TOKEN and MLflow login, so one-token setups
 keep working; with it (per-component tokens) a child without its own gets none. Pure functions; the platform
 calls `child_env` for each process it spawns.
@@ -20,6 +21,13 @@ from collections.abc import Mapping
 from typing import Literal
 
 from scanflow.auth import AUTH_TOKENS_ENV
+from scanflow.tracking.record_ids import (
+    RECORD_KEY_ENV,
+    SERVICE_RECORD_KEY_ENV,
+    RecordKeyError,
+    parse_key,
+    service_key,
+)
 
 ChildKind = Literal["replica", "gateway", "job"]
 KINDS: tuple[ChildKind, ...] = ("replica", "gateway", "job")
@@ -33,7 +41,7 @@ def kind_vars(kind: str) -> tuple[str, str, str]:
 
 
 def _credential_names() -> set[str]:
-    names = {"SCANFLOW_TOKEN", MLFLOW_USER, MLFLOW_PASSWORD, MLFLOW_TOKEN}
+    names = {"SCANFLOW_TOKEN", MLFLOW_USER, MLFLOW_PASSWORD, MLFLOW_TOKEN, RECORD_KEY_ENV, SERVICE_RECORD_KEY_ENV}
     for k in KINDS:
         names.update(kind_vars(k))
     return names
@@ -57,3 +65,16 @@ def child_env(parent: Mapping[str, str], kind: ChildKind) -> dict[str, str]:
             if parent.get(name):
                 env[name] = parent[name]
     return env
+
+
+def replica_record_key(parent: Mapping[str, str], service: str) -> dict[str, str]:
+    """Pure: what a replica of `service` gets of the parent's record key: its service's key (hex), or
+    nothing when the parent holds none or an invalid one (its ids are then plain random ids)."""
+    text = parent.get(RECORD_KEY_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        key = parse_key(text, RECORD_KEY_ENV)
+    except RecordKeyError:
+        return {}
+    return {SERVICE_RECORD_KEY_ENV: service_key(key, service).hex()}

@@ -37,6 +37,10 @@ from scanflow.tracking.mlflow_routes import Role
 AUTH_TOKENS_KEY = "auth-tokens"
 MLFLOW_USERS_KEY = "mlflow-users"
 POSTGRES_KEY = "postgres-password"
+# binds prediction records to their service (scanflow.tracking.record_ids): the Tracker and the Executor,
+# which derives each service's key for the replicas it starts (compose; on Kubernetes replicas are
+# Deployments the Executor does not hand keys to yet, so there the Tracker gets none and binds nothing)
+RECORD_KEY_KEY = "record-key"
 Format = Literal["kube", "compose"]
 
 
@@ -92,6 +96,7 @@ def generate(rand: Callable[[int], str] = secrets.token_hex) -> dict[str, str]:
     out[AUTH_TOKENS_KEY] = TokenTable.of(tokens).to_json().replace(" ", "")
     out[MLFLOW_USERS_KEY] = users_json(logins).replace(" ", "")
     out[POSTGRES_KEY] = rand(24)
+    out[RECORD_KEY_KEY] = rand(32)
     return out
 
 

@@ -68,6 +68,9 @@ class Settings(BaseSettings):
 
     home: Path = Field(Path(".scanflow"), description="state directory: SQLite stores, MLflow, logs")
     token: SecretStr | None = Field(None, description="bearer token for mutating agent endpoints")
+    record_key: SecretStr | None = Field(None, description="hex key binding prediction ids to their service "
+                                         "(SCANFLOW_RECORD_KEY: the Tracker and the Executor; "
+                                         "scanflow.tracking.record_ids)")
     store_url: str | None = Field(None, description="SQLAlchemy URL; default sqlite in home")
     tracking_uri: str | None = Field(None, description="MLflow tracking URI; default: a local server")
     host: str = "127.0.0.1"

@@ -54,6 +54,7 @@ from scanflow.embedded.leftovers import kill_leftovers
 from scanflow.platform.processes import free_port
 from scanflow.private_files import PRIVATE_UMASK, open_private_log, private_dir, write_private
 from scanflow.spec import AgentSpec, Workflow
+from scanflow.tracking.record_ids import RECORD_KEY_ENV, new_record_key
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ ROLES = ("tracker", "checker", "planner", "executor")
 MLFLOW_ROLES = {"bootstrap": "admin", "operator": "admin", "tracker": "writer", "checker": "writer",
                 "planner": "writer", "executor": "executor", "job": "job", "replica": "reader"}
 _OPERATOR_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+RECORD_KEY_FILE = "record.key"  # the stack's record key (0600), reused by its next start
 MLFLOW_WATCH_S = 1.0  # how often the stack checks that MLflow (and its proxy) still run
 BIND_RETRIES = 3  # restarts of an agent whose port was briefly taken (see _wait_healthy)
 BIND_RETRY_DELAY_S = 1.0  # before such a restart: the port's other holder is not ours to await
@@ -146,6 +148,10 @@ class EmbeddedStack:
         # one MLflow login per component; the operator's password is its token (the token file)
         self.mlflow_logins = {name: (self.token if name == "operator" else new_token(), role)
                               for name, role in MLFLOW_ROLES.items()}
+        # binds prediction ids to their service (scanflow.tracking.record_ids): the Tracker checks,
+        # the Executor derives each service's key for its replicas. Kept in the home (start()): records a
+        # replica spooled before a restart of the stack carry ids tagged with it
+        self.record_key = new_record_key()
         self.mlflow_restarts = 0
         self._saved_env: dict[str, str | None] = {}
         self._watch_stop = threading.Event()
@@ -199,6 +205,11 @@ class EmbeddedStack:
 
         private_dir(self.home)
         private_dir(self.home / "logs")
+        key_file = self.home / RECORD_KEY_FILE
+        if key_file.exists():
+            self.record_key = key_file.read_text(encoding="utf-8").strip()
+        else:
+            write_private(key_file, self.record_key)
         write_private(self.home / "workflow.yaml", self.workflow.to_yaml())
         self._say("mlflow: starting (behind its authenticating proxy)")
         self.mlflow = MlflowServer(self.home / "mlflow", users=self.mlflow_logins,
@@ -308,6 +319,9 @@ class EmbeddedStack:
         env.pop("SCANFLOW_STORE_URL", None)  # each agent keeps its own store in its home
         if role in self.tokens:
             env["SCANFLOW_TOKEN"] = self.tokens[role]
+        env.pop(RECORD_KEY_ENV, None)
+        if role in ("tracker", "executor"):
+            env[RECORD_KEY_ENV] = self.record_key
         if role == "executor":  # what its platform hands to replicas and Jobs (scanflow.credentials)
             for kind in ("replica", "job"):
                 token_var, user_var, password_var = kind_vars(kind)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 from scanflow.auth import bearer_header
-from scanflow.credentials import ChildKind, child_env
+from scanflow.credentials import ChildKind, child_env, replica_record_key
 from scanflow.platform import processes as procs
 from scanflow.platform.base import (
     JobResult,
@@ -217,7 +217,8 @@ class LocalPlatform:
         if self.allow_anonymous:
             argv.append("--allow-anonymous")
         log_path = self.home / "logs" / f"{spec.name}-{rid}.log"
-        proc = procs.spawn(argv, log_path, self._env("replica"))
+        env = self._env("replica") | replica_record_key(os.environ, spec.name)  # ids bound to its service
+        proc = procs.spawn(argv, log_path, env)
         log.info("service %s: replica %d starting (pid %d, port %d)", spec.name, rid, proc.pid, port)
         return _Replica(rid=rid, port=port, proc=proc, restarts=restarts)
 

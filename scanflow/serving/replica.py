@@ -23,7 +23,6 @@ import collections
 import contextlib
 import logging
 import os
-import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -69,6 +68,7 @@ from scanflow.serving.protocols import install_replica
 from scanflow.serving.server import LATENCY_BUCKETS, HotPathApp, alive, base_api, run_server
 from scanflow.serving.sink import TrackerSink
 from scanflow.serving.spool import RecordSpool
+from scanflow.tracking.record_ids import SERVICE_RECORD_KEY_ENV, RecordKeyError, new_request_id, parse_key
 
 log = logging.getLogger("scanflow.serving.replica")
 
@@ -102,6 +102,9 @@ class ReplicaConfig:
     spool_max_bytes: int = 256 << 20
     spool_fsync_s: float = 1.0
     allow_local_models: bool = False  # POST /admin/model: also file:// and paths (else models:/, runs:/ only)
+    # its service's record key (scanflow.tracking.record_ids): request ids the Tracker can tell are this
+    # service's; None: plain random ids
+    record_key: bytes | None = field(default=None, repr=False)
 
 
 class _Metrics:
@@ -163,7 +166,9 @@ class Replica:
             RecordSpool(config.spool_dir, max_bytes=config.spool_max_bytes, fsync_interval_s=config.spool_fsync_s)
             if config.tracker_url and config.spool_dir else None
         )
-        self.sink = TrackerSink(config.tracker_url, token=config.token, spool=spool) if config.tracker_url else None
+        signer = (config.service, config.record_key) if config.record_key is not None else None
+        self.sink = (TrackerSink(config.tracker_url, token=config.token, spool=spool, signer=signer)
+                     if config.tracker_url else None)
         self.body_deadlines = BodyDeadlines(config.body_timeout_s)
         self.threads_pinned = config.threads_pinned and config.threads is not None
         self.cpu_reader: CpuLimitReader | None = None
@@ -522,10 +527,10 @@ class Replica:
         self.metrics.requests.inc(str(status))
 
     def _new_id(self) -> str:
-        """A fresh unguessable id (128 random bits): the record's identity at the Tracker, and what
-        clients send feedback by. Not a disclosed prefix plus a counter: the next ids of such a scheme
-        can be predicted from one answer."""
-        return secrets.token_hex(16)
+        """A fresh unguessable id (128 random bits, tagged for this service when it has a record key):
+        the record's identity at the Tracker, and what clients send feedback by. Not a disclosed prefix
+        plus a counter: the next ids of such a scheme can be predicted from one answer."""
+        return new_request_id(self.config.record_key)
 
     # ---- admin ------------------------------------------------------------------------------
     async def swap_model(self, uri: str) -> dict[str, object]:
@@ -704,6 +709,11 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
     if spool is None:  # stable across restarts of the same replica: its id, else its service and port
         spool = os.path.join("scanflow-spool", args.replica_id or f"{args.service}-{args.port}")
     args.spool_dir = None if spool.lower() == "none" or not args.tracker_url else spool
+    key = env.get(SERVICE_RECORD_KEY_ENV, "").strip()
+    try:
+        args.record_key = parse_key(key, SERVICE_RECORD_KEY_ENV) if key else None
+    except RecordKeyError as exc:
+        p.error(str(exc))
     return args
 
 
@@ -732,6 +742,7 @@ def main(argv: list[str] | None = None, prog: str = REPLICA_PROG) -> None:
         spool_max_bytes=int(args.spool_max_mb * (1 << 20)),
         spool_fsync_s=args.spool_fsync_s,
         allow_local_models=args.allow_local_models,
+        record_key=args.record_key,
     )
     run_server(create_app(config), args.host, args.port, args.log_level, head_timeout_s=args.head_timeout_s)
 

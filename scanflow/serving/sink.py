@@ -29,6 +29,7 @@ from pydantic import SecretStr
 
 from scanflow.auth import bearer_header
 from scanflow.serving.spool import RecordSpool
+from scanflow.tracking.record_ids import SERVICE_HEADER, SIGNATURE_HEADER, sign_batch
 
 log = logging.getLogger("scanflow.serving.sink")
 
@@ -55,6 +56,9 @@ class TrackerSink:
     backoff_max_s: float = 5.0
     spool: RecordSpool | None = None
     stats: SinkStats = field(default_factory=SinkStats)
+    # (service, its record key): each batch is signed so the Tracker can tell it is that service's
+    # (scanflow.tracking.record_ids); None: unsigned, for a Tracker that binds nothing
+    signer: tuple[str, bytes] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # (record, encoded or not, whether the spool holds it): a record the spool could not take is
@@ -165,6 +169,12 @@ class TrackerSink:
             size += len(part) + 1
         return len(parts), b"[" + b",".join(parts) + b"]"
 
+    def _signature(self, body: bytes) -> dict[str, str]:
+        if self.signer is None:
+            return {}
+        service, key = self.signer
+        return {SERVICE_HEADER: service, SIGNATURE_HEADER: sign_batch(key, body)}
+
     def _drop(self, n: int, why: str) -> None:
         self._pop(n)
         self.stats.dropped += n
@@ -183,7 +193,8 @@ class TrackerSink:
         assert self._client is not None
         n, body = self._take()
         try:
-            resp = await self._client.post(f"{self.url.rstrip('/')}/predictions", content=body)
+            resp = await self._client.post(f"{self.url.rstrip('/')}/predictions", content=body,
+                                           headers=self._signature(body))
         except httpx.HTTPError as exc:
             self.stats.last_error = f"{type(exc).__name__}: {exc}"
             self.stats.failed_sends += 1

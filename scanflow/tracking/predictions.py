@@ -129,10 +129,13 @@ class PredictionRecord(BaseModel):
 
 @dataclass(frozen=True)
 class AppendResult:
-    """`accepted`: records acknowledged; `stored`: newly stored; the rest were re-sent duplicates."""
+    """`accepted`: records acknowledged; `stored`: newly stored; the rest were re-sent duplicates, of
+    which `conflicts` differ from the record already stored under their id (kept: the first; reported:
+    a re-send is identical, so a difference is a forgery or a bug)."""
 
     accepted: int
     stored: int
+    conflicts: int = 0
 
     @property
     def duplicates(self) -> int:
@@ -464,7 +467,19 @@ class PredictionLog:
                 before = conn.execute(count).scalar_one()
                 conn.execute(self._insert(_records), rows)
                 stored = conn.execute(count).scalar_one() - before
-        return AppendResult(accepted=len(records), stored=int(stored))
+            conflicts = self._conflicts(conn, rows) if stored < len(rows) else 0
+        if conflicts:
+            log.warning("%d prediction record(s) re-sent with a different body than the one stored under "
+                        "their request_id: the first is kept", conflicts)
+        return AppendResult(accepted=len(records), stored=int(stored), conflicts=conflicts)
+
+    @staticmethod
+    def _conflicts(conn: Any, rows: list[dict[str, Any]]) -> int:
+        """How many of `rows` differ from the body stored under their request_id (after the insert:
+        the newly stored ones match themselves). Only run when some rows were duplicates."""
+        stored = dict(conn.execute(select(_records.c.request_id, _records.c.body).where(
+            _records.c.request_id.in_({r["request_id"] for r in rows}))).all())
+        return sum(1 for r in rows if r["request_id"] in stored and stored[r["request_id"]] != r["body"])
 
     # --- state ---------------------------------------------------------------------------------
 

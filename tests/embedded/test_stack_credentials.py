@@ -36,3 +36,21 @@ def test_each_component_gets_only_its_own_credentials(tmp_path: Path) -> None:
     for env in (replica, job, gateway):  # never the Executor's own
         assert stack.tokens["executor"] not in env.values() and stack.mlflow_logins["executor"][0] not in env.values()
     assert stack.mlflow_logins["replica"][1] == "reader" and stack.mlflow_logins["job"][1] == "job"
+
+
+def test_only_the_tracker_and_the_executor_hold_the_record_key(tmp_path: Path) -> None:
+    """The key that binds prediction records to their service: the Tracker checks with it, the
+    Executor derives each service's key from it; no other agent, the bootstrap, or any child holds it."""
+    from workflows.digits.workflow import workflow
+
+    from scanflow.tracking.record_ids import RECORD_KEY_ENV, SERVICE_RECORD_KEY_ENV
+
+    stack = EmbeddedStack(tmp_path / "stack", workflow, token="operator-token-0123456789")
+    holders = {role for role in ("tracker", "checker", "planner", "executor", "bootstrap")
+               if RECORD_KEY_ENV in stack._env(role)}
+    assert holders == {"tracker", "executor"}
+    executor = stack._env("executor")
+    for kind in ("replica", "gateway", "job"):
+        child = child_env(executor, kind)  # type: ignore[arg-type]
+        assert RECORD_KEY_ENV not in child and stack.record_key not in child.values()
+        assert SERVICE_RECORD_KEY_ENV not in child  # the platform adds the service's key for replicas only

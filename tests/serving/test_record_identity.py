@@ -90,3 +90,75 @@ def test_replica_made_ids_share_no_predictable_part() -> None:
     ids = [app.replica._new_id() for _ in range(1000)]
     assert len(set(ids)) == 1000 and all(len(i) == 32 for i in ids)
     assert len({i[:8] for i in ids}) > 990  # no common prefix, no counter: the next id cannot be derived
+
+
+async def test_records_are_bound_to_the_service_whose_replica_issued_their_id(tmp_path: Path) -> None:
+    """With a record key, a replica's ids carry its service's tag: another service's replica (holding
+    the `predictions:write` scope, having learned an id) cannot claim it, under either service, before
+    the real record arrives; a re-send that differs from the stored record is reported, the first kept.
+    Two replicas' real apps, the Tracker's real router and log, over ASGI."""
+    from fastapi import FastAPI
+
+    from scanflow.credentials import child_env, replica_record_key
+    from scanflow.tracking.api import predictions_router
+    from scanflow.tracking.record_ids import (
+        RECORD_KEY_ENV,
+        SERVICE_HEADER,
+        SERVICE_RECORD_KEY_ENV,
+        SIGNATURE_HEADER,
+        new_record_key,
+        parse_key,
+        sign_batch,
+    )
+
+    master = new_record_key()
+    parent = {RECORD_KEY_ENV: master, "SCANFLOW_TOKEN": "executor-token"}
+    keys = {s: replica_record_key(parent, s)[SERVICE_RECORD_KEY_ENV] for s in ("a", "b")}
+    assert keys["a"] != keys["b"] and master not in keys.values()
+    assert RECORD_KEY_ENV not in child_env(parent, "replica")  # the record key itself never reaches a child
+    sinks = {}
+    answers = {}
+    for service in ("a", "b"):
+        app = create_app(ReplicaConfig(model_uri="models:/m/1", service=service, replica_id=f"{service}-0",
+                                       allow_anonymous=True, record_key=bytes.fromhex(keys[service])))
+        sinks[service] = app.replica.sink = _CapturingSink()  # type: ignore[assignment]
+        async with app.replica.lifespan(app.api), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://r") as http:  # type: ignore[arg-type]
+            await app.replica._install(LoadedModel("m", "models:/m/1", "1", 2, _predict))
+            answers[service] = (await http.post("/predict", json={"inputs": [[1.0, 2.0]]})).json()["request_id"]
+    real = sinks["a"].records[0]
+    assert real["request_id"] == answers["a"] and len(answers["a"]) == 48
+
+    log = PredictionLog(f"sqlite:///{tmp_path / 't.db'}")
+    tracker = FastAPI()
+    tracker.include_router(predictions_router(log, None, allow_anonymous=True, record_key=parse_key(master, "k")))
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=tracker), base_url="http://t") as http:
+
+            async def post(records: list[dict[str, Any]], service: str | None, key: str | None) -> httpx.Response:
+                body = orjson.dumps(records)
+                headers = {SERVICE_HEADER: service or "", SIGNATURE_HEADER: sign_batch(bytes.fromhex(key), body)
+                           } if key else {}
+                return await http.post("/predictions", content=body, headers=headers)
+
+            evil = {**real, "inputs": [[666.0, 0.0]]}
+            # B, with its own key: A's id claimed for service a, or under its own service b
+            got = (await post([evil, {**evil, "service": "b"}], "b", keys["b"])).json()
+            assert got["refused"] == 2 and got["stored"] == 0
+            # B cannot sign for service a; an unsigned batch is refused whole
+            assert (await post([evil], "a", keys["b"])).status_code == 403
+            assert (await post([evil], None, None)).status_code == 403
+            own = (await post(sinks["b"].records, "b", keys["b"])).json()  # B's own record is fine
+            assert own["stored"] == 1 and own["refused"] == 0
+            first = (await post([real], "a", keys["a"])).json()
+            assert first["stored"] == 1 and first["refused"] == 0  # the real record was not pre-claimed
+            again = (await post([real], "a", keys["a"])).json()
+            assert again["duplicates"] == 1 and again["conflicts"] == 0  # an identical re-send
+            changed = (await post([{**real, "outputs": [9]}], "a", keys["a"])).json()
+            assert changed["duplicates"] == 1 and changed["conflicts"] == 1  # reported, not silently dropped
+            stats = (await http.get("/predictions/stats")).json()
+            assert stats["refused_total"] == 2 and stats["conflicts_total"] == 1
+        stored = {rec["request_id"]: rec for rec in (orjson.loads(body) for _, body in log.pending(100))}
+        assert stored[real["request_id"]]["inputs"] == [[1.0, 2.0]] and stored[real["request_id"]]["outputs"] == [1]
+    finally:
+        log.close()

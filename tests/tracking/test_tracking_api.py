@@ -22,9 +22,9 @@ def test_post_predictions_contract(predictions_app, record) -> None:  # type: ig
     url = f"{app.url}/predictions"
     with httpx.Client(timeout=10) as c:
         ok = c.post(url, json=[record(i) for i in range(5)], headers=AUTH)
-        assert ok.status_code == 200 and ok.json() == {"accepted": 5, "stored": 5, "duplicates": 0}
+        assert ok.status_code == 200 and ok.json() == {"accepted": 5, "stored": 5, "duplicates": 0, "refused": 0, "conflicts": 0}
         again = c.post(url, json=[record(i) for i in range(3, 8)], headers=AUTH)
-        assert again.json() == {"accepted": 5, "stored": 3, "duplicates": 2}
+        assert again.json() == {"accepted": 5, "stored": 3, "duplicates": 2, "refused": 0, "conflicts": 0}
 
         assert c.post(url, json=[record(9)]).status_code == 401
         assert c.post(url, json=[record(9)], headers={"Authorization": "Bearer wrong"}).status_code == 401
