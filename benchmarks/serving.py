@@ -2,7 +2,7 @@
 same cores, with the same model and the same load.
 
     make bench-peers                                      # the peers' own environments (once)
-    .venv/bin/python benchmarks/serving.py --quick        # ~6-8 minutes on 2 cores with every peer
+    .venv/bin/python benchmarks/serving.py --quick        # ~25-30 minutes on 2 cores with every peer
 
 The same registered digits MLP (torch, pickle format) is served by
 - scanflow: `python -m scanflow.serving.gateway` (its default fast front) in front of N
@@ -10,17 +10,23 @@ The same registered digits MLP (torch, pickle format) is served by
 - scanflow_asgi_front: a second gateway on the same replicas with `--front asgi` (every request through
   uvicorn's ASGI cycle); scanflow_one_by_one: a third with `--coalesce-max 0` (each client request
   forwarded on its own); scanflow_direct: one replica, no gateway (what the gateway hop costs);
-- the peers (benchmarks/serving_peers.py, each in the setting its documentation recommends for
-  throughput on a small machine): `mlflow models serve` (--workers 1 and 2), MLServer with its MLflow
-  runtime (parallel_workers 0 and 2), Ray Serve (1 and 2 replicas, HAProxy ingress); a peer that cannot
-  run is reported with the reason (`peers_not_run`) and the ratios are over those that ran.
+- the peers (benchmarks/serving_peers.py, each in the settings its documentation recommends for
+  throughput on a small machine, with and without its documented batching): `mlflow models serve`
+  (--workers 1 and 2; it has no batching), MLServer with its MLflow runtime (parallel_workers 0 and 2,
+  adaptive batching off and a small sweep of max_batch_size / max_batch_time), Ray Serve (1 and 2
+  replicas, with and without @serve.batch, HAProxy ingress); a peer that cannot run is reported with
+  the reason (`peers_not_run`) and the ratios are over those that ran.
 Each is driven by the same closed-loop load generator at several concurrencies: Debian's `wrk` with a
 Lua script for the POST body (`make bench-sysdeps`), or, when wrk is missing, the project's own
-generator in its own process. One row (64 floats) per request. Medians over `--repeats` (3) interleaved
-rounds, in which every system of a phase is measured once (`--quick`: 1 s points, 8/64/128 clients).
+generator in its own process. One row (64 floats) per request. Every point lasts 10 s (shorter points
+favoured whoever warms up fastest). Medians over `--repeats` (3) interleaved rounds, in which every
+system of a phase is measured once (`--quick`: 8/64/128 clients).
 
 Two phases: (1) before any peer starts, our systems and the empty endpoint alone -> fraction_of_limit;
-(2) the peers started, every peer, our gateway path and the empty endpoint -> every ratio to a peer.
+(2) the peers started: a prescreen measures every configuration once at 8 and at 64 clients, and the
+best configuration of each server at each of the two (one or two per server) goes on; then those, our
+gateway path and the empty endpoint in rounds -> every ratio to a peer. Every configuration's prescreen
+figures are printed and kept (`peer_configurations`).
 The peers' processes stay alive while idle and take CPU from whatever runs, which taxes a path needing
 both cores more than the one-process empty endpoint; so the fraction is measured without them, and
 reported with them as well (`fraction_of_limit_peers_running`).
@@ -154,6 +160,22 @@ def measure(urls: dict[str, tuple[str, str]], bodies: dict[str, str], concurrenc
     return runs
 
 
+PRESCREEN = (8, 64)  # the concurrencies the ratios to the best peer are taken at
+
+
+def finalists(prescreen: dict[str, dict[int, dict[str, float]]], family: dict[str, str]) -> list[str]:
+    """Pure: per server (family) and per prescreen concurrency, its configuration with the highest
+    throughput (ties: the lower p99); each server's number is then its best configuration's."""
+    out: list[str] = []
+    for fam in dict.fromkeys(family.values()):
+        members = [n for n in prescreen if family[n] == fam]
+        for c in PRESCREEN:
+            best = max(members, key=lambda n: (prescreen[n][c]["rps"], -prescreen[n][c]["p99_ms"]))
+            if best not in out:
+                out.append(best)
+    return out
+
+
 def medians(runs: dict[str, dict[int, list[dict[str, float]]]]) -> dict[str, dict[int, dict[str, float]]]:
     """Per system and concurrency, the median over rounds of each figure."""
     return {k: {c: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for c, rs in v.items()}
@@ -262,7 +284,7 @@ def main() -> int:
     # (it gained ~10-20% from 64 to 128 clients here) while the empty endpoint is flat from 64 up, and
     # every system gets the same points, so the fraction (max over concurrencies per system) stays fair.
     concurrencies = [8, 64, 128] if args.quick else [1, 8, 32, 64, 128]
-    seconds = 1.0 if args.quick else 5.0  # wrk takes whole seconds
+    seconds = 10.0  # wrk takes whole seconds
     repeats = args.repeats or 3
     py = sys.executable
     env_path = {"PATH": f"{Path(py).parent}:{os.environ.get('PATH', '')}"}
@@ -347,6 +369,7 @@ def main() -> int:
                     peer_ready[peer.name] = [Started(procs[key].proc, u, 300) for u in peer.ready_urls]
                 side = {k: urls[k] for k in ("scanflow", "scanflow_oip", "empty")}
                 configs: dict[str, str] = {}
+                candidates: dict[str, serving_peers.Peer] = {}
                 for peer in peer_list:
                     try:
                         for wait in peer_ready[peer.name]:
@@ -359,13 +382,22 @@ def main() -> int:
                         skipped[peer.name] = f"{exc}; log: {log_tail}"
                         print(f"peer {peer.name} left out: {exc}", flush=True)
                         continue
-                    side[peer.name] = (peer.url, peer.body)
-                    configs[peer.name] = peer.config
+                    candidates[peer.name] = peer
+                prescreen = {name: {c: run_load(peer.url, bodies[peer.body], c, seconds, work) for c in PRESCREEN}
+                             for name, peer in candidates.items()}
+                for name in finalists(prescreen, {n: p.family for n, p in candidates.items()}):
+                    side[name] = (candidates[name].url, candidates[name].body)
+                    configs[name] = candidates[name].config
                 side_runs = measure(side, bodies, concurrencies, seconds, repeats, work) if configs else {}
             model_rows = model_limit(uri, 1.0)
 
     table = medians(runs)
     side = medians(side_runs)
+    print("\nprescreen: every peer configuration once, rps / p99 ms at " + " and ".join(map(str, PRESCREEN)) + " clients")
+    for name, by_c in prescreen.items():
+        mark = "*" if name in configs else " "
+        figs = "  ".join(f"{by_c[c]['rps']:7.0f} / {by_c[c]['p99_ms']:6.1f}" for c in PRESCREEN)
+        print(f" {mark} {name:<24} {figs}   {candidates[name].config}")
     print_table("phase 1: ours and the empty endpoint, no peer running", table, concurrencies)
     if side:
         print_table("phase 2: the peers, our gateway path and the empty endpoint (peers running)", side,
@@ -418,6 +450,10 @@ def main() -> int:
         "peers": {k: {"config": configs[k], **{str(c): {m: round(x, 2) for m, x in side[k][c].items()}
                                                 for c in concurrencies}} for k in ran},
         "peers_not_run": {k: v[:300] for k, v in skipped.items()},
+        "peer_configurations": {k: {"family": candidates[k].family, "config": candidates[k].config,
+                                    "finalist": k in configs,
+                                    **{str(c): {m: round(x, 2) for m, x in prescreen[k][c].items()} for c in PRESCREEN}}
+                                for k in prescreen},
         "errors": errors,
         "results": {k: {str(c): {m: round(x, 2) for m, x in r.items()} for c, r in v.items()}
                     for k, v in table.items()},
@@ -429,9 +465,10 @@ def main() -> int:
     figures["peers_ran"] = ran
     kinds_ran = all(any(k.startswith(kind) for k in ran) for kind in ("mlflow", "mlserver", "ray"))
     ratio, p99 = figures["min_throughput_ratio_vs_best_peer"], figures["max_p99_ratio_vs_best_peer"]
+    # failed requests count against ours only: a peer's (MLServer timing out at 128 clients) is its own figure
+    ours_failed = sum(v for k, v in errors.items() if k.split("@")[0] not in configs)
     figures["target_met"] = bool(kinds_ran and ratio is not None and p99 is not None and ratio >= 2.0
-                                 and p99 <= 1.0 and figures["fraction_of_limit"] >= 0.7
-                                 and not any(errors.values()))
+                                 and p99 <= 1.0 and figures["fraction_of_limit"] >= 0.7 and not ours_failed)
     print(json.dumps(figures))
     return exit_code(figures, args.check)
 
