@@ -9,8 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from serving import PRESCREEN, finalists  # noqa: E402
-from serving_peers import MLSERVER_BATCHING, mlserver_name  # noqa: E402
+from serving import PRESCREEN, finalists
+from serving_peers import MLSERVER_BATCHING, mlserver_name
 
 
 def point(rps: float, p99: float) -> dict[str, float]:
