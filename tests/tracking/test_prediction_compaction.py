@@ -115,3 +115,29 @@ def test_batches_keep_the_correlation_fields(tmp_path: Path) -> None:
     assert [(r.client_request_id, r.replica_id) for r in got] == [("order-17", "s-0"), (None, None)]
     pq.write_table(pq.read_table(io.BytesIO(data)).drop_columns(["client_request_id", "replica_id"]), path)
     assert [r.client_request_id for _, r in P._from_parquet(path)] == [None, None]  # an older batch
+
+
+def test_each_flush_leaves_a_preview_the_mlflow_ui_can_show(
+    mlflow_server: str, tmp_path: Path, record, unique_name: str  # type: ignore[no-untyped-def]
+) -> None:
+    """Beside the Parquet batches (which the UI cannot preview), a CSV of the newest batch; readers of
+    the log ignore it."""
+    from mlflow import MlflowClient
+
+    log = PredictionLog(f"sqlite:///{tmp_path / 'p.db'}")
+    log.append(recs(record, range(25)))
+    res = log.flush_to_mlflow(unique_name, batch_size=10)
+    assert res.batches == 3
+    path = MlflowClient().download_artifacts(res.run_id, f"{P.ARTIFACT_DIR}/{P.PREVIEW_NAME}", str(tmp_path))
+    lines = Path(path).read_text().splitlines()
+    assert lines[0].startswith("seq,time_utc,request_id,service,model_version,latency_ms")
+    assert [int(line.split(",")[0]) for line in lines[1:]] == list(range(21, 26))  # the newest batch: seqs 21-25
+    assert len(read_since(res.run_id, 0)) == 25  # the preview is not read as a batch
+
+
+def test_the_preview_is_bounded_and_shows_the_input_width() -> None:
+    body = PredictionRecord(request_id="r", service="s", inputs=[[0.5] * 64], outputs=[3], model_version="2",
+                            latency_ms=1.25, ts=0.0).model_dump_json()
+    text = P.preview_csv([(i, body) for i in range(1, 200)], limit=50)
+    rows = text.splitlines()
+    assert len(rows) == 51 and rows[1].endswith(",64") and "0.5 0.5" in rows[1]
