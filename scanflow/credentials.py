@@ -9,9 +9,10 @@ in, from variables the Executor is given for that purpose:
     SCANFLOW_<KIND>_MLFLOW_USERNAME / _PASSWORD -> the child's MLFLOW_TRACKING_USERNAME / _PASSWORD
 
 (<KIND>: REPLICA, GATEWAY, JOB). The record key (scanflow.tracking.record_ids) never reaches a child:
-the platform gives a replica its service's key instead (`replica_record_key`). Without SCANFLOW_AUTH_TOKENS (the legacy single token) a child
-without credentials of its own gets the parent's SCANFLOW_TOKEN and MLflow login, so one-token setups
-keep working; with it (per-component tokens) a child without its own gets none. Pure functions; the platform
+the platform gives a replica its service's key instead (`replica_record_key`). Without
+SCANFLOW_AUTH_TOKENS (the legacy single token) a child without credentials of its own gets the
+parent's SCANFLOW_TOKEN and MLflow login, so one-token setups keep working; with it (per-component
+tokens) a child without its own gets none. Pure functions; the platform
 calls `child_env` for each process it spawns.
 """
 
