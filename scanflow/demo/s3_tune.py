@@ -64,6 +64,7 @@ SETTLED_LOOKS = 4  # ... and its last this many decisions held with no shrink pe
 SETTLE_WAIT_S = 90.0  # the most to wait for that
 DECIDE_S = 60.0  # the most to wait for the Planner's grow and the Executor's change (measured: 35 s at load 18)
 RIGHT_S = 20.0  # the right-sized case's window: long enough for several of the Checker's ticks
+RIGHT_RATE_STEP = 1.25  # the right-sized load is case 1's, moved by at most this factor (`right_rate`)
 MIN_LOOKS = 3  # autoscale decisions the Planner must have made in the right-sized window
 MOVES = ("grow", "shrink", "up", "down")
 BAR = (f"through the agents: from {MIS_CPU} core the Planner grows the replica on the Checker's observations, "
@@ -153,7 +154,10 @@ def right_rate(rate: float, plans: list[dict[str, Any]], cpu: float, config: Any
     sqrt(lo * hi), or hi / 2 at the smallest size (no shrink below it). Why not the same rate as case 1:
     the size it settled on sits anywhere in its band, often near an edge (a need of 0.22-0.31 cores
     measured at one rate in different runs, around the 0.25 -> 0.5 step), and a start at a band's edge
-    moves on noise alone; the scenario owns the load, so it offers one that fits."""
+    moves on noise alone; the scenario owns the load, so it offers one that fits. It moves the load by at
+    most RIGHT_RATE_STEP either way: the need the Planner estimates is noisy from tick to tick and a
+    request's CPU changes with the rate (batches fill differently), so a load far from the one the Planner
+    was seen holding at is a guess, and a guess past the band's top is a grow the scenario caused."""
     from scanflow.policies import elastic
 
     needs = sorted(float(p["inputs"]["need_cores"]) / max(1, int(p.get("current") or 1))
@@ -162,7 +166,8 @@ def right_rate(rate: float, plans: list[dict[str, Any]], cpu: float, config: Any
         return None
     lo, hi = elastic.hold_band(cpu, config)
     target = math.sqrt(lo * hi) if lo else hi / 2
-    return round(min(MAX_RATE, max(5.0, rate * target / needs[len(needs) // 2])), 1)
+    step = min(RIGHT_RATE_STEP, max(1.0 / RIGHT_RATE_STEP, target / needs[len(needs) // 2]))
+    return round(min(MAX_RATE, max(5.0, rate * step)), 1)
 
 
 def _elastic_config() -> Any:

@@ -107,7 +107,7 @@ def test_settled_needs_quiet_time_and_holds_with_no_shrink_pending() -> None:
 
 
 def test_right_rate_moves_the_observed_need_to_the_middle_of_the_hold_band() -> None:
-    from scanflow.demo.s3_tune import right_rate
+    from scanflow.demo.s3_tune import RIGHT_RATE_STEP, right_rate
     from scanflow.policies.elastic import ElasticConfig, hold_band
 
     cfg = ElasticConfig(min_cpu=0.25, cpu_step=0.25)
@@ -116,9 +116,15 @@ def test_right_rate_moves_the_observed_need_to_the_middle_of_the_hold_band() -> 
     def looks(need: float) -> list[dict]:
         return [{**_plan("hold", 100.0 + i), "current": 1, "inputs": {"need_cores": need}} for i in range(6)]
 
-    # at 100 rps the Planner saw 0.26 cores needed: near the band's bottom edge; the (geometric) middle is 0.354
-    assert right_rate(100.0, looks(0.26), 0.5, cfg) == round(100.0 * math.sqrt(lo * hi) / 0.26, 1)
-    assert lo < 0.26 * right_rate(100.0, looks(0.26), 0.5, cfg) / 100.0 < hi
+    # at 100 rps the Planner saw 0.3 cores needed: below the band's (geometric) middle, 0.354
+    assert right_rate(100.0, looks(0.3), 0.5, cfg) == round(100.0 * math.sqrt(lo * hi) / 0.3, 1)
+    assert lo < 0.3 * right_rate(100.0, looks(0.3), 0.5, cfg) / 100.0 < hi
+    # 0.22, near the bottom edge: the middle is 1.6x away; the load moves by RIGHT_RATE_STEP only (a need
+    # estimated at one rate is a guess at a rate far from it), still clear of the edge
+    assert right_rate(100.0, looks(0.22), 0.5, cfg) == 100.0 * RIGHT_RATE_STEP
+    assert lo * 1.25 < 0.22 * RIGHT_RATE_STEP
+    # and down as far only: 0.58, near the top
+    assert right_rate(100.0, looks(0.58), 0.5, cfg) == 100.0 / RIGHT_RATE_STEP
     # at the smallest size there is no shrink: half the band's top (0.15 of a core)
     assert right_rate(108.0, looks(0.13), 0.25, cfg) == round(108.0 * 0.15 / 0.13, 1)
     # per replica: 2 replicas needing 0.52 in all are 0.26 each
