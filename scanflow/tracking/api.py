@@ -82,7 +82,8 @@ def predictions_router(
             raise HTTPException(422, describe_errors(exc)) from None
         refused = 0
         if record_key is not None:
-            bound, foreign = [], []
+            bound: list[PredictionRecord] = []
+            foreign: list[PredictionRecord] = []
             for r in records:
                 ok = r.service == service and issued_for(r.request_id, service, record_key)
                 (bound if ok else foreign).append(r)
