@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
-from fastapi import Depends
+from fastapi import Depends, Query
 
 from scanflow.agent import Agent, Context, PermanentError, get_context
 from scanflow.embedded import outbox
@@ -458,6 +458,10 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @agent.router.get("/plans")
-async def plans(ctx: Annotated[Context, Depends(get_context)]) -> list[dict[str, Any]]:
-    """The policy decisions, oldest first (the strategies' decisions are at GET /decisions)."""
-    return list(ctx.state.get("decisions", []))
+async def plans(ctx: Annotated[Context, Depends(get_context)],
+                limit: Annotated[int, Query(ge=1, le=MAX_DECISIONS)] = MAX_DECISIONS,
+                policy: Annotated[str | None, Query(max_length=100)] = None) -> list[dict[str, Any]]:
+    """The newest `limit` policy decisions (of the last MAX_DECISIONS kept), of one `policy` if given,
+    oldest first (the strategies' decisions are at GET /decisions)."""
+    kept = [p for p in ctx.state.get("decisions", []) if policy is None or p.get("policy") == policy]
+    return kept[-limit:]

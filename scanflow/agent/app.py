@@ -439,8 +439,10 @@ def create_app(
         rt: RuntimeDep,
         limit: int = Query(100, ge=1, le=1000),
         strategy: str | None = Query(None, max_length=100),
+        before_id: int | None = Query(None, ge=1, description="page back: only decisions older than this id"),
     ) -> list[dict[str, Any]]:
-        return await _thread(_clipped, rt.store.list_decisions, limit, strategy)
+        """The newest decisions first; pass the last row's `id` as `before_id` for the page before."""
+        return await _thread(_clipped, rt.store.list_decisions, limit, strategy, before_id)
 
     @app.get("/metrics", response_class=PlainTextResponse)  # documented as text/plain (Prometheus)
     async def metrics(rt: RuntimeDep) -> Response:

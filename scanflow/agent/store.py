@@ -529,7 +529,10 @@ class Store:
             return None
         return [Intent.from_json(a) for r in rows if r.result == "fired" for a in r.actions]
 
-    def list_decisions(self, limit: int = 100, strategy: str | None = None) -> list[dict[str, Any]]:
+    def list_decisions(self, limit: int = 100, strategy: str | None = None,
+                       before_id: int | None = None) -> list[dict[str, Any]]:
+        """The newest `limit` decisions, newest first; `before_id` pages back (the ids of a page's last
+        row: the next page is everything older)."""
         q = (
             sa.select(decisions)
             .where(decisions.c.result != "none")
@@ -538,6 +541,8 @@ class Store:
         )
         if strategy:
             q = q.where(decisions.c.strategy == strategy)
+        if before_id is not None:
+            q = q.where(decisions.c.id < before_id)
         with self.engine.connect() as conn:
             return [
                 {

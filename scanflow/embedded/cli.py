@@ -1,7 +1,8 @@
 """`scanflow up | status | down`: run a workflow's embedded stack from the command line, and watch it.
 
 `up` runs in the foreground (scanflow/embedded/up.py); `status` and `down` find it through
-`<home>/stack.json` (scanflow/embedded/statefile.py). Exit codes: 2 for bad input or no stack in the
+`<home>/stack.json` (scanflow/embedded/statefile.py): the home given, or the one stack under ./.scanflow
+(scanflow/embedded/findstack.py). Exit codes: 2 for bad input or no stack in the
 home, one line on stderr, never a traceback; `status` 0 when everything is up, 1 when something is
 down; `down` 0 once everything is gone. Heavy imports stay inside the commands.
 Who calls: scanflow/cli.py registers these commands.
@@ -106,7 +107,12 @@ def _home(home: Path | None, workflow_name: str | None) -> Path:
     if home is not None and workflow_name is not None:
         raise _fail("give --home or --workflow-name, not both")
     if home is None and workflow_name is None:
-        raise _fail("which stack? give --home DIR or --workflow-name NAME")
+        from scanflow.embedded.findstack import NoStackHere, find_home
+
+        try:
+            return find_home()
+        except NoStackHere as exc:
+            raise _fail(str(exc)) from None
     return (home or default_home(str(workflow_name))).resolve()
 
 

@@ -45,6 +45,17 @@ def test_record_plan_and_intents_for(store: Store) -> None:
     assert [d["strategy"] for d in store.list_decisions(strategy="t")] == ["t"]
 
 
+def test_decisions_page_back_by_id(store: Store) -> None:
+    for n in range(5):
+        eid, _ = store.add_event("e", {}, key=f"e{n}")
+        store.record_plan(eid, [Decision(eid, "e", f"s{n}", "True", "fired", "fired", {}, (), float(n))], {})
+    first = store.list_decisions(limit=2)
+    assert [d["strategy"] for d in first] == ["s4", "s3"]  # newest first
+    second = store.list_decisions(limit=2, before_id=first[-1]["id"])
+    assert [d["strategy"] for d in second] == ["s2", "s1"]
+    assert [d["strategy"] for d in store.list_decisions(limit=9, before_id=second[-1]["id"])] == ["s0"]
+
+
 def test_action_lifecycle_and_last_successes(store: Store) -> None:
     assert store.get_action("k") is None
     assert store.start_action("k", "scale", "executor", {"n": 2}, 5, now=10.0) == 1

@@ -1,7 +1,8 @@
 """`scanflow up | status | down` on a real stack, as a user runs them (subprocesses of the CLI).
 
 One `up` of the digits workflow (--quick) is checked from outside: stack.json appears, `status` says
-all up, the printed service URL answers POST /predict, `down` stops it and nothing of the home is
+all up, the printed service URL answers POST /predict, `plans`, `decisions` and `logs` read what the
+agents did, `down` stops it and nothing of the home is
 left in /proc. A second `up` in the same home (the bootstrap finds its champion, so it starts faster)
 is stopped with SIGINT, as Ctrl-C would, and must leave nothing behind either.
 """
@@ -133,6 +134,18 @@ def test_up_status_predict_down(up: Up) -> None:
     assert url.endswith("/predict")
     r = httpx.post(url, json={"inputs": [[0.0] * 64]}, timeout=30.0)
     assert r.status_code == 200 and "outputs" in r.json(), r.text
+
+    # what the agents did, read from the terminal (scanflow/embedded/readcli.py)
+    plans = cli("plans", "--home", str(up.home), "--json", "-n", "5")
+    assert plans.returncode == 0 and isinstance(json.loads(plans.stdout), list), plans.stderr
+    assert len(json.loads(plans.stdout)) <= 5
+    decisions = cli("decisions", "--home", str(up.home), "--json", "--agent", "executor")
+    assert decisions.returncode == 0, decisions.stderr
+    assert all(d["agent"] == "executor" for d in json.loads(decisions.stdout))
+    logs = cli("logs", "--home", str(up.home))
+    assert logs.returncode == 0 and {"executor", "planner"} <= set(logs.stdout.split()), logs.stdout
+    tail = cli("logs", "executor", "-n", "3", "--home", str(up.home))
+    assert tail.returncode == 0 and len(tail.stdout.splitlines()) <= 3 and token not in tail.stdout
 
     again = cli("up", str(WORKFLOW), "--home", str(up.home))
     assert again.returncode == 2 and "already runs" in again.stderr
