@@ -303,11 +303,11 @@ SCALE_OVERRIDES = frozenset({"mode", "min_cpu", "max_cpu", "cpu_step"})
 def elastic_config(settings: dict[str, Any], svc: Service) -> tuple[elastic.ElasticConfig, float]:
     """(policy config, pending_s): `autoscale_config` plus the vertical settings: `mode`
     ("vertical-first" or "horizontal", the default), `min_cpu`, `max_cpu` (None: the node's CPU count
-    as the replicas report it), `cpu_step`, `throttled_high`, `saturated_utilization`, `cpu_down_ticks`,
-    `cpu_cooldown_down_s`, `flap_window_s`."""
+    as the replicas report it), `cpu_step`, `throttled_high`, `saturated_utilization`, `shrink_headroom`,
+    `cpu_down_ticks`, `cpu_cooldown_down_s`, `flap_window_s`."""
     scale, pending_s = autoscale_config(settings, svc)
     kw: dict[str, Any] = {"vertical": str(settings.get("mode", "horizontal")) == "vertical-first"}
-    for key in ("min_cpu", "cpu_step", "throttled_high", "saturated_utilization"):
+    for key in ("min_cpu", "cpu_step", "throttled_high", "saturated_utilization", "shrink_headroom"):
         if settings.get(key) is not None:
             kw[key] = float(settings[key])
     if settings.get("max_cpu") is not None:
@@ -378,14 +378,15 @@ def _elastic_state(d: dict[str, Any], scale: autoscale.AutoscaleState) -> elasti
                                 ticks_since_cpu_change=int(d.get("ticks_since_cpu_change", 1000)),
                                 last_move=None if not move else (float(move[0]), int(move[1]),
                                                                  None if len(move) < 3 or move[2] is None else float(move[2])),
-                                flaps=int(d.get("flaps", 0)))
+                                flaps=int(d.get("flaps", 0)), observed_since=_opt(d, "observed_since"))
 
 
 def _elastic_json(st: elastic.ElasticState) -> dict[str, Any]:
     return {"needs": [list(x) for x in st.needs], "shrink": dataclasses.asdict(st.shrink),
             "cpu_changed_at": st.cpu_changed_at, "changed_at": st.changed_at,
             "ticks_since_cpu_change": st.ticks_since_cpu_change,
-            "last_move": None if st.last_move is None else list(st.last_move), "flaps": st.flaps}
+            "last_move": None if st.last_move is None else list(st.last_move), "flaps": st.flaps,
+            "observed_since": st.observed_since}
 
 
 def _opt(p: dict[str, Any], key: str) -> float | None:

@@ -28,9 +28,10 @@ One tick, in order:
    does: on a busy host latency rises with the neighbours' work while the replica's own CPU use stays
    under its limit, and more cores would not help. By half again when the replica is saturated while
    latency breaks the SLO although the estimate says it should not (not while an earlier resize
-   settles, `settle_s`). Down only to the largest need of the last `down_window_s` with the grow margin on
-   top (so the need lands inside the new size's hold band, not at its top edge: a shrink to exactly the
-   need was grown back on the next noisy tick), after `cpu_down_ticks` agreeing ticks in the low latency
+   settles, `settle_s`). Down only to the largest need of the last `down_window_s` with `shrink_headroom`
+   on top (so the need lands well inside the new size's hold band, not near its top edge, where the
+   next noisy tick at a size not yet observed grows it back), once that window has been observed
+   whole (not in the first `down_window_s` after a start or a gap in the observations), after `cpu_down_ticks` agreeing ticks in the low latency
    band, and no sooner than `cooldown_down_s` and a whole `down_window_s` after any change and
    `flap_window_s` after a move up, and only by `shrink_margin` or more (small moves are noise, and each
    one risks a flap).
@@ -79,6 +80,10 @@ class ElasticConfig:
     saturated_utilization: float = 0.9  # share of the CPU limit used that counts as saturated
     grow_margin: float = 0.2  # calm (low latency, not saturated): grow only past (1 + margin) x cpu
     shrink_margin: float = 0.2  # shrink only to (1 - margin) x cpu or less: small moves are noise
+    # a shrink lands where the window's peak need with this much on top fits. More than grow_margin: a
+    # shrink moves to a size not yet observed, where the need reads higher (CFS throttles the bursts of a
+    # smaller quota, batches fill differently), and a steady load's need spreads tick to tick
+    shrink_headroom: float = 0.5
     cpu_down_ticks: int = 3
     cooldown_down_s: float = 60.0  # no shrink within this long of any capacity change
     flap_window_s: float = 300.0  # a move reversing the previous one this soon on a steady load is a flap (HPA: 300 s)
@@ -87,8 +92,9 @@ class ElasticConfig:
         if not 0 < self.min_cpu <= (self.max_cpu or math.inf) or self.cpu_step <= 0:
             raise ValueError("need 0 < min_cpu <= max_cpu and cpu_step > 0")
         if self.cpu_down_ticks < 1 or self.cooldown_down_s < 0 or not 0 <= self.shrink_margin < 1 \
-                or self.grow_margin < 0:
-            raise ValueError("need cpu_down_ticks >= 1, cooldown_down_s >= 0, 0 <= shrink_margin < 1, grow_margin >= 0")
+                or self.grow_margin < 0 or self.shrink_headroom < self.grow_margin:
+            raise ValueError("need cpu_down_ticks >= 1, cooldown_down_s >= 0, 0 <= shrink_margin < 1, grow_margin >= 0, "
+                             "shrink_headroom >= grow_margin")
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,9 @@ class ElasticState:
     # (time, +1 up / -1 down, arrival rate then) of the last change of cores in all
     last_move: tuple[float, int, float | None] | None = None
     flaps: int = 0  # moves that reversed the previous one within flap_window_s on a steady load
+    # since when the needs were observed without a gap of a whole down window (None: not yet): a shrink
+    # goes to the largest need of the window, which needs the window observed whole
+    observed_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -233,7 +242,13 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
     replicas = sdec.replicas
     need = None if cost is None else demand_cores(ctx, cost)
     window = cfg.scale.down_window_s / ts
-    needs = tuple((t, n) for t, n in st.needs if now - t < window) + (((now, need),) if need is not None else ())
+    kept = tuple((t, n) for t, n in st.needs if now - t < window)
+    needs = kept + (((now, need),) if need is not None else ())
+    if kept:  # (a state saved before observed_since existed: its oldest need)
+        observed_since: float | None = st.observed_since if st.observed_since is not None else kept[0][0]
+    else:  # nothing within the window: the evidence starts again
+        observed_since = now if need is not None else None
+    whole_window = observed_since is not None and now - observed_since >= window
     target, why, shrink = c, "hold", Streak()
     if cfg.vertical:
         # sized for the replicas serving now while added ones start (they would arrive after the step)
@@ -272,8 +287,8 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
             if why == "hold" or why.startswith("no removal"):
                 why = f"need {need:.2f} cores over {replicas} replicas -> {want:g} each (room {room:g})"
         elif per is not None and replicas <= r:
-            # shrink: to the largest need of the window with the grow margin on top (it lands inside the new
-            # size's hold band), only in the low band, after the cooldown and a whole window since any change
+            # shrink: to the largest need of the window with the shrink headroom on top (it lands inside the
+            # new size's hold band), only in the low band, after the cooldown and a whole window since any change
             peak = max(n for _, n in needs) / max(1, replicas)
             down = shrink_to(peak, cfg)
             if down <= c * (1 - cfg.shrink_margin) + 1e-9 and low and not over:
@@ -285,10 +300,11 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
                         and steady(ctx.arrival_rate, st.last_move[2]))
                 cooled = (st.changed_at is None
                           or now - st.changed_at >= max(cfg.cooldown_down_s, cfg.scale.down_window_s) / ts) and not held
-                if shrink.count >= cfg.cpu_down_ticks and cooled:
+                if shrink.count >= cfg.cpu_down_ticks and cooled and whole_window:
                     target, why, shrink = down, f"idle: peak need {peak:.2f} per replica over the window -> {down:g}", Streak()
                 else:
-                    why = f"shrink to {down:g} waits: {shrink.count}/{cfg.cpu_down_ticks} ticks, cooled {cooled}"
+                    why = (f"shrink to {down:g} waits: {shrink.count}/{cfg.cpu_down_ticks} ticks, cooled {cooled}, "
+                           f"window observed {whole_window}")
     changed_cpu = target != c
     changed = changed_cpu or replicas != r
     last_move, flaps = st.last_move, st.flaps
@@ -312,22 +328,23 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
                        cpu_changed_at=now if changed_cpu else st.cpu_changed_at,
                        changed_at=now if changed else st.changed_at,
                        ticks_since_cpu_change=0 if changed_cpu else min(st.ticks_since_cpu_change + 1, 1000),
-                       last_move=last_move, flaps=flaps)
+                       last_move=last_move, flaps=flaps, observed_since=observed_since)
     return (ElasticDecision(reason=reason, inputs=inputs, replicas=replicas, current=r, cpu=target, current_cpu=c,
                             threads=threads_for(target, ctx.node_cpus), action=action), new)
 
 
 def shrink_to(peak: float, config: ElasticConfig) -> float:
-    """Pure: the size a shrink lands on for a per-replica peak need: the need with the grow margin on top, in
-    `cpu_step` multiples, at least `min_cpu`. The margin is the hysteresis: the need then sits inside the
-    new size's hold band, where the next noisy tick does not grow it back."""
-    return max(config.min_cpu, quantize_up(peak * (1 + config.grow_margin), config.cpu_step))
+    """Pure: the size a shrink lands on for a per-replica peak need: the need with `shrink_headroom` on
+    top, in `cpu_step` multiples, at least `min_cpu`. The headroom is the hysteresis: the need then sits
+    well inside the new size's hold band, under the size itself (where a throttled replica grows), so
+    the next noisy tick at the new size does not grow it back."""
+    return max(config.min_cpu, quantize_up(peak * (1 + config.shrink_headroom), config.cpu_step))
 
 
 def hold_band(cpu: float, config: ElasticConfig, saturated: bool = False) -> tuple[float, float]:
     """Pure: (lo, hi) such that a tick holds a replica of `cpu` cores (replicas unchanged) when every
     recent per-replica need lies in (lo, hi]: above hi it grows; at or under lo it shrinks (the need with
-    the grow margin on top fits a size `shrink_margin` or more below `cpu`, in `cpu_step` multiples and
+    `shrink_headroom` on top fits a size `shrink_margin` or more below `cpu`, in `cpu_step` multiples and
     never under `min_cpu`; lo is 0 where no shrink is possible). A replica that is not saturated grows
     only past `grow_margin` on top of `cpu`, whatever the latency; a saturated one (throttled, or using
     nearly all of its limit) grows on any need above `cpu`, so its band ends at `cpu`. What a
@@ -337,7 +354,7 @@ def hold_band(cpu: float, config: ElasticConfig, saturated: bool = False) -> tup
     top = quantize_down(cpu * (1 - config.shrink_margin), config.cpu_step)  # the largest size a shrink goes to
     if top < config.min_cpu or top >= cpu:
         return 0.0, hi
-    return top / (1 + config.grow_margin), hi
+    return top / (1 + config.shrink_headroom), hi
 
 
 def horizontal(config: ElasticConfig) -> ElasticConfig:

@@ -116,14 +116,33 @@ def test_autoscale_config_reads_time_scale_guardrails_and_bounds() -> None:
     assert default.guardrails.time_scale == 1.0 and pending_default == 60.0
 
 
+def test_elastic_state_survives_the_json_round_trip_between_ticks() -> None:
+    import json
+
+    from agents.planner import _elastic_json, _elastic_state
+    from scanflow.policies import elastic
+
+    cfg = elastic.ElasticConfig()
+    st = elastic.ElasticState()
+    for i in range(40):  # idle ticks at 2 cores: needs, the shrink streak and observed_since carry over
+        _d, st = elastic.decide(elastic.ElasticContext(
+            now=1000.0 + i, current_replicas=1, cpu=2.0, slo_latency_ms=50.0, latency_ms=5.0, in_flight=0.5,
+            arrival_rate=100.0, cpu_per_request_ms=1.0, cpu_utilization=0.05, node_cpus=4.0, config=cfg, state=st))
+        back = _elastic_state(json.loads(json.dumps(_elastic_json(st))), st.scale)
+        assert back == st
+        st = back
+    assert st.observed_since == 1000.0 and st.last_move is not None  # observed a whole window, then shrank
+
+
 def test_elastic_config_mode_and_vertical_knobs() -> None:
     from agents.planner import elastic_config
     from scanflow.spec import Service
 
     svc = Service(name="s", model_uri="models:/m@champion", min_replicas=1, max_replicas=3)
     cfg, pending = elastic_config({"mode": "vertical-first", "min_cpu": 0.5, "max_cpu": 4, "cpu_step": 0.5,
-                                   "cpu_cooldown_down_s": 10.0, "time_scale": 2.0}, svc)
+                                   "cpu_cooldown_down_s": 10.0, "time_scale": 2.0, "shrink_headroom": 0.6}, svc)
     assert cfg.vertical and (cfg.min_cpu, cfg.max_cpu, cfg.cpu_step, cfg.cooldown_down_s) == (0.5, 4.0, 0.5, 10.0)
+    assert cfg.shrink_headroom == 0.6
     assert cfg.scale.guardrails.max_replicas == 3 and pending == 30.0
     plain, _ = elastic_config({}, svc)
     assert not plain.vertical and plain.max_cpu is None  # no mode: horizontal only, as before
