@@ -33,6 +33,23 @@ _MEMORY_FACTORS = {
 }
 
 
+_CPU_RE = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(m?)$")
+
+
+def parse_cpu(value: Any) -> float:
+    """Kubernetes-style CPU quantity (0.5, 2, '0.5', '500m') -> cores. Not kubernetes.utils.parse_quantity:
+    importing the client costs ~1 s in every agent and CLI process that reads a workflow, and the
+    kubernetes package is only needed by one platform; CPU takes these two forms only."""
+    if isinstance(value, bool):
+        raise ValueError(f"cpu {value!r} is not a number of cores")
+    if isinstance(value, int | float):
+        return float(value)
+    m = _CPU_RE.match(str(value).strip())
+    if not m:
+        raise ValueError(f"cpu {value!r} is not a quantity: use cores (0.5, 2) or millicores ('500m')")
+    return float(m.group(1)) / (1000.0 if m.group(2) else 1.0)
+
+
 class SpecError(ValueError):
     """A workflow declaration is wrong; the message names the field, the value and what is allowed.
 
@@ -66,8 +83,13 @@ class _Spec(BaseModel):
 class Resources(_Spec):
     """CPU (cores, may be fractional) and memory (a Kubernetes quantity) for one replica or job."""
 
-    cpu: float = Field(1.0, gt=0, le=512, description="cores per replica, e.g. 0.5 or 2")
+    cpu: float = Field(1.0, gt=0, le=512, description="cores per replica, e.g. 0.5, 2 or '500m'")
     memory: str = Field("512Mi", description="memory per replica, Kubernetes quantity e.g. '512Mi'")
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    def _check_cpu(cls, v: Any) -> float:
+        return parse_cpu(v)
 
     @field_validator("memory", mode="before")
     @classmethod

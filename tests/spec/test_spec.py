@@ -101,6 +101,22 @@ def test_memory_quantities() -> None:
     assert Resources(memory="1Gi").memory_bytes == 2**30
 
 
+@pytest.mark.parametrize(("given", "cores"), [("500m", 0.5), ("250m", 0.25), ("1.5", 1.5), (" 2 ", 2.0), (2, 2.0),
+                                              (0.1, 0.1), (".5", 0.5)])
+def test_cpu_takes_cores_or_millicores(given: object, cores: float) -> None:
+    assert Resources(cpu=given).cpu == cores
+    # and a workflow's YAML round trip keeps the cores
+    assert Resources.model_validate(Resources(cpu=given).model_dump()).cpu == cores
+
+
+@pytest.mark.parametrize("bad", ["abc", "-1", "0m", "1.5Gi", "500 m", True, 0, 600])
+def test_cpu_refuses_what_is_not_a_positive_quantity_with_the_forms_it_takes(bad: object) -> None:
+    with pytest.raises(ValueError, match="cpu") as err:
+        Resources(cpu=bad)
+    if isinstance(bad, str) and bad != "0m":
+        assert "'500m'" in str(err.value)  # the message shows the forms accepted
+
+
 def test_job_entrypoint_forms() -> None:
     Job(name="a", entrypoint=["python", "-c", "print(1)"])
     with pytest.raises(ValueError, match="entrypoint"):
@@ -121,8 +137,8 @@ def test_validate_cli(tmp_path: Path) -> None:
     good = tmp_path / "wf.yaml"
     good.write_text(wf.to_yaml())
     out = subprocess.run(
-        [sys.executable, "-m", "scanflow.cli", "validate", str(good)], capture_output=True, text=True, check=False
-    )
+        [sys.executable, "-m", "scanflow.cli", "validate", "--yaml", str(good)], capture_output=True, text=True,
+        check=False)
     assert out.returncode == 0, out.stderr
     assert Workflow.from_yaml(out.stdout) == wf
 

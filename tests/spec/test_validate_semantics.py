@@ -80,7 +80,7 @@ def assert_one_line(rc: int, lines: list[str], starts: str, *contains: str) -> N
 # -- the digits workflow passes, in both forms ---------------------------------------------------
 @pytest.mark.parametrize("name", ["workflow.py", "workflow.yaml"])
 def test_digits_workflow_validates(name: str) -> None:
-    result = CliRunner().invoke(app, ["validate", str(ROOT / "workflows" / "digits" / name)])
+    result = CliRunner().invoke(app, ["validate", "--yaml", str(ROOT / "workflows" / "digits" / name)])
     assert result.exit_code == 0, result.stderr
     assert Workflow.from_yaml(result.stdout).name == "digits"
     assert "ok: workflow 'digits'" in result.stderr
