@@ -41,7 +41,7 @@ def parse_cpu(value: Any) -> float:
     importing the client costs ~1 s in every agent and CLI process that reads a workflow, and the
     kubernetes package is only needed by one platform; CPU takes these two forms only."""
     if isinstance(value, bool):
-        raise ValueError(f"cpu {value!r} is not a number of cores")
+        raise ValueError(f"cpu {value!r} is not a number of cores")  # noqa: TRY004 - pydantic reports ValueError only
     if isinstance(value, int | float):
         return float(value)
     m = _CPU_RE.match(str(value).strip())
