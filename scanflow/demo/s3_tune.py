@@ -13,9 +13,9 @@ Two cases on the running EmbeddedStack, the same open-loop load in both:
    loop cannot show it, a mis-sized replica that keeps up with the offered rate at a higher latency
    serves the same answers per second), and no move reversed another on the steady load (the
    Planner's own flap counter, `flaps_since`).
-2. right-sized: the service starts at the size the Planner settled on in case 1 (`settled`: no move for
-   15 s, no shrink pending), under a load that fits that size (`right_rate`: the need the Planner
-   observed there, moved to the middle of the policy's hold band); passes only if nothing changed: the
+2. right-sized: once the Planner settled in case 1 (`settled`: no move for 15 s, no shrink pending), the
+   service starts where its own shrink lands for the needs it observed (`right_size`), under the same
+   load; passes only if nothing changed: the
    Planner looked (autoscale decisions were made on observations during the window) and held, the Executor changed neither resources nor replicas, and the load was served.
 Afterwards the strategy is removed, the SLO override cleared and the declared resources and replica
 count restored. No stack (agents) or no cgroup CPU quota: the scenario reports why and does not pass.
@@ -25,6 +25,7 @@ Who calls: scanflow.demo.runner; tests/e2e/test_s3_tune.py.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -64,7 +65,6 @@ SETTLED_LOOKS = 4  # ... and its last this many decisions held with no shrink pe
 SETTLE_WAIT_S = 90.0  # the most to wait for that
 DECIDE_S = 60.0  # the most to wait for the Planner's grow and the Executor's change (measured: 35 s at load 18)
 RIGHT_S = 20.0  # the right-sized case's window: long enough for several of the Checker's ticks
-RIGHT_RATE_STEP = 1.25  # the right-sized load is case 1's, moved by at most this factor (`right_rate`)
 MIN_LOOKS = 3  # autoscale decisions the Planner must have made in the right-sized window
 MOVES = ("grow", "shrink", "up", "down")
 BAR = (f"through the agents: from {MIS_CPU} core the Planner grows the replica on the Checker's observations, "
@@ -145,33 +145,24 @@ def settled(plans: list[dict[str, Any]], since: float, now: float) -> bool:
         p.get("action") == "hold" and not (p.get("inputs") or {}).get("shrink_pending") for p in last)
 
 
-def right_rate(rate: float, plans: list[dict[str, Any]], cpu: float, config: Any) -> float | None:
-    """Pure: the load (requests/s) at which a replica of `cpu` cores is right-sized for the Planner: its
-    per-replica need in the middle of the band where every tick holds (`elastic.hold_band`: a replica
-    that is not saturated grows only past the grow margin, whatever the latency), scaled from the need
-    the Planner itself observed at `rate` in its last decisions (`plans`, at that size, on this machine
-    as busy as it is now); None without one. The middle is geometric (the need's noise is a ratio):
-    sqrt(lo * hi), or hi / 2 at the smallest size (no shrink below it). Why not the same rate as case 1:
-    the size it settled on sits anywhere in its band, often near an edge (a need of 0.22-0.31 cores
-    measured at one rate in different runs, around the 0.25 -> 0.5 step), and a start at a band's edge
-    moves on noise alone; the scenario owns the load, so it offers one that fits. It moves the load by at
-    most RIGHT_RATE_STEP either way: the need the Planner estimates is noisy from tick to tick and a
-    request's CPU changes with the rate (batches fill differently), so a load far from the one the Planner
-    was seen holding at is a guess, and a guess past the band's top is a grow the scenario caused."""
+def right_size(plans: list[dict[str, Any]], config: Any) -> float | None:
+    """Pure: the cores per replica that are right-sized for the load the Planner's last SETTLED_LOOKS
+    decisions (`plans`) observed: where its own shrink would land for the largest per-replica need among
+    them (`elastic.shrink_to`: the need with `shrink_headroom` on top, in `cpu_step` multiples). That
+    size holds the need well inside its hold band, away from both edges, so it is the policy's fixed
+    point for that load, and case 2 keeps case 1's load (no extrapolation: a request's CPU changes with
+    the rate, batches fill differently). Why not the size it settled on: that may sit at an edge of
+    its band (a 0.25-core replica holding with its need near 0.25, throttled now and then) and then
+    moves on noise alone. None without an observed need."""
     from scanflow.policies import elastic
 
-    needs = sorted(float(p["inputs"]["need_cores"]) / max(1, int(p.get("current") or 1))
-                   for p in plans[-SETTLED_LOOKS:] if (p.get("inputs") or {}).get("need_cores"))
-    if not needs:
-        return None
-    lo, hi = elastic.hold_band(cpu, config)
-    target = math.sqrt(lo * hi) if lo else hi / 2
-    step = min(RIGHT_RATE_STEP, max(1.0 / RIGHT_RATE_STEP, target / needs[len(needs) // 2]))
-    return round(min(MAX_RATE, max(5.0, rate * step)), 1)
+    needs = [float(p["inputs"]["need_cores"]) / max(1, int(p.get("current") or 1))
+             for p in plans[-SETTLED_LOOKS:] if (p.get("inputs") or {}).get("need_cores")]
+    return elastic.shrink_to(max(needs), config) if needs else None
 
 
 def _elastic_config() -> Any:
-    """The vertical knobs of the workflow's autoscale settings (those that shape the hold band)."""
+    """The vertical knobs of the workflow's autoscale settings (those that shape where a shrink lands)."""
     from scanflow.policies import elastic
     from workflows.digits.workflow import workflow
 
@@ -179,7 +170,8 @@ def _elastic_config() -> Any:
     auto = dict(planner.settings.get("autoscale", {}))
     config = elastic.ElasticConfig()
     return replace(config, min_cpu=float(auto.get("min_cpu", config.min_cpu)),
-                   cpu_step=float(auto.get("cpu_step", config.cpu_step)))
+                   cpu_step=float(auto.get("cpu_step", config.cpu_step)),
+                   shrink_headroom=float(auto.get("shrink_headroom", config.shrink_headroom)))
 
 
 def right_sized_verdict(c: Chain, offered: float, got: float | None) -> bool:
@@ -293,20 +285,20 @@ def run(ctx: DemoContext) -> ScenarioResult:
                 "executor_resources_failed": c1.resources_failed,
                 "decided_after_s": round(float(c1.moves[0]["at"]) - wall1, 1) if c1.moves else None,
             })
-            # case 2: started right-sized, the same load: nothing may change. Right-sized = the size the
-            # Planner settled on for this load in case 1 (no move for SETTLED_S): its own fixed point. Not
-            # its first grow (the latency rule overshoots: 0.1 -> 0.5 -> 0.75, then shrunk) nor a size
-            # computed from its estimate at another size (a grown replica's smaller batches cost more CPU
-            # per request: that estimate gave 0.5 for the 0.21-0.24 it then shrank to).
-            right = quota_now if quota_now is not None else MIS_CPU
+            # case 2: started right-sized, the same load: nothing may change. Right-sized = where the
+            # Planner's own shrink lands for the needs it observed at this load once settled in case 1
+            # (`right_size`), at the replica count it settled on. Not its first grow (the latency rule
+            # overshoots: 0.1 -> 0.5 -> 0.75, then shrunk), nor the size it settled on when that sits at
+            # an edge of its band.
+            auto1 = [p for p in stack.get("planner", "/plans")
+                     if p.get("policy") == "autoscale" and float(p.get("at") or 0.0) >= wall1]
+            right = min(right_size(auto1, _elastic_config()) or quota_now or MIS_CPU, float(os.cpu_count() or 1))
             right_replicas = len([r for r in limited_replicas(stack.get("executor", "/services"), svc.name)
                                   if r.get("ready")]) or 1
             _executor(stack, "set_resources", {"service": svc.name, "threads": _threads_for(right),
                                                "resources": {**declared, "cpu": right}})
             _executor(stack, "scale", {"service": svc.name, "replicas": right_replicas})
-            auto1 = [p for p in stack.get("planner", "/plans")
-                     if p.get("policy") == "autoscale" and float(p.get("at") or 0.0) >= wall1]
-            rate2 = right_rate(rate, auto1, right, _elastic_config()) or rate
+            rate2 = rate
             load.rate(rate2)
             time.sleep(SETTLE_S)  # the resize settles before the window: not measured
             wall2, t2 = time.time(), time.monotonic()
@@ -320,13 +312,13 @@ def run(ctx: DemoContext) -> ScenarioResult:
             load.rate(0)
             seconds = load.seconds(t_load)
             figures.update({
-                "right_cpu": right, "right_replicas": right_replicas, "right_load_rps": rate2, "right_rps": got2, "right_looks": c2.looks,
+                "settled_cpu": quota_now, "right_cpu": right, "right_replicas": right_replicas, "right_load_rps": rate2, "right_rps": got2, "right_looks": c2.looks,
                 "right_moves": len(c2.moves),
                 "right_flaps": flaps_since(list(stack.get("planner", "/plans")), wall2),
                 "right_executor_changes": len(c2.resources_ok) + c2.resources_failed + c2.scales,
                 "failed": sum(s.failed for s in seconds), "unsent": sum(s.unsent for s in seconds),
             })
-            start_label, grown_label = f"{MIS_CPU:g} core (start)", f"{right:g} core (grown)"
+            start_label, grown_label = f"{MIS_CPU:g} core (start)", f"{quota_now or 0:g} core (grown)"
             res.series = {"measured": {start_label: before or 0.0, grown_label: after or 0.0,
                                        f"{right:g} core (right-sized, served)": got2 or 0.0},
                           "default": start_label, "chosen": grown_label,

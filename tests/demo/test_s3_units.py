@@ -3,8 +3,6 @@ not happen, when the gain was not measured, or (right-sized) when anything chang
 
 from __future__ import annotations
 
-import math
-
 from scanflow.demo.s3_tune import (
     GAIN_MIN,
     MIN_LOOKS,
@@ -106,28 +104,25 @@ def test_settled_needs_quiet_time_and_holds_with_no_shrink_pending() -> None:
     assert not settled(quiet, grow_at + 50, now)
 
 
-def test_right_rate_moves_the_observed_need_to_the_middle_of_the_hold_band() -> None:
-    from scanflow.demo.s3_tune import RIGHT_RATE_STEP, right_rate
+def test_right_size_is_where_the_planners_own_shrink_lands_for_the_observed_need() -> None:
+    from scanflow.demo.s3_tune import right_size
     from scanflow.policies.elastic import ElasticConfig, hold_band
 
     cfg = ElasticConfig(min_cpu=0.25, cpu_step=0.25)
-    lo, hi = hold_band(0.5, cfg)  # (0.208, 0.6]: any tick of a replica that is not saturated holds there
 
-    def looks(need: float) -> list[dict]:
-        return [{**_plan("hold", 100.0 + i), "current": 1, "inputs": {"need_cores": need}} for i in range(6)]
+    def looks(*needs: float, current: int = 1) -> list[dict]:
+        return [{**_plan("hold", 100.0 + i), "current": current, "inputs": {"need_cores": n}}
+                for i, n in enumerate(needs)]
 
-    # at 100 rps the Planner saw 0.3 cores needed: below the band's (geometric) middle, 0.354
-    assert right_rate(100.0, looks(0.3), 0.5, cfg) == round(100.0 * math.sqrt(lo * hi) / 0.3, 1)
-    assert lo < 0.3 * right_rate(100.0, looks(0.3), 0.5, cfg) / 100.0 < hi
-    # 0.22, near the bottom edge: the middle is 1.6x away; the load moves by RIGHT_RATE_STEP only (a need
-    # estimated at one rate is a guess at a rate far from it), still clear of the edge
-    assert right_rate(100.0, looks(0.22), 0.5, cfg) == 100.0 * RIGHT_RATE_STEP
-    assert lo * 1.25 < 0.22 * RIGHT_RATE_STEP
-    # and down as far only: 0.58, near the top
-    assert right_rate(100.0, looks(0.58), 0.5, cfg) == 100.0 / RIGHT_RATE_STEP
-    # at the smallest size there is no shrink: half the band's top (0.15 of a core)
-    assert right_rate(108.0, looks(0.13), 0.25, cfg) == round(108.0 * 0.15 / 0.13, 1)
-    # per replica: 2 replicas needing 0.52 in all are 0.26 each
-    two = [{**p, "current": 2, "inputs": {"need_cores": 0.52}} for p in looks(0.0)]
-    assert right_rate(100.0, two, 0.5, cfg) == right_rate(100.0, looks(0.26), 0.5, cfg)
-    assert right_rate(100.0, [_plan("hold", 1.0)], 0.5, cfg) is None  # nothing observed
+    # settled at 0.25 with needs up to 0.24 (its band's top edge when throttled): right-sized is 0.5,
+    # the largest need x1.5 = 0.36 in 0.25 steps, and that need sits inside 0.5's band away from both edges
+    size = right_size(looks(0.21, 0.24, 0.2, 0.22), cfg)
+    assert size == 0.5
+    lo, hi = hold_band(0.5, cfg)
+    assert lo * 1.2 < 0.2 and 0.24 * 2 < hi
+    # only the last SETTLED_LOOKS count (an early spike before it settled does not)
+    assert right_size(looks(0.9, 0.3, 0.3, 0.3, 0.3), cfg) == 0.5
+    # per replica: 2 replicas needing 0.6 in all are 0.3 each
+    assert right_size(looks(0.6, 0.6, 0.6, 0.6, current=2), cfg) == right_size(looks(0.3, 0.3, 0.3, 0.3), cfg)
+    assert right_size(looks(0.05, 0.05, 0.05, 0.05), cfg) == 0.25  # never under min_cpu
+    assert right_size([_plan("hold", 1.0)], cfg) is None  # nothing observed
