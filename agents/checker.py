@@ -47,6 +47,7 @@ from scanflow.embedded.env import (
     service_url,
 )
 from scanflow.embedded.latency import Percentile, histogram, percentile_ms
+from scanflow.policies.types import slo_breached
 from scanflow.tracking import monitoring
 
 SPEC = agent_spec("checker")
@@ -397,7 +398,7 @@ def latency_event(observed: dict[str, Any], p: Percentile | None, slo_ms: float,
     when the SLO is at or under it. With no request completed `latency_ms` is None (the policy reads
     that as idle), so a service whose traffic stopped still scales down.
     """
-    breached = p is not None and (p.ms > slo_ms or (p.above and p.ms >= slo_ms))
+    breached = p is not None and slo_breached(p.ms, slo_ms, p.above)
     o = obs or {}
     traffic = bool(o.get("arrival_rate"))
     grown = declared_cpu is not None and o.get("cpu_limit_cores") is not None \

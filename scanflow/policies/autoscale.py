@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from scanflow.policies.guardrails import Guardrails, GuardState, apply_guardrails
-from scanflow.policies.types import Decision
+from scanflow.policies.types import Decision, slo_breached
 from scanflow.spec import Service
 
 
@@ -169,7 +169,7 @@ def decide(ctx: AutoscaleContext) -> tuple[ScaleDecision, AutoscaleState]:
     last_change = max((t for t in (ctx.state.guard.last_change_at, ctx.capacity_changed_at) if t is not None),
                       default=None)
     settling = last_change is not None and ctx.now - last_change < cfg.settle_s / cfg.guardrails.time_scale
-    over = ctx.latency_ms is not None and (ctx.latency_ms > slo or (ctx.latency_lower_bound and ctx.latency_ms >= slo))
+    over = slo_breached(ctx.latency_ms, slo, ctx.latency_lower_bound)
     if over and ctx.spare_cpu:
         band = "over-slo-spare"
         raw = max(estimate, current)  # as "comfortable": up on the estimate, never down

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from scanflow.policies import autoscale
-from scanflow.policies.types import Decision, Streak
+from scanflow.policies.types import Decision, Streak, slo_breached
 
 SETTLE_TICKS = 3  # decisions a resize settles for at least, whatever settle_s says
 STEADY_BAND = 0.3  # arrival rates within this ratio of each other (either way) are one steady load
@@ -216,8 +216,7 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
     # may straddle it (a demo's time_scale can make settle_s shorter than one interval)
     settling = st.cpu_changed_at is not None and (now - st.cpu_changed_at < settle
                                                    or st.ticks_since_cpu_change < SETTLE_TICKS)
-    over = ctx.latency_ms is not None and (ctx.latency_ms > ctx.slo_latency_ms
-                                           or (ctx.latency_lower_bound and ctx.latency_ms >= ctx.slo_latency_ms))
+    over = slo_breached(ctx.latency_ms, ctx.slo_latency_ms, ctx.latency_lower_bound)
     saturated = ((ctx.throttled_ratio or 0.0) >= cfg.throttled_high
                  or (ctx.cpu_utilization or 0.0) >= cfg.saturated_utilization)
     # replicas: the horizontal policy with each replica counted at the size it can grow to now

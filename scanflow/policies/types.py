@@ -27,6 +27,14 @@ class Decision:
         return _plain(dataclasses.asdict(self))
 
 
+def slo_breached(latency_ms: float | None, slo_ms: float, lower_bound: bool = False) -> bool:
+    """Pure: whether a measured latency percentile breaks a latency SLO: above it, or at it when the
+    figure is only a lower bound (the percentile fell past the histogram's top bucket, so the true
+    value may be anywhere above). No measurement (no request completed) is no breach. The one rule the
+    Checker (its `breached` flag) and the scaling policies judge by."""
+    return latency_ms is not None and (latency_ms > slo_ms or (lower_bound and latency_ms >= slo_ms))
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}

@@ -169,3 +169,15 @@ def test_a_latency_known_only_as_a_lower_bound_at_the_slo_is_over_it() -> None:
     over, at = tick(True), tick(False)
     assert over.action == "up" and over.inputs["band"] == "over-slo" and over.inputs["latency_lower_bound"]
     assert at.action == "hold" and at.inputs["band"] == "comfortable"
+
+
+@pytest.mark.parametrize(("latency_ms", "lower_bound", "breached"), [
+    (None, False, False), (None, True, False),  # no request completed: no breach
+    (49.9, False, False), (50.0, False, False), (50.1, False, True),
+    (50.0, True, True),  # at the SLO but only a lower bound (past the top bucket): may be anywhere above
+    (49.9, True, False),
+])
+def test_slo_breached_is_one_rule(latency_ms: float | None, lower_bound: bool, breached: bool) -> None:
+    from scanflow.policies.types import slo_breached
+
+    assert slo_breached(latency_ms, 50.0, lower_bound) is breached
