@@ -90,12 +90,12 @@ def read_since_before(run_id: str, watermark: int) -> list[int]:
 
     client = MlflowClient()
     listed = client.list_artifacts(run_id, P.ARTIFACT_DIR)
-    by_first = {s: f.path for f in listed if (s := P._first_seq_of(f.path)) is not None}
+    by_first = {s: f.path for f in listed if (s := P.first_seq_of(f.path)) is not None}
     seqs: list[int] = []
     with tempfile.TemporaryDirectory(prefix="scanflow-read-") as tmp:
         for first in P.batches_to_read(list(by_first), watermark):
             local = client.download_artifacts(run_id, by_first[first], tmp)
-            seqs += [seq for seq, _ in P._from_parquet(Path(local)) if seq > watermark]
+            seqs += [seq for seq, _ in P.from_parquet(Path(local)) if seq > watermark]
     return sorted(seqs)
 
 
@@ -112,7 +112,7 @@ def fill_run(artifact_root: Path, n_batches: int, sharded: bool) -> int:
         rel = P.batch_artifact_path(first) if sharded else f"{P.ARTIFACT_DIR}/{P.batch_artifact_name(first)}"
         path = artifact_root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(P._to_parquet(zip(range(first, first + READ_BATCH), bodies, strict=True)))
+        path.write_bytes(P.to_parquet(zip(range(first, first + READ_BATCH), bodies, strict=True)))
     return n_batches * READ_BATCH
 
 

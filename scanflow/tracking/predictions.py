@@ -32,25 +32,23 @@ How "exactly once" holds (docs/tracking.md explains it at length):
    flush path, in bounded chunks. A re-send later than that after its first flush is stored again.
    The window is measured on this process's clock from when a row was known to be flushed (a "flush
    mark": watermark + time, recorded after each flush), never from the client's `ts`.
+
+The parts: the records and results (prediction_records), where batches live in the run
+(prediction_layout), their Parquet bytes (prediction_parquet) and the consumers' read (prediction_reader);
+this module is the log itself. It re-exports the names its callers used before the split.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import logging
-import re
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import (
     Column,
     Float,
@@ -70,16 +68,46 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.sql import Executable
 
 from scanflow.sqlschema import create_tables
+from scanflow.tracking.prediction_layout import (
+    ARTIFACT_DIR,
+    LOG_NAME_RE,
+    RUN_TAG,
+    SEQ_DIGITS,
+    SHARD_DIGITS,
+    Lister,
+    all_batch_artifacts,
+    batch_artifact_name,
+    batch_artifact_path,
+    batches_to_read,
+    first_seq_of,
+    locate_batches,
+    mlflow_lister,
+    run_artifact_repo,
+    shard_dirs,
+    shard_plan,
+    shard_start,
+)
+from scanflow.tracking.prediction_parquet import PREVIEW_NAME, from_parquet, preview_csv, to_parquet
+from scanflow.tracking.prediction_reader import prediction_run_id, read_since
+from scanflow.tracking.prediction_records import (
+    AppendResult,
+    FlushResult,
+    LogStats,
+    PredictionBatch,
+    PredictionRecord,
+)
+
+__all__ = [  # what callers import from here (the log, and the names from before the split)
+    "ARTIFACT_DIR", "DEFAULT_RETENTION_S", "PREVIEW_NAME", "RUN_TAG", "SEQ_DIGITS", "SHARD_DIGITS", "AppendResult",
+    "FlushResult", "Lister", "LogStats", "PredictionBatch", "PredictionLog", "PredictionRecord", "all_batch_artifacts",
+    "batch_artifact_name", "batch_artifact_path", "batches_to_read", "compaction_bound", "first_seq_of",
+    "from_parquet", "locate_batches", "mark_due", "mlflow_lister", "prediction_run_id", "preview_csv", "read_since",
+    "run_artifact_repo", "serialise_appends", "shard_dirs", "shard_plan", "shard_start", "sqlite_pragmas",
+    "to_parquet",
+]
 
 log = logging.getLogger(__name__)
 
-ARTIFACT_DIR = "predictions"
-SEQ_DIGITS = 12  # batch names carry their first seq zero-padded to this width
-# Shard levels under ARTIFACT_DIR, as digits of the 12-digit first seq: level-1 directories span 10**9
-# seqs, level-2 10**6, level-3 10**3, so no directory holds more than 1,000 entries (the root gains one
-# per billion seqs). Part of the stored format: changing it strands existing runs.
-SHARD_DIGITS: tuple[int, ...] = (3, 6, 9)
-_SHARD_RE = re.compile(r"[0-9]{1,18}")
 DEFAULT_RETENTION_S = 3600.0  # flushed rows kept this long: the request_id dedup horizon
 COMPACT_CHUNK = 2_000  # rows deleted per transaction (appends wait on the write lock only this long)
 COMPACT_MAX_ROWS = 50_000  # rows deleted per flush call at most (the rest at the next flush)
@@ -87,103 +115,6 @@ MARKS_PER_WINDOW = 100  # flush marks written per retention window at most (comp
 DIALECTS = ("sqlite", "postgresql")  # where seq order is made commit order (see append)
 # pg_advisory_xact_lock key serialising appends (any fixed int64; "scanflow" in ASCII)
 _PG_APPEND_LOCK = 0x7363616E666C6F77
-RUN_TAG = "scanflow.predictions"  # value: the log's name; identifies the run a log flushes into
-_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,100}")  # the name goes into MLflow search filters
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-
-
-class PredictionRecord(BaseModel):
-    """One served request: what came in, what went out, by which model version, how fast.
-
-    `inputs` holds the request's rows (one request may carry several). `labels` is still accepted (older
-    clients, logs already stored) and kept in the Parquet batches, but the framework no longer reads
-    it: replicas refuse labels in /predict, and true labels arrive later as feedback keyed by
-    request_id (scanflow.tracking.feedback, the Tracker's POST /feedback).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    request_id: str = Field(min_length=1, max_length=200)
-    service: str = Field(min_length=1, max_length=200)
-    inputs: list[list[FiniteFloat]] = Field(min_length=1)
-    outputs: list[Any]
-    model_version: str = Field(max_length=100)
-    latency_ms: float = Field(ge=0, allow_inf_nan=False)
-    ts: float = Field(ge=0, allow_inf_nan=False)
-    labels: list[Any] | None = None
-    # sent by the replicas' TrackerSink (scanflow/serving/sink.py); accepted, not stored in Parquet
-    # (the replica's own retry key: request_id is the record's identity)
-    record_id: str | None = Field(None, max_length=200)
-    # the id the client sent, echoed only: `request_id` (the identity) is always made by the replica
-    client_request_id: str | None = Field(None, max_length=200)
-    replica_id: str | None = Field(None, max_length=200)
-
-    @field_validator("inputs")
-    @classmethod
-    def _rows_same_width(cls, rows: list[list[float]]) -> list[list[float]]:
-        widths = {len(r) for r in rows}
-        if len(widths) != 1 or 0 in widths:
-            raise ValueError(f"every input row needs the same non-zero width, got widths {sorted(widths)}")
-        return rows
-
-
-@dataclass(frozen=True)
-class AppendResult:
-    """`accepted`: records acknowledged; `stored`: newly stored; the rest were re-sent duplicates, of
-    which `conflicts` differ from the record already stored under their id (kept: the first; reported:
-    a re-send is identical, so a difference is a forgery or a bug)."""
-
-    accepted: int
-    stored: int
-    conflicts: int = 0
-
-    @property
-    def duplicates(self) -> int:
-        return self.accepted - self.stored
-
-
-@dataclass(frozen=True)
-class FlushResult:
-    run_id: str
-    batches: int
-    records: int
-    watermark: int
-    artifacts: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class LogStats:
-    stored: int
-    last_seq: int
-    watermark: int
-    pending: int
-    run_id: str | None
-
-
-@dataclass
-class PredictionBatch:
-    """What a consumer gets from `read_since`: records in seq order and the watermark to pass next time."""
-
-    records: list[PredictionRecord]
-    seqs: list[int]
-    watermark: int
-    batches_read: int = 0
-    listings: int = 0  # artifact directory listings the read made (one MLflow request each)
-    _inputs: np.ndarray | None = field(default=None, repr=False)
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def inputs(self) -> np.ndarray:
-        """All input rows of all records stacked: float32 (rows, features); (0, 0) when empty."""
-        if self._inputs is None:
-            rows = [row for r in self.records for row in r.inputs]
-            self._inputs = np.asarray(rows, dtype=np.float32) if rows else np.zeros((0, 0), np.float32)
-        return self._inputs
-
-    def labels(self) -> list[Any]:
-        """True labels of the records that have them, flattened in order."""
-        return [lab for r in self.records if r.labels is not None for lab in r.labels]
 
 
 _metadata = MetaData()
@@ -261,145 +192,6 @@ def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def batch_artifact_name(first_seq: int) -> str:
-    """Deterministic file name of the batch starting at `first_seq` (re-flush overwrites, never adds)."""
-    return f"batch-{first_seq:0{SEQ_DIGITS}d}.parquet"
-
-
-def shard_dirs(first_seq: int, digits: Sequence[int] | None = None) -> list[str]:
-    """The shard directories, outermost first, of the batch starting at `first_seq`. Pure.
-
-    Level i is named by the first `digits[i]` digits of the zero-padded first seq (a prefix of the
-    batch's own name, so names sort as seqs do): with (3, 6, 9), batch 1234567 lives in
-    `000/000001/000001234/`. Deterministic in `first_seq` alone, so a re-flush after a crash between upload
-    and commit overwrites the same path.
-    """
-    widths = SHARD_DIGITS if digits is None else digits
-    return [f"{first_seq // 10 ** (SEQ_DIGITS - w):0{w}d}" for w in widths]
-
-
-def batch_artifact_path(first_seq: int, digits: Sequence[int] | None = None) -> str:
-    """Where the batch starting at `first_seq` is written, relative to the run's artifact root. Pure."""
-    return "/".join([ARTIFACT_DIR, *shard_dirs(first_seq, digits), batch_artifact_name(first_seq)])
-
-
-def shard_start(name: str, width: int) -> int | None:
-    """The first seq a level directory named `name` may hold (it spans 10**(SEQ_DIGITS - width) seqs),
-    or None if `name` is not a shard directory. Pure. Goes by the level's width, not the name's
-    length, so prefixes of seqs beyond 12 digits still order correctly."""
-    if not _SHARD_RE.fullmatch(name):
-        return None
-    return int(name) * 10 ** (SEQ_DIGITS - width)
-
-
-def shard_plan(starts: Sequence[int], watermark: int) -> tuple[list[int], list[int]]:
-    """Which shard directories of one level a consumer at `watermark` lists. Pure.
-
-    Returns (now, fallback). `now`: the last shard starting at or before the watermark (it holds the
-    watermark) and every later one, ascending. `fallback`: the earlier shards, nearest first, listed
-    one by one only while no batch starting at or before the watermark was found: a batch is a seq
-    range, so the batch holding the watermark may start in an earlier shard than the watermark's own
-    (a batch whose first seq is in shard k can hold seqs of shard k+1).
-    """
-    ordered = sorted(starts)
-    now = batches_to_read(ordered, watermark)
-    return now, ordered[: len(ordered) - len(now)][::-1]
-
-
-# one artifact directory listing: (path relative to the run's artifact root, is_dir) of each entry
-Lister = Callable[[str], Sequence[tuple[str, bool]]]
-
-
-def locate_batches(
-    list_dir: Lister, watermark: int, *, limit: int | None = None, digits: Sequence[int] | None = None
-) -> dict[int, str]:
-    """first seq -> artifact path of every batch a consumer at `watermark` must read, in both layouts.
-
-    Lists only the root and, at each shard level, the shard holding the watermark and later ones (and
-    an earlier one when a batch straddles the edge), so a caught-up consumer's cost does not grow with
-    the run's history. Flat `predictions/batch-*.parquet` files (the layout before shards) are read
-    at the root as before. `limit`: stop listing later shards once that many batches are known (a
-    consumer reading at most `limit` batches). `list_dir` is the only I/O, so tests can pass a fake.
-    """
-    widths = tuple(SHARD_DIGITS if digits is None else digits)
-    limit = None if limit is None else max(1, limit)  # as before shards: at least the first batch
-    found = _locate(list_dir, ARTIFACT_DIR, 0, watermark, limit, widths)
-    wanted = batches_to_read(list(found), watermark)
-    return {s: found[s] for s in (wanted if limit is None else wanted[:limit])}
-
-
-def _locate(
-    list_dir: Lister, path: str, depth: int, wm: int, limit: int | None, widths: tuple[int, ...]
-) -> dict[int, str]:
-    entries = list_dir(path)
-    files = {s: p for p, is_dir in entries if not is_dir and (s := _first_seq_of(p)) is not None}
-    found = {s: files[s] for s in batches_to_read(list(files), wm)}
-    if depth == len(widths):
-        return found
-    shards = {
-        start: p
-        for p, is_dir in entries
-        if is_dir and (start := shard_start(Path(p).name, widths[depth])) is not None
-    }
-    now, fallback = shard_plan(list(shards), wm)
-    below: dict[int, str] = {}
-    for start in now:
-        if limit is not None and sum(1 for s in below if s > wm) >= limit:
-            break  # later shards hold only later batches: the consumer stops before them
-        below.update(_locate(list_dir, shards[start], depth + 1, wm, limit, widths))
-    for start in fallback:
-        if any(s <= wm for s in below):
-            break
-        below.update(_locate(list_dir, shards[start], depth + 1, wm, limit, widths))
-    # the same first seq flat and sharded: a batch re-flushed after an upgrade, the sharded copy is
-    # the newer one and holds every row the flat one did (the same seqs, from the same log)
-    found.update(below)
-    return found
-
-
-def all_batch_artifacts(list_dir: Lister, path: str = ARTIFACT_DIR) -> list[str]:
-    """Every batch file under `path`, both layouts, duplicates included: what MLflow really holds
-    (for audits and tests; a consumer uses `locate_batches`)."""
-    out: list[str] = []
-    for p, is_dir in list_dir(path):
-        if is_dir:
-            out += all_batch_artifacts(list_dir, p)
-        elif _first_seq_of(p) is not None:
-            out.append(p)
-    return out
-
-
-def run_artifact_repo(run_id: str) -> Any:
-    """The run's artifact repository, resolved once (one get_run). Why not `MlflowClient.list_artifacts`
-    / `download_artifacts`: they go through a `runs:/` URI, which re-resolves the run and searches the
-    experiment's logged models on every call: 4 HTTP requests per listing instead of 1, 5 per download
-    instead of 2."""
-    from mlflow import MlflowClient
-    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
-
-    return get_artifact_repository(MlflowClient().get_run(run_id).info.artifact_uri)
-
-
-def mlflow_lister(run_id: str, repo: Any = None) -> Lister:
-    """A `Lister` over one run's artifacts (one HTTP request per call with the default server)."""
-    artifacts = run_artifact_repo(run_id) if repo is None else repo
-
-    def list_dir(path: str) -> list[tuple[str, bool]]:
-        return [(f.path, bool(f.is_dir)) for f in artifacts.list_artifacts(path)]
-
-    return list_dir
-
-
-def _first_seq_of(artifact_path: str) -> int | None:
-    stem = Path(artifact_path).name
-    if not (stem.startswith("batch-") and stem.endswith(".parquet")):
-        return None
-    try:
-        return int(stem[len("batch-") : -len(".parquet")])
-    except ValueError:
-        return None
-
-
 class PredictionLog:
     """Durable, de-duplicating log of predictions in a SQL database, flushed to one MLflow run.
 
@@ -409,7 +201,7 @@ class PredictionLog:
     """
 
     def __init__(self, url: str, *, name: str = "default", retention_s: float = DEFAULT_RETENTION_S) -> None:
-        if not _NAME_RE.fullmatch(name):
+        if not LOG_NAME_RE.fullmatch(name):
             raise ValueError(f"log name {name!r}: use 1-100 letters, digits, '.', '_' or '-'")
         if not retention_s > 0:
             raise ValueError(f"retention_s must be > 0 (the request_id dedup horizon), got {retention_s}")
@@ -670,7 +462,7 @@ class PredictionLog:
                 artifact = batch_artifact_path(first)
                 with tempfile.TemporaryDirectory(prefix="scanflow-flush-") as tmp:
                     path = Path(tmp) / batch_artifact_name(first)
-                    path.write_bytes(_to_parquet(rows))
+                    path.write_bytes(to_parquet(rows))
                     client.log_artifact(run_id, str(path), artifact.rsplit("/", 1)[0])
                 now_ms = int(time.time() * 1000)
                 flushed += len(rows)
@@ -701,191 +493,3 @@ class PredictionLog:
         return FlushResult(
             run_id=run_id, batches=batches, records=total, watermark=self.watermark, artifacts=tuple(names)
         )
-
-
-# --- a preview the MLflow UI can show -------------------------------------------------------------
-PREVIEW_NAME = "latest-batch-preview.csv"
-PREVIEW_ROWS = 50
-PREVIEW_VALUES = 8  # input values shown per row; the row's width is given beside them
-
-
-def preview_csv(rows: Sequence[tuple[int, str]], limit: int = PREVIEW_ROWS) -> str:
-    """Pure: the first `limit` records of a batch as CSV (seq, time, request id, service, model version,
-    latency, output, label, the first input values and the input width), for people looking at the
-    run in the MLflow UI. The Parquet batches stay the data; this is only a look at them."""
-    import csv
-    import datetime as dt
-
-    buf = io.StringIO()
-    out = csv.writer(buf)
-    out.writerow(["seq", "time_utc", "request_id", "service", "model_version", "latency_ms", "outputs",
-                  "labels", "inputs_head", "input_width"])
-    for seq, body in rows[:limit]:
-        rec = json.loads(body)
-        inputs = rec.get("inputs") or []
-        flat = [v for row in inputs for v in (row if isinstance(row, list) else [row])]
-        when = dt.datetime.fromtimestamp(float(rec.get("ts", 0.0)), dt.UTC).isoformat(timespec="milliseconds")
-        out.writerow([seq, when, rec.get("request_id"), rec.get("service"), rec.get("model_version"),
-                      round(float(rec.get("latency_ms", 0.0)), 3), json.dumps(rec.get("outputs"))[:120],
-                      "" if rec.get("labels") is None else json.dumps(rec["labels"])[:120],
-                      " ".join(f"{float(v):.4g}" for v in flat[:PREVIEW_VALUES]), len(flat)])
-    return buf.getvalue()
-
-
-# --- Parquet encoding (one row per record; inputs as list<list<float32>>) ------------------------
-
-
-def _to_parquet(rows: Iterable[tuple[int, str]]) -> bytes:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    seqs: list[int] = []
-    cols: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "request_id",
-            "service",
-            "inputs",
-            "outputs",
-            "model_version",
-            "latency_ms",
-            "ts",
-            "labels",
-            "client_request_id",
-            "replica_id",
-        )
-    }
-    for seq, body in rows:
-        rec = json.loads(body)
-        seqs.append(seq)
-        cols["request_id"].append(rec["request_id"])
-        cols["service"].append(rec["service"])
-        cols["inputs"].append(rec["inputs"])
-        cols["outputs"].append(json.dumps(rec["outputs"]))
-        cols["model_version"].append(rec["model_version"])
-        cols["latency_ms"].append(float(rec["latency_ms"]))
-        cols["ts"].append(float(rec["ts"]))
-        cols["labels"].append(None if rec.get("labels") is None else json.dumps(rec["labels"]))
-        cols["client_request_id"].append(rec.get("client_request_id"))
-        cols["replica_id"].append(rec.get("replica_id"))
-    table = pa.table(
-        {
-            "seq": pa.array(seqs, pa.int64()),
-            "request_id": pa.array(cols["request_id"], pa.string()),
-            "service": pa.array(cols["service"], pa.string()),
-            "inputs": pa.array(cols["inputs"], pa.list_(pa.list_(pa.float32()))),
-            "outputs_json": pa.array(cols["outputs"], pa.string()),
-            "model_version": pa.array(cols["model_version"], pa.string()),
-            "latency_ms": pa.array(cols["latency_ms"], pa.float64()),
-            "ts": pa.array(cols["ts"], pa.float64()),
-            "labels_json": pa.array(cols["labels"], pa.string()),
-            # correlation: the client's own id and the replica that answered (batches written before
-            # these columns existed read them as None)
-            "client_request_id": pa.array(cols["client_request_id"], pa.string()),
-            "replica_id": pa.array(cols["replica_id"], pa.string()),
-        }
-    )
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    return buf.getvalue()
-
-
-def _from_parquet(path: Path) -> list[tuple[int, PredictionRecord]]:
-    import pyarrow.parquet as pq
-
-    data = pq.read_table(path).to_pylist()
-    out: list[tuple[int, PredictionRecord]] = []
-    for row in data:
-        # validated when appended: construct without re-validating (the Checker reads thousands of rows)
-        rec = PredictionRecord.model_construct(
-            request_id=row["request_id"],
-            service=row["service"],
-            inputs=row["inputs"],
-            outputs=json.loads(row["outputs_json"]),
-            model_version=row["model_version"],
-            latency_ms=row["latency_ms"],
-            ts=row["ts"],
-            labels=None if row["labels_json"] is None else json.loads(row["labels_json"]),
-            client_request_id=row.get("client_request_id"),
-            replica_id=row.get("replica_id"),
-        )
-        out.append((int(row["seq"]), rec))
-    return out
-
-
-# --- consumers (the Checker) ---------------------------------------------------------------------
-
-
-def prediction_run_id(experiment: str, name: str = "default") -> str | None:
-    """The run a prediction log named `name` flushes into, in `experiment` (None if none yet)."""
-    from mlflow import MlflowClient
-
-    if not _NAME_RE.fullmatch(name):
-        raise ValueError(f"log name {name!r}: use 1-100 letters, digits, '.', '_' or '-'")
-    client = MlflowClient()
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return None
-    runs = client.search_runs(
-        [exp.experiment_id],
-        filter_string=f"tags.`{RUN_TAG}` = '{name}'",
-        order_by=["attributes.start_time ASC"],
-        max_results=1,
-    )
-    return runs[0].info.run_id if runs else None
-
-
-def batches_to_read(first_seqs: Sequence[int], watermark: int) -> list[int]:
-    """Which batch files a consumer at `watermark` must read: the one containing it, and all later.
-
-    Pure, so the rule that keeps `read_since` from missing rows is tested without MLflow.
-    """
-    ordered = sorted(first_seqs)
-    at_or_before = [s for s in ordered if s <= watermark]
-    keep = [at_or_before[-1]] if at_or_before else []
-    return keep + [s for s in ordered if s > watermark]
-
-
-def read_since(run_id: str, watermark: int = 0, *, max_batches: int | None = None) -> PredictionBatch:
-    """Records flushed to `run_id` with seq > `watermark`, in seq order, and the next watermark. Blocking.
-
-    `max_batches` bounds one call's work (a Checker catching up after a long outage). Lists the shard
-    directories at and after the watermark only (`locate_batches`): a caught-up consumer's cost does
-    not grow with the run's history. Reads runs written before shards existed too.
-    """
-    import os
-
-    # a consumer polls in a loop: per-download progress bars would flood agent logs
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    repo = run_artifact_repo(run_id)
-    lister = mlflow_lister(run_id, repo)
-    listings = 0
-
-    def counted(path: str) -> Sequence[tuple[str, bool]]:
-        nonlocal listings
-        listings += 1
-        return lister(path)
-
-    by_first = locate_batches(counted, watermark, limit=max_batches)
-    wanted = sorted(by_first)
-    records: list[PredictionRecord] = []
-    seqs: list[int] = []
-    seen: set[int] = set()
-    new_wm = watermark
-    with tempfile.TemporaryDirectory(prefix="scanflow-read-") as tmp:
-        for first in wanted:
-            local = repo.download_artifacts(by_first[first], tmp)
-            for seq, rec in _from_parquet(Path(local)):
-                if seq > watermark and seq not in seen:
-                    seen.add(seq)
-                    seqs.append(seq)
-                    records.append(rec)
-                    new_wm = max(new_wm, seq)
-    order = sorted(range(len(seqs)), key=seqs.__getitem__)
-    return PredictionBatch(
-        records=[records[i] for i in order],
-        seqs=[seqs[i] for i in order],
-        watermark=new_wm,
-        batches_read=len(wanted),
-        listings=listings,
-    )

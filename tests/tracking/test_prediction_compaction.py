@@ -108,13 +108,13 @@ def test_batches_keep_the_correlation_fields(tmp_path: Path) -> None:
     base = {"service": "s", "inputs": [[0.5]], "outputs": [1], "model_version": "2", "latency_ms": 1.0}
     recs_ = [PredictionRecord(request_id="r1", ts=1.0, client_request_id="order-17", replica_id="s-0", **base),
              PredictionRecord(request_id="r2", ts=2.0, **base)]
-    data = P._to_parquet([(i, r.model_dump_json()) for i, r in enumerate(recs_)])
+    data = P.to_parquet([(i, r.model_dump_json()) for i, r in enumerate(recs_)])
     path = tmp_path / "batch.parquet"
     path.write_bytes(data)
-    got = [r for _, r in P._from_parquet(path)]
+    got = [r for _, r in P.from_parquet(path)]
     assert [(r.client_request_id, r.replica_id) for r in got] == [("order-17", "s-0"), (None, None)]
     pq.write_table(pq.read_table(io.BytesIO(data)).drop_columns(["client_request_id", "replica_id"]), path)
-    assert [r.client_request_id for _, r in P._from_parquet(path)] == [None, None]  # an older batch
+    assert [r.client_request_id for _, r in P.from_parquet(path)] == [None, None]  # an older batch
 
 
 def test_each_flush_leaves_a_preview_the_mlflow_ui_can_show(

@@ -288,7 +288,9 @@ def test_sharded_flush_and_read_across_shard_edges(
 ) -> None:  # type: ignore[no-untyped-def]
     """Real MLflow, shards of 100 and 10 seqs (so 7-record batches straddle leaf edges): every
     watermark, edges included, reads exactly the rows after it."""
-    monkeypatch.setattr(P, "SHARD_DIGITS", (10, 11))
+    from scanflow.tracking import prediction_layout
+
+    monkeypatch.setattr(prediction_layout, "SHARD_DIGITS", (10, 11))  # the layout reads it (the log re-exports it)
     log = PredictionLog(f"sqlite:///{tmp_path / 'p.db'}")
     log.append(recs(record, range(45)))
     res = log.flush_to_mlflow(unique_name, batch_size=7)
