@@ -18,7 +18,7 @@
   or lost replicas), not from its own earlier plans; only a scale it asked for that has not shown yet
   (within `pending_s`) counts, as replicas still starting (`scale_view`).
 Policy states live in the agent's persisted state, so a restarted Planner keeps its hysteresis.
-`GET /plans` lists the policy decisions (reason, inputs) newest last.
+`GET /plans?limit=N&policy=P` lists the policy decisions (reason, inputs) newest last (the last 200 kept).
 Plans for the Executor go through a durable outbox (scanflow/embedded/outbox.py): the actuator
 queues them and returns, the `deliver` sensor posts them, so a restarting Executor never holds up
 this agent's inbox (failover decisions keep coming while a retrain plan waits).
