@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -89,14 +90,7 @@ def decisions(
     state = _state_or_exit(_home(home, workflow_name))
     params: dict[str, Any] = {"limit": limit, **({"strategy": strategy} if strategy else {})}
     by_role = {role: _get(f"{_agent_url(state.urls, role)}/decisions", params) for role in roles}
-    rows = decision_rows(by_role, limit)
-    if json_output:
-        typer.echo(json.dumps(rows, indent=1, default=str))
-        return
-    if not rows:
-        typer.echo("no decisions yet")
-    for d in rows:
-        typer.echo(decision_line(d))
+    _show(decision_rows(by_role, limit), json_output, decision_line, "no decisions yet")
 
 
 def plans(
@@ -104,20 +98,21 @@ def plans(
     workflow_name: NameOpt = None,
     policy: Annotated[str | None, typer.Option("--policy", help="only this policy's, e.g. autoscale, retrain, "
                                                "failover")] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="the newest N")] = 20,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=200, help="the newest N (it keeps 200)")] = 20,
     json_output: JsonOpt = False,
 ) -> None:
     """The Planner's policy decisions (retrain, autoscale, failover, ...) with their reasons, newest last."""
     state = _state_or_exit(_home(home, workflow_name))
     params: dict[str, Any] = {"limit": limit, **({"policy": policy} if policy else {})}
-    rows = list(_get(f"{_agent_url(state.urls, 'planner')}/plans", params))
+    _show(list(_get(f"{_agent_url(state.urls, 'planner')}/plans", params)), json_output, plan_line, "no plans yet")
+
+
+def _show(rows: list[dict[str, Any]], json_output: bool, line: Callable[[dict[str, Any]], str], empty: str) -> None:
+    """Print rows as one JSON list, or one line each (`empty` when there are none)."""
     if json_output:
         typer.echo(json.dumps(rows, indent=1, default=str))
         return
-    if not rows:
-        typer.echo("no plans yet")
-    for p in rows:
-        typer.echo(plan_line(p))
+    typer.echo("\n".join(line(r) for r in rows) if rows else empty)
 
 
 def log_names(log_dir: Path) -> list[str]:
