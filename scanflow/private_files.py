@@ -36,6 +36,20 @@ def write_private(path: Path, text: str) -> None:
 
 def open_to_others(root: Path) -> list[str]:
     """Paths under `root` (itself included) that group or others may read, write or enter, each with
-    its mode: what to fix (or what a test refuses) after a stack ran."""
-    return [f"{p} {stat.S_IMODE(p.lstat().st_mode):o}" for p in [root, *root.rglob("*")]
-            if not p.is_symlink() and p.lstat().st_mode & (stat.S_IRWXG | stat.S_IRWXO)]
+    its mode: what to fix (or what a test refuses) after a stack ran. A running stack creates and
+    removes files as this walks (SQLite's -journal files come and go with each transaction), so a
+    file gone between the listing and its stat is skipped: it can no longer be read by anyone."""
+    found = []
+    for path in [root, *_walk(root)]:
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISLNK(mode) and mode & (stat.S_IRWXG | stat.S_IRWXO):
+            found.append(f"{path} {stat.S_IMODE(mode):o}")
+    return found
+
+
+def _walk(root: Path) -> list[Path]:
+    """Everything under `root`; os.walk skips a folder removed while it walks (pathlib's rglob raises)."""
+    return [Path(top, name) for top, dirs, files in os.walk(root) for name in [*dirs, *files]]
