@@ -423,7 +423,7 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     state = _elastic_state(ctx.state.get("elastic", {}), _autoscale_state(ctx.state.get("autoscale", {})))
     latency = p.get("latency_ms")
     decision, new = elastic.decide(elastic.ElasticContext(
-        now=now, current_replicas=current, cpu=cpu, slo_latency_ms=float(p.get("slo_ms", 50.0)),
+        now=now, current_replicas=current, cpu=cpu, slo_latency_ms=float(p.get("slo_ms", svc.slo.latency_ms)),
         latency_ms=None if latency is None else float(latency),
         latency_lower_bound=bool(p.get("latency_lower_bound", False)),
         in_flight=float(p.get("in_flight", 0.0)), arrival_rate=_opt(p, "arrival_rate"),

@@ -23,19 +23,19 @@ def serve(
     log_level: str | None = None,
     max_body_bytes: int | None = None,
 ) -> None:
-    """Run the agent on host:port until interrupted (SIGINT/SIGTERM stop it cleanly).
+    """Run the agent on host:port until interrupted (SIGINT/SIGTERM stop it cleanly); on the socket
+    handed to this process instead, when its starter reserved the port (scanflow.handoff).
     `max_body_bytes`: see create_app (default: the agent's own limit, else 1 MiB). A request head must
     arrive within `settings.head_timeout_s` and a body within `settings.body_timeout_s` (408 and close)."""
-    import uvicorn
-
     from scanflow.agent.app import create_app
+    from scanflow.handoff import serve_uvicorn
     from scanflow.httpdeadline import HeadDeadlineProtocol, with_head_timeout
 
     settings = settings or Settings()
     app = create_app(
         agent, settings, peers=peers, allow_anonymous=allow_anonymous, max_body_bytes=max_body_bytes
     )
-    uvicorn.run(
+    serve_uvicorn(
         app,
         host=host or settings.host,
         port=port,

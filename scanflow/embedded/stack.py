@@ -35,13 +35,14 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 import httpx
 
@@ -51,7 +52,8 @@ from scanflow.credentials import kind_vars
 from scanflow.embedded.agentfiles import AgentModuleError, agent_target
 from scanflow.embedded.env import QUICK_ENV, WORKFLOW_ENV, loopback_url, primary_service
 from scanflow.embedded.leftovers import kill_leftovers
-from scanflow.platform.processes import free_port
+from scanflow.handoff import listen_host
+from scanflow.platform.processes import PortInUse, reserve_port, spawn
 from scanflow.private_files import PRIVATE_UMASK, open_private_log, private_dir, write_private
 from scanflow.spec import AgentSpec, Workflow
 from scanflow.tracking.record_ids import RECORD_KEY_ENV, new_record_key
@@ -66,30 +68,11 @@ MLFLOW_ROLES = {"bootstrap": "admin", "operator": "admin", "tracker": "writer", 
 _OPERATOR_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 RECORD_KEY_FILE = "record.key"  # the stack's record key (0600), reused by its next start
 MLFLOW_WATCH_S = 1.0  # how often the stack checks that MLflow (and its proxy) still run
-BIND_RETRIES = 3  # restarts of an agent whose port was briefly taken (see _wait_healthy)
-BIND_RETRY_DELAY_S = 1.0  # before such a restart: the port's other holder is not ours to await
-ADDR_IN_USE = "address already in use"  # uvicorn's bind failure: "[Errno 98] error while attempting to bind ..."
-BindAction = Literal["respawn", "fail"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class StackError(RuntimeError):
     """The stack could not start (the message names the part and its log file)."""
-
-
-def bind_failure_action(output: str, returncode: int, respawns: int, retries: int = BIND_RETRIES) -> BindAction:
-    """What to do about an agent process that exited while the stack waited for it (pure).
-
-    `output`: what that process wrote (only it: the log is shared by restarts); `returncode`: its exit
-    status; `respawns`: how often this role was already started again in this wait. "respawn" only for
-    a failed bind (a non-zero exit whose output says the address is in use), at most `retries` times:
-    the port was picked free before the bootstrap and briefly taken since (e.g. as the source port of an
-    outgoing connection), which a later attempt survives. Anything else is a real failure: a clean exit
-    (0) or a signal (< 0) is not a port clash, and a crash is not cured by trying again.
-    """
-    if returncode <= 0 or respawns >= retries:
-        return "fail"
-    return "respawn" if ADDR_IN_USE in output.lower() else "fail"
 
 
 def health_agent(status_code: int, body: object) -> str | None:
@@ -128,17 +111,32 @@ class EmbeddedStack:
         self.ready_timeout_s = ready_timeout_s
         self.extra_env = dict(extra_env or {})
         self.on_progress = on_progress
-        # every service gets a fixed gateway port: a restarted Executor must serve on the same endpoint
-        services = [s if s.port else s.model_copy(update={"port": free_port()}) for s in workflow.services]
-        self.workflow = workflow.model_copy(update={"services": services})
+        self.workflow = workflow
         specs = {role: self.agent_spec(role) for role in ROLES}
-        self.ports = {role: (spec.port if spec and spec.port else free_port()) for role, spec in specs.items()}
         try:  # a wrong module fails here, before MLflow starts and the bootstrap trains
             self.targets = {role: agent_target(role, spec, self.agents_dir) for role, spec in specs.items()}
         except AgentModuleError as exc:
             raise StackError(str(exc)) from None
+        # Every port is reserved now (bound, not listening) and handed to its server when that starts
+        # (scanflow.handoff): picked free and bound later, a port was taken in between in CI. Every
+        # service gets a fixed gateway port, so a restarted Executor serves on the same endpoint; its
+        # reservation goes to the Executor, which hands it to the gateway.
+        self._host = listen_host(os.environ | self.extra_env)
+        self._reserved: dict[str, socket.socket] = {}  # agent role -> its port, until the agent starts
+        self._service_ports: list[socket.socket] = []  # until the Executor starts
+        try:
+            services = []
+            for svc in workflow.services:
+                self._service_ports.append(self._reserve(f"service {svc.name}", svc.port))
+                services.append(svc.model_copy(update={"port": self._service_ports[-1].getsockname()[1]}))
+            self.workflow = workflow.model_copy(update={"services": services})
+            for role, spec in specs.items():
+                self._reserved[role] = self._reserve(f"agent {role}", spec.port if spec else None)
+        except StackError:
+            self._release_ports()
+            raise
+        self.ports = {role: int(s.getsockname()[1]) for role, s in self._reserved.items()}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._log_from: dict[str, int] = {}  # per role: the log offset where its current process began
         self.mlflow: Any = None
         self.tracking_uri = ""
         self.bootstrap_result: dict[str, Any] = {}
@@ -236,6 +234,19 @@ class EmbeddedStack:
         self._say(f"services: ready ({', '.join(s.name for s in self.workflow.services)})")
         return self
 
+    def _reserve(self, what: str, port: int | None) -> socket.socket:
+        try:
+            return reserve_port(self._host, port)
+        except PortInUse as exc:
+            raise StackError(f"{what}: {exc.strerror}") from None
+
+    def _release_ports(self) -> None:
+        """Close the reservations no process took (a stack that stops before, or never, started)."""
+        for sock in [*self._reserved.values(), *self._service_ports]:
+            sock.close()
+        self._reserved.clear()
+        self._service_ports.clear()
+
     def _say(self, line: str) -> None:
         if self.on_progress is not None:
             self.on_progress(line)
@@ -282,6 +293,7 @@ class EmbeddedStack:
                 _signal_group(p, signal.SIGKILL)
                 p.wait(timeout=10)
         kill_leftovers(self.agent_home("executor"))
+        self._release_ports()
         if self.mlflow is not None:
             self.mlflow.stop()
             self.mlflow = None
@@ -352,45 +364,31 @@ class EmbeddedStack:
         return argv  # peers come from SCANFLOW_PEERS (_env), as in a pod
 
     def _spawn(self, role: str) -> None:
+        """Start the agent on its reserved port; a restarted one reserves the port again first (its
+        last process freed it), and fails clearly when someone else took it meanwhile."""
         self.agent_home(role).mkdir(parents=True, exist_ok=True)
-        log = self.log_path(role)
-        self._log_from[role] = log.stat().st_size if log.exists() else 0  # this process's output starts here
-        with open_private_log(log) as out:
-            self.procs[role] = subprocess.Popen(
-                self._argv(role), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self._env(role), cwd=REPO_ROOT, start_new_session=True, umask=PRIVATE_UMASK,
-            )
+        listener = self._reserved.pop(role, None) or self._reserve(f"agent {role}", self.ports[role])
+        reserved, self._service_ports = (self._service_ports, []) if role == "executor" else ([], self._service_ports)
+        self.procs[role] = spawn(self._argv(role), self.log_path(role), self._env(role),
+                                 listener=listener, reserved=reserved, cwd=REPO_ROOT)
 
     def _wait_healthy(self, role: str, timeout_s: float | None = None) -> None:
         """Wait until THIS agent answers /health on its port.
 
-        Why the name check and the respawn: the ports are picked (free right then) before the bootstrap,
-        and the agent binds its port later; in that window the port can be taken, e.g. as the ephemeral
-        source port of an outgoing connection. A CI run saw the Checker fail to bind twice while the stack
-        carried on without it. So /health must name the expected agent, and an agent that exited because
-        its port was in use is started again (see bind_failure_action).
+        Why the name check: the agent serves on the socket the stack reserved for it, but a wrong
+        `port` in an AgentSpec, or a mix-up of stacks, could put another server there; a bare 200 would
+        let the stack carry on without its own agent.
         """
         timeout_s = timeout_s or self.ready_timeout_s
         deadline = time.monotonic() + timeout_s
         url = self.agent_urls[role] + "/health"
         spec = self.agent_spec(role)
         expected = spec.name if spec else None
-        respawns = 0
         answered: str | None = None  # the last agent name seen on the port (a foreign one, if any)
         while time.monotonic() < deadline:
             p = self.procs[role]
             if p.poll() is not None:
-                output = self._output_since_spawn(role)
-                if bind_failure_action(output, p.returncode, respawns) == "respawn":
-                    respawns += 1
-                    log.warning("agent %s could not bind port %d; starting it again (%d/%d)",
-                                role, self.ports[role], respawns, BIND_RETRIES)
-                    time.sleep(BIND_RETRY_DELAY_S)
-                    self._spawn(role)
-                    continue
-                clash = (f" (port {self.ports[role]} still in use after {respawns} restarts)"
-                         if ADDR_IN_USE in output.lower() else "")
-                raise StackError(f"agent {role} exited with {p.returncode}{clash}{_foreign(answered, expected)}; "
+                raise StackError(f"agent {role} exited with {p.returncode}{_foreign(answered, expected)}; "
                                  f"see {self.log_path(role)}:\n{_tail(self.log_path(role))}")
             name = self._health_name(url)
             if name is not None and (expected is None or name == expected):
@@ -408,15 +406,6 @@ class EmbeddedStack:
             return health_agent(r.status_code, r.json())
         except (httpx.HTTPError, ValueError):
             return None
-
-    def _output_since_spawn(self, role: str) -> str:
-        """What the agent's current process wrote to its log (the log is shared by its restarts)."""
-        try:
-            with open(self.log_path(role), "rb") as f:
-                f.seek(self._log_from.get(role, 0))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
 
     # -- chaos -----------------------------------------------------------------------------------
     def kill_agent(self, role: str) -> None:

@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -46,6 +47,7 @@ from typing import Any, Literal, Self
 
 from scanflow.auth import bearer_header
 from scanflow.credentials import ChildKind, child_env, replica_record_key
+from scanflow.handoff import listen_host, take_reserved_ports
 from scanflow.platform import processes as procs
 from scanflow.platform.base import (
     JobResult,
@@ -174,6 +176,7 @@ class LocalPlatform:
         self._changes = threading.RLock()  # one public change at a time; taken before _lock, never inside it
         self._closed = threading.Event()
         self._interval = supervise_interval_s
+        self._handed = take_reserved_ports()  # gateway ports reserved by who started this process
         atexit.register(self.close)
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -204,7 +207,8 @@ class LocalPlatform:
 
     def _spawn_replica(self, svc: _Service, rid: int, restarts: int = 0) -> _Replica:
         spec = svc.spec
-        port = procs.free_port()
+        listener = procs.reserve_port("127.0.0.1")  # handed to the replica: no one takes it before it listens
+        port = int(listener.getsockname()[1])
         threads = default_threads(spec, self._placement(spec, rid), self.topology.total)
         argv = [
             self.python, "-m", "scanflow.serving.replica", "--model-uri", spec.model_uri,
@@ -218,20 +222,33 @@ class LocalPlatform:
             argv.append("--allow-anonymous")
         log_path = self.home / "logs" / f"{spec.name}-{rid}.log"
         env = self._env("replica") | replica_record_key(os.environ, spec.name)  # ids bound to its service
-        proc = procs.spawn(argv, log_path, env)
+        proc = procs.spawn(argv, log_path, env, listener=listener)
         log.info("service %s: replica %d starting (pid %d, port %d)", spec.name, rid, proc.pid, port)
         return _Replica(rid=rid, port=port, proc=proc, restarts=restarts)
 
-    def _spawn_gateway(self, spec: Service, port: int, backup_url: str | None) -> procs.Proc:
+    def _gateway_listener(self, port: int | None) -> socket.socket:
+        """The socket a gateway is to serve on: the reservation handed to this process for `port` (an
+        embedded stack fixes gateway ports before its Executor starts), else one made now, on `port`
+        (a spec's, or the one a restarted gateway keeps) or a free one."""
+        if port and port in self._handed:
+            return self._handed.pop(port)
+        try:
+            return procs.reserve_port(listen_host(self._env("gateway")), port)
+        except procs.PortInUse as exc:
+            raise PlatformError(f"gateway: {exc.strerror}", retryable=True) from None
+
+    def _spawn_gateway(self, spec: Service, listener: socket.socket, backup_url: str | None) -> procs.Proc:
+        """Start the gateway on `listener` (a `_gateway_listener`), which it takes over."""
         argv = [
-            self.python, "-m", "scanflow.serving.gateway", "--port", str(port),
+            self.python, "-m", "scanflow.serving.gateway", "--port", str(listener.getsockname()[1]),
             "--service", spec.name, "--health-interval-s", "0.5",
         ]
         if backup_url:
             argv += ["--backup", backup_url]
         if self.allow_anonymous:
             argv.append("--allow-anonymous")
-        return procs.spawn(argv, self.home / "logs" / f"{spec.name}-gateway.log", self._env("gateway"))
+        return procs.spawn(argv, self.home / "logs" / f"{spec.name}-gateway.log", self._env("gateway"),
+                           listener=listener)
 
     def _apply_to_replica(self, svc: _Service, rep: _Replica) -> list[str]:
         """cgroup limits, then affinity (moving into a cpuset resets affinity), for one replica."""
@@ -417,10 +434,12 @@ class LocalPlatform:
             report: dict[str, dict[str, Any]] = {}
             now = time.monotonic()
             for name, (spec, rec, gw, reps) in found.items():
-                port = int((rec.get("gateway") or {}).get("port") or spec.port or procs.free_port())
+                port = int((rec.get("gateway") or {}).get("port") or spec.port or 0)
                 restarted = []
                 if gw is None:
-                    gw_proc: procs.Proc = self._spawn_gateway(spec, port, rec.get("backup_url"))
+                    listener = self._gateway_listener(port or None)
+                    port = int(listener.getsockname()[1])
+                    gw_proc: procs.Proc = self._spawn_gateway(spec, listener, rec.get("backup_url"))
                     restarted.append("gateway")
                 else:
                     gw_proc = gw
@@ -484,7 +503,7 @@ class LocalPlatform:
         mark exited replicas dead, respawn dead ones whose backoff is over, and say what to probe."""
         if svc.gateway.poll() is not None:
             log.warning("service %s: gateway exited (%s); restarting", svc.spec.name, svc.gateway.returncode)
-            svc.gateway = self._spawn_gateway(svc.spec, svc.gateway_port, svc.backup_url)
+            svc.gateway = self._spawn_gateway(svc.spec, self._gateway_listener(svc.gateway_port), svc.backup_url)
             svc.registered = None
         for rid, rep in list(svc.replicas.items()):
             if rep.state != "dead" and rep.proc.poll() is not None:
@@ -562,9 +581,10 @@ class LocalPlatform:
         with self._lock:
             svc = self._services.get(service.name)
             if svc is None:
-                port = service.port or procs.free_port()
+                listener = self._gateway_listener(service.port)
+                port = int(listener.getsockname()[1])
                 backup = self._services.get(service.backup) if service.backup else None
-                svc = _Service(spec=service, gateway=self._spawn_gateway(service, port, None), gateway_port=port)
+                svc = _Service(spec=service, gateway=self._spawn_gateway(service, listener, None), gateway_port=port)
                 svc.backup_url = backup.endpoint if backup else None
                 if service.backup and backup is None:
                     svc.notes["backup"] = f"backup {service.backup!r} not deployed yet; wired when it is"
@@ -829,6 +849,9 @@ class LocalPlatform:
         for name in list(self._services):
             self.delete(name)
         self._cg.remove_all()
+        for sock in self._handed.values():
+            sock.close()
+        self._handed.clear()
         self.state_path.unlink(missing_ok=True)  # nothing left to adopt
         atexit.unregister(self.close)
 

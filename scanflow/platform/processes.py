@@ -19,12 +19,14 @@ from typing import Any
 
 import httpx
 
+from scanflow.handoff import LISTEN_FD_ENV, RESERVED_PORTS_ENV, reserved_ports_value
 from scanflow.platform.topology import parse_cpu_list
 from scanflow.private_files import PRIVATE_UMASK, open_private_log
 
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_LISTEN_PORT = 10000  # below: well-known and registered services' ports
 _PICK_TRIES = 64
+LISTEN_BACKLOG = 2048  # what the serving processes ask uvicorn for; the server sets its own on takeover
 
 
 def listen_port_range(ephemeral: tuple[int, int]) -> tuple[int, int]:
@@ -51,16 +53,59 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
+class PortInUse(OSError):
+    """A fixed port (a spec's, or one a restart must keep) is held by another socket."""
+
+
+def reserve_port(host: str = "127.0.0.1", port: int | None = None) -> socket.socket:
+    """A TCP socket listening on `host`:`port`: the port is ours until the socket is handed to the
+    process that serves on it (`spawn(listener=)`, scanflow.handoff) or closed. Listening, because a
+    listening port cannot be bound by anyone else, not even with SO_REUSEADDR (two sockets that set it
+    may share a port while neither listens); a connection made before the server takes over waits in
+    the queue until it does.
+
+    SO_REUSEADDR, as every server sets: a restarted agent or gateway keeps its port, and the
+    connections its last process closed (TIME_WAIT) must not keep it from the next one.
+    `port` None: a free one outside the OS's ephemeral range (see `listen_port_range`), else the OS's
+    pick. A fixed `port` held by someone else: `PortInUse`."""
+    if port:
+        try:
+            return _listening(host, port)
+        except OSError as exc:
+            raise PortInUse(exc.errno, f"port {port} on {host} is in use by another process ({exc.strerror})") from None
+    low, high = listen_port_range(_ephemeral_range())
+    rng = random.SystemRandom()
+    for _ in range(_PICK_TRIES if high > low else 0):
+        try:
+            return _listening(host, rng.randrange(low, high))
+        except OSError:
+            continue
+    return _listening(host, 0)
+
+
+def _listening(host: str, port: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        s.listen(LISTEN_BACKLOG)
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` right now, outside the OS's ephemeral range (see `listen_port_range`);
-    the OS's pick when none is found there."""
+    """A TCP port free on `host` right now, outside the OS's ephemeral range: for a server this process
+    cannot hand a socket to (MLflow's). Anything may take it before that server binds it; prefer
+    `reserve_port` and `spawn(listener=)`."""
     low, high = listen_port_range(_ephemeral_range())
     rng = random.SystemRandom()
     for _ in range(_PICK_TRIES if high > low else 0):
         port = rng.randrange(low, high)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
-                s.bind((host, port))
+                s.bind((host, port))  # no SO_REUSEADDR: not even a TIME_WAIT may linger on it
             except OSError:
                 continue
             return port
@@ -69,15 +114,34 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def spawn(argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def spawn(argv: list[str], log_path: Path, env: dict[str, str] | None = None, *,
+          listener: socket.socket | None = None, reserved: list[socket.socket] | None = None,
+          cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start a process in its own session (so a timeout can kill its whole group), output to a file;
-    it creates files private to its user (PRIVATE_UMASK)."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open_private_log(log_path) as log:
-        return subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True, umask=PRIVATE_UMASK,
-        )
+    it creates files private to its user (PRIVATE_UMASK).
+
+    `listener`: a `reserve_port` socket the process is to serve on (scanflow.handoff.LISTEN_FD_ENV);
+    `reserved`: reservations it is to hand on to what it starts (RESERVED_PORTS_ENV). Either way the
+    process gets the sockets and this one closes its copies, started or not: the ports belong to the
+    child from here on (and are free again when it exits)."""
+    handed = ([listener] if listener is not None else []) + list(reserved or [])
+    try:
+        env = dict(os.environ if env is None else env)
+        env.pop(LISTEN_FD_ENV, None)  # descriptors of ours that are not the child's
+        env.pop(RESERVED_PORTS_ENV, None)
+        if listener is not None:
+            env[LISTEN_FD_ENV] = str(listener.fileno())
+        if reserved:
+            env[RESERVED_PORTS_ENV] = reserved_ports_value(list(reserved))
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open_private_log(log_path) as log:
+            return subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+                start_new_session=True, umask=PRIVATE_UMASK, pass_fds=tuple(s.fileno() for s in handed),
+            )
+    finally:
+        for s in handed:
+            s.close()
 
 
 class Adopted:

@@ -91,17 +91,16 @@ def run_server(app: ASGIApp | object, host: str, port: int, log_level: str, http
     imports are done so the collector stops re-scanning the long-lived objects of torch/FastAPI,
     and one socket write per answer (scanflow.serving.corked: uvicorn writes headers and body apart).
     `http`: a subclass of that protocol (the gateway's scanflow.serving.fastfront). `head_timeout_s`:
-    a request head must arrive in full within it (scanflow.httpdeadline: 408 and close, else)."""
-    import uvicorn
-
+    a request head must arrive in full within it (scanflow.httpdeadline: 408 and close, else). On the
+    socket handed to this process, when its starter reserved the port (scanflow.handoff)."""
+    from scanflow.handoff import serve_uvicorn
     from scanflow.serving.corked import CorkedHttpToolsProtocol
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     gc.collect()
     gc.freeze()
-    uvicorn.run(
-        app,  # type: ignore[arg-type]
-        host=host, port=port, loop="uvloop", http=with_head_timeout(http or CorkedHttpToolsProtocol, head_timeout_s),
+    serve_uvicorn(
+        app, host=host, port=port, loop="uvloop", http=with_head_timeout(http or CorkedHttpToolsProtocol, head_timeout_s),
         lifespan="on", access_log=False, log_level="warning", backlog=2048, timeout_keep_alive=60,
         proxy_headers=False,
     )

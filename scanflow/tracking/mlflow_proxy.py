@@ -117,7 +117,7 @@ def load_users(env: Mapping[str, str]) -> list[tuple[str, bytes, Role]]:
 
 def serve(host: str, port: int, upstream: str | None, upstream_uds: str | None) -> None:
     """Run the proxy in the foreground (uvicorn handles SIGINT/SIGTERM); logins from the environment."""
-    import uvicorn
+    from scanflow.handoff import serve_uvicorn
 
     try:
         users = load_users(os.environ)
@@ -128,8 +128,8 @@ def serve(host: str, port: int, upstream: str | None, upstream_uds: str | None) 
     from scanflow.httpdeadline import DEFAULT_HEAD_TIMEOUT_S, HeadDeadlineProtocol, with_head_timeout
 
     # slow request heads are cut (408) as on every Scanflow server
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                http=with_head_timeout(HeadDeadlineProtocol, DEFAULT_HEAD_TIMEOUT_S))
+    serve_uvicorn(app, host=host, port=port, log_level="warning", access_log=False,
+                  http=with_head_timeout(HeadDeadlineProtocol, DEFAULT_HEAD_TIMEOUT_S))
 
 
 def users_json(users: Mapping[str, tuple[str, Role]]) -> str:

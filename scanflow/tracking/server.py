@@ -136,6 +136,14 @@ class MlflowServer:
             )
         self.home = Path(home).resolve()
         self.host = host
+        # behind the proxy, the port is reserved now and handed to the proxy (scanflow.handoff): no one
+        # takes it in between. MLflow alone binds it itself, so it is only picked free.
+        self._listener: socket.socket | None = None
+        if port is None and users:
+            from scanflow.platform.processes import reserve_port
+
+            self._listener = reserve_port(host)
+            port = int(self._listener.getsockname()[1])
         self.port = port if port is not None else _free_port(host)
         self.extra_allowed_hosts = tuple(extra_allowed_hosts)
         self.startup_timeout_s = startup_timeout_s
@@ -221,10 +229,10 @@ class MlflowServer:
                 penv[USERS_ENV] = users_json(self.users)  # type: ignore[arg-type]
                 penv["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                                   os.environ.get("PYTHONPATH")]))
-                self._proxy = subprocess.Popen(
-                    self.proxy_command(), cwd=self.home, env=penv, stdout=logf, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True, umask=PRIVATE_UMASK,
-                )
+                from scanflow.platform.processes import spawn
+
+                self._proxy = spawn(self.proxy_command(), self.log_path, penv, listener=self._take_listener(),
+                                    cwd=self.home)
         log.info("mlflow server pid %s starting at %s (log %s)", self._proc.pid, self.url, self.log_path)
         try:
             self._wait_healthy()
@@ -232,6 +240,18 @@ class MlflowServer:
             self.stop()
             raise
         return self.url
+
+    def _take_listener(self) -> socket.socket:
+        """The proxy's socket: the reservation made at construction, else (a restart) the port again."""
+        from scanflow.platform.processes import PortInUse, reserve_port
+
+        sock, self._listener = self._listener, None
+        if sock is not None:
+            return sock
+        try:
+            return reserve_port(self.host, self.port)
+        except PortInUse as exc:
+            raise MlflowServerError(f"the MLflow proxy's {exc.strerror}") from None
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
@@ -263,6 +283,9 @@ class MlflowServer:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the whole process group (and the proxy's): SIGTERM, then SIGKILL after `timeout_s`."""
+        if self._listener is not None:  # never handed to a proxy: the port is free again
+            self._listener.close()
+            self._listener = None
         proxy, self._proxy = self._proxy, None
         if proxy is not None:
             _stop_group(proxy, timeout_s)
