@@ -3,8 +3,9 @@
 Why: a port picked free and bound later by another process can be taken in between. An embedded
 stack picks its agents' and gateways' ports before MLflow and the bootstrap start (tens of seconds on a
 busy machine), and CI saw another stack's server take the Checker's port and keep it through every
-restart. So the picker binds the port itself (a *reservation*: bound, not listening, so a connection
-is refused rather than queued) and hands that socket to the child, which listens on it and never binds.
+restart. So the picker binds the port and listens on it itself (a *reservation*: no one else can bind
+a listening port; scanflow.platform.processes.reserve_port) and hands that socket to the child, which
+serves on it and never binds.
 
 Two hand-offs, both as inherited file descriptors named in the environment:
 

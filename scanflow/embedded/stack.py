@@ -117,7 +117,7 @@ class EmbeddedStack:
             self.targets = {role: agent_target(role, spec, self.agents_dir) for role, spec in specs.items()}
         except AgentModuleError as exc:
             raise StackError(str(exc)) from None
-        # Every port is reserved now (bound, not listening) and handed to its server when that starts
+        # Every port is reserved now (a listening socket) and handed to its server when that starts
         # (scanflow.handoff): picked free and bound later, a port was taken in between in CI. Every
         # service gets a fixed gateway port, so a restarted Executor serves on the same endpoint; its
         # reservation goes to the Executor, which hands it to the gateway.
