@@ -259,7 +259,10 @@ def test_prod_network_policies_fence_mlflow_and_replicas() -> None:
 
     replicas = next(p for p in pols.values() if p["spec"]["podSelector"].get("matchLabels", {}).get(
         "app.kubernetes.io/component") == "replica")
-    assert sources(replicas["metadata"]["name"]) == {"gateway"}  # only the gateway reaches replicas
+    # the gateway, and the Checker (component agent AND name checker: no other agent) for /metrics
+    assert [peer["podSelector"]["matchLabels"] for rule in replicas["spec"]["ingress"] for peer in rule["from"]] == [
+        {"app.kubernetes.io/component": "gateway"},
+        {"app.kubernetes.io/component": "agent", "app.kubernetes.io/name": "checker"}]
     mlflow = next(p for p in pols.values() if p["spec"]["podSelector"].get("matchLabels", {}).get(
         "app.kubernetes.io/name") == "mlflow")
     assert sources(mlflow["metadata"]["name"]) == {"agent", "replica", "job"}

@@ -111,6 +111,8 @@ def _role(pod: Pod) -> str:
     if pod is ELSEWHERE:
         return "elsewhere"
     component = pod.labels["app.kubernetes.io/component"]
+    if component == "agent" and pod.labels.get("app.kubernetes.io/name") == "checker":
+        return "checker"  # the one agent that reads the replicas' /metrics
     return {"tracking": "mlflow", "database": "postgres"}.get(component, component)
 
 
@@ -127,12 +129,13 @@ def test_prometheus_reaches_every_scraped_port_and_nothing_else_was_opened() -> 
     # the whole matrix: (source, destination, port) for every port a pod declares, and one it does not
     opened = {(_role(src), _role(dst), port) for dst in pods for port in (*dst.ports, 9999)
               for src in [*pods, PROMETHEUS, ELSEWHERE] if admits(policies, src, dst, port, NS_LABELS)}
-    everyone = {"agent", "gateway", "replica", "job", "mlflow", "postgres", "monitoring", "elsewhere"}
+    agents = ("agent", "checker")
+    everyone = {*agents, "gateway", "replica", "job", "mlflow", "postgres", "monitoring", "elsewhere"}
     expected = ({(s, "gateway", 8080) for s in everyone}
-                | {(s, "replica", 8080) for s in ("gateway", "monitoring")}
-                | {(s, "mlflow", 5000) for s in ("agent", "replica", "job")}
-                | {(s, "postgres", 5432) for s in ("mlflow", "agent")}
-                | {(s, "agent", 8080) for s in ("agent", "replica", "gateway", "monitoring")})
+                | {(s, "replica", 8080) for s in ("gateway", "checker", "monitoring")}
+                | {(s, "mlflow", 5000) for s in (*agents, "replica", "job")}
+                | {(s, "postgres", 5432) for s in ("mlflow", *agents)}
+                | {(s, a, 8080) for s in (*agents, "replica", "gateway", "monitoring") for a in agents})
     assert opened == expected, {"unexpected": opened - expected, "missing": expected - opened}
 
 
