@@ -61,6 +61,7 @@ _MUTATING: dict[int | str, dict[str, Any]] = {
     413: {"description": "body over the size limit"},
 }
 DEFAULT_MAX_BODY = 1 << 20  # 1 MiB
+READY_TIMEOUT_S = 2.0  # under a probe's default 1 s timeout x its retries; a store slower than this is not ready
 DEFAULT_BODY_TIMEOUT_S = 10.0
 log = logging.getLogger(__name__)
 
@@ -307,7 +308,21 @@ def create_app(
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
+        """Liveness: the process serves (a Kubernetes livenessProbe restarts it when this stops)."""
         return {"status": "ok", "agent": agent.name}
+
+    @app.get("/ready", responses={503: {"description": "the agent's store does not answer"}})
+    async def ready(rt: RuntimeDep) -> JSONResponse:
+        """Readiness: the agent can take events now, i.e. its store answers within READY_TIMEOUT_S. A
+        Kubernetes readinessProbe takes an agent whose database is gone out of its Service (callers
+        then fail fast and retry) without restarting it, which would not bring the database back."""
+        try:
+            depth = await asyncio.wait_for(rt.queue_depth(), READY_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001  # any store failure is "not ready", never a 500
+            log.warning("not ready: the store does not answer (%s)", type(exc).__name__)
+            return JSONResponse({"status": "unready", "agent": agent.name,
+                                 "reason": f"store: {type(exc).__name__}"}, status_code=503)
+        return JSONResponse({"status": "ready", "agent": agent.name, "queue_depth": depth})
 
     @app.get("/status")
     async def get_status(rt: RuntimeDep) -> dict[str, Any]:

@@ -387,3 +387,19 @@ async def test_unhandled_errors_are_json_500_without_the_exception_text(store: S
             r = await c.get("/explode")
     assert r.status_code == 500
     assert "hunter2" not in r.text and "error_id" in r.json()
+
+
+async def test_ready_answers_while_the_store_does_and_503_when_it_does_not(store: Store) -> None:
+    agent = make_agent([])
+    async with running(agent, store) as client:
+        r = await client.get("/ready")
+        assert r.status_code == 200 and r.json()["status"] == "ready" and r.json()["agent"] == agent.name
+
+        def broken(*_a: Any, **_k: Any) -> int:
+            raise OSError("connection refused")
+
+        store.count_events = broken  # type: ignore[method-assign]  # the database is gone (a restart, a lost volume)
+        r = await client.get("/ready")
+        assert r.status_code == 503, r.text
+        assert r.json() == {"status": "unready", "agent": agent.name, "reason": "store: OSError"}
+        assert (await client.get("/health")).status_code == 200  # alive: no restart for this

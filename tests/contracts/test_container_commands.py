@@ -154,7 +154,8 @@ def test_generated_manifests_parse(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_probes_are_truthful_on_the_http_port() -> None:
     """Replicas and gateways: readiness and start-up on GET /ready (the model is loaded / a replica is
-    healthy), liveness on /health; agents: /health (served only after their start-up). Port 'http' = 8080."""
+    healthy), liveness on /health; agents: start-up and liveness on /health (served only after their
+    start-up), readiness on /ready (their store answers). Port 'http' = 8080."""
     for doc in _base_docs() + mf.workflow_manifests(load_workflow(WORKFLOW)):
         if doc.get("kind") != "Deployment" or doc["metadata"]["name"] in ("mlflow", "postgres"):
             continue
@@ -162,8 +163,8 @@ def test_probes_are_truthful_on_the_http_port() -> None:
         for c in doc["spec"]["template"]["spec"]["containers"]:
             http = [pt for pt in c["ports"] if pt.get("name") == "http"]
             assert [pt["containerPort"] for pt in http] == [8080], doc["metadata"]["name"]
-            ready = "/health" if agent else "/ready"
-            for probe, path in (("readinessProbe", ready), ("startupProbe", ready), ("livenessProbe", "/health")):
+            start = "/health" if agent else "/ready"
+            for probe, path in (("readinessProbe", "/ready"), ("startupProbe", start), ("livenessProbe", "/health")):
                 assert c[probe]["httpGet"] == {"path": path, "port": "http"}, (doc["metadata"]["name"], probe)
     rep = replica.create_app(replica.ReplicaConfig(model_uri="models:/x@champion", cpu_watch_s=0))
     gw = gateway.create_app(gateway.GatewayConfig())

@@ -56,3 +56,20 @@ def test_the_gateways_spread_over_nodes_without_blocking_a_one_node_cluster() ->
     assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["maxSkew"] == 1
     assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
     assert selects(spread["labelSelector"], gw["spec"]["template"]["metadata"]["labels"])
+
+
+def test_agents_are_ready_when_their_store_answers_and_alive_while_they_serve() -> None:
+    """Readiness on /ready (the store answers: an agent whose database is gone leaves its Service),
+    liveness on /health (a restart would not bring a database back); both are routes of the agent app."""
+    from scanflow.agent import Agent
+    from scanflow.agent.app import create_app
+
+    paths = set(create_app(Agent("probe")).openapi()["paths"])
+    agents = [w for w in _workloads() if w["spec"]["template"]["metadata"]["labels"].get(
+        "app.kubernetes.io/component") == "agent"]
+    assert len(agents) == 4
+    for w in agents:
+        (c,) = w["spec"]["template"]["spec"]["containers"]
+        ready, live = c["readinessProbe"]["httpGet"]["path"], c["livenessProbe"]["httpGet"]["path"]
+        assert (ready, live) == ("/ready", "/health"), w["metadata"]["name"]
+        assert {ready, live} <= paths
