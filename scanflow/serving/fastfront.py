@@ -31,7 +31,7 @@ head deadline of scanflow.httpdeadline, which this protocol inherits.
 Who uses it: scanflow.serving.gateway.main (the default front; `--front asgi` is the plain uvicorn
 path). It extends scanflow.serving.corked's protocol, so it relies on the same uvicorn
 internals (httptools_impl: `cycle`, `pipeline`, `on_response_complete`, `server_state`), pinned by the
-project's uvicorn version and exercised by tests/serving/test_fastfront.py.
+project's uvicorn version and exercised by tests/serving/test_serving_fastfront.py.
 """
 
 from __future__ import annotations
@@ -43,10 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 from scanflow.serving.asgi import is_json_media_type
 from scanflow.serving.corked import CorkedHttpToolsProtocol
-from scanflow.serving.gateway import final
+from scanflow.serving.outcomes import final
 
 if TYPE_CHECKING:
-    from scanflow.serving.gateway import Gateway, Outcome
+    from scanflow.serving.gateway import Gateway
+    from scanflow.serving.outcomes import Outcome
 
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in http.HTTPStatus}
 

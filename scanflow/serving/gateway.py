@@ -55,6 +55,7 @@ from scanflow.serving.asgi import (
 )
 from scanflow.serving.cliargs import GATEWAY_PROG, env_value, gateway_parser, url_list
 from scanflow.serving.hotmetrics import HotCounter, HotHistogram
+from scanflow.serving.outcomes import NO_ANSWER, RETRY_STATUSES, Outcome, final
 from scanflow.serving.protocols import install_gateway
 from scanflow.serving.routing import (
     MAX_ATTEMPTS,
@@ -72,12 +73,6 @@ from scanflow.serving.upstream import UpstreamError, UpstreamPool
 
 log = logging.getLogger("scanflow.serving.gateway")
 
-_RETRY_STATUSES = frozenset({502, 503})  # the replica is draining / not ready: another one can answer
-
-# What one coalesced attempt gives a client request: (status, body, content-type, upstream), status 0
-# when the upstream could not answer at all; None when it was never sent (forward it on its own).
-Outcome = tuple[int, bytes, bytes, Upstream] | None
-_NO_ANSWER = 0
 # What a client gets: (status, body, headers, route label for the metrics).
 Answer = tuple[int, bytes, list[tuple[bytes, bytes]], str]
 
@@ -88,11 +83,6 @@ def _settle(done: Callable[[Outcome], None], outcome: Outcome) -> None:
         done(outcome)
     except Exception:
         log.exception("a coalesced request's completion callback failed")
-
-
-def final(outcome: Outcome) -> bool:
-    """True when a coalesced call's outcome is the client's answer (no retry needed)."""
-    return outcome is not None and outcome[0] != _NO_ANSWER and outcome[0] not in _RETRY_STATUSES
 
 
 @dataclass
@@ -328,7 +318,7 @@ class Gateway:
         if outcome is not None:
             status, payload, ctype, up = outcome
             route = "primary"
-            if status == _NO_ANSWER:
+            if status == NO_ANSWER:
                 status, payload = 503, b""
             self.metrics.retries.inc()
             self.counts["retries"] += 1
@@ -346,7 +336,7 @@ class Gateway:
             result = await self._forward(up, body)
             if result is not None:
                 status, payload, ctype = result
-                if status not in _RETRY_STATUSES:
+                if status not in RETRY_STATUSES:
                     break
             if attempt < MAX_ATTEMPTS - 1:
                 self.metrics.retries.inc()
@@ -459,7 +449,7 @@ class Gateway:
                 self._no_batch.add(up.url)
                 log.warning("%s has no /predict_batch; forwarding requests to it one by one", up.url)
                 results = [None] * n
-            elif status in _RETRY_STATUSES:
+            elif status in RETRY_STATUSES:
                 up.errors += 1
                 self.metrics.upstream_errors.labels(f"http_{status}").inc()
                 self.counts["upstream_errors"] += 1
@@ -475,12 +465,12 @@ class Gateway:
                 results = [None] * n
         except (UpstreamError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, batchwire.BatchWireError) as exc:
             self._mark_dead(up, exc)
-            results = [(_NO_ANSWER, b"", b"application/json", up)] * n
+            results = [(NO_ANSWER, b"", b"application/json", up)] * n
         except TimeoutError:
             self._mark_timeout(up)
             results = [(504, b'{"detail": "upstream replica timed out"}', b"application/json", up)] * n
         except BaseException:
-            results = [(_NO_ANSWER, b"", b"application/json", up)] * n
+            results = [(NO_ANSWER, b"", b"application/json", up)] * n
             raise
         finally:
             up.outstanding -= n
@@ -518,7 +508,7 @@ class Gateway:
             return 504, b'{"detail": "upstream replica timed out"}', b"application/json"
         finally:
             up.outstanding -= 1
-        if status in _RETRY_STATUSES:
+        if status in RETRY_STATUSES:
             up.errors += 1
             self.metrics.upstream_errors.labels(f"http_{status}").inc()
             self.counts["upstream_errors"] += 1

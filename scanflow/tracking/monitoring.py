@@ -33,10 +33,6 @@ from scanflow.tracking.latest import LATEST
 
 log = logging.getLogger(__name__)
 
-# MLflow 3's UI opens an experiment without this tag on its GenAI "Overview / Traces" page; the value for
-# classic model training is ExperimentKind.CUSTOM_MODEL_DEVELOPMENT in MLflow's own front end (3.17).
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-CLASSIC_ML_KIND = "custom_model_development"
 NOTE_TAG = "mlflow.note.content"  # the run's (or experiment's) description in the UI
 
 KIND_TAG = "scanflow.kind"

@@ -27,6 +27,10 @@ from typing import Any
 
 import numpy as np
 
+# MLflow 3's UI opens an experiment without this tag on its GenAI "Overview / Traces" page; the value for
+# classic model training is ExperimentKind.CUSTOM_MODEL_DEVELOPMENT in MLflow's own front end (3.17).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+CLASSIC_ML_KIND = "custom_model_development"
 log = logging.getLogger(__name__)
 
 PROMOTION_TAG_PREFIX = "scanflow.promotion."
@@ -63,7 +67,6 @@ def ensure_experiment(name: str, *, tags: Mapping[str, str] | None = None, clien
     another tracking URI (default: the process-wide one)."""
     from mlflow.exceptions import MlflowException
 
-    from scanflow.tracking.monitoring import CLASSIC_ML_KIND, EXPERIMENT_KIND_TAG
 
     client = client or _client()
     exp = client.get_experiment_by_name(name)
