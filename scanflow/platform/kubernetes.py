@@ -553,8 +553,12 @@ class KubernetesPlatform:
             if not pending:
                 break
             if time.monotonic() > deadline:
-                notes.append(f"resize still pending after {self.resize_timeout_s:.0f}s on {sorted(pending)}")
-                break
+                # not done is not success: the caller reports the plan as failed (and may try again)
+                # instead of a resize the pods do not have; nothing else was changed yet
+                raise PlatformError(
+                    f"in-place resize of {service!r} still pending after {self.resize_timeout_s:.0f}s on pods "
+                    f"{sorted(pending)} (PodResizePending / PodResizeInProgress); the Deployment was not changed",
+                    retryable=True)
             time.sleep(self.poll_interval_s)
         notes.append(f"resized {len(pods)} pod(s) in place")
         return None

@@ -216,6 +216,20 @@ def test_infeasible_in_place_resize_falls_back(kmock_server, make_platform):
     assert any("infeasible" in n for n in change.notes)
 
 
+def test_an_in_place_resize_still_pending_at_the_deadline_is_an_error_not_a_success(kmock_server, make_platform):
+    plat = make_platform(minor=35)  # resize_timeout_s 2 (conftest)
+    plat.deploy(PRIMARY)
+    add_pod(plat, "digits-a", "digits", conditions=[{"type": "PodResizeInProgress", "status": "True"}])
+    kmock_server.mark()
+    with pytest.raises(PlatformError, match=r"still pending after 2s on pods \['digits-a'\]") as err:
+        plat.set_resources("digits", Resources(cpu=2, memory="512Mi"))
+    assert err.value.retryable
+    # the pod's resize was asked; the Deployment was not touched (no rollout behind a failed resize)
+    changed = [p for m, p, _ in kmock_server.calls() if m == "PATCH"]
+    assert any(p.endswith("/pods/digits-a/resize") for p in changed), changed
+    assert not any("/deployments/" in p for p in changed), changed
+
+
 def test_route_to_backup_and_back(kmock_server, make_platform):
     plat = make_platform()
     plat.deploy(PRIMARY)
