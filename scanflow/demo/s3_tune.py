@@ -147,18 +147,35 @@ def settled(plans: list[dict[str, Any]], since: float, now: float) -> bool:
 
 def right_size(plans: list[dict[str, Any]], config: Any) -> float | None:
     """Pure: the cores per replica that are right-sized for the load the Planner's last SETTLED_LOOKS
-    decisions (`plans`) observed: where its own shrink would land for the largest per-replica need among
-    them (`elastic.shrink_to`: the need with `shrink_headroom` on top, in `cpu_step` multiples). That
-    size holds the need well inside its hold band, away from both edges, so it is the policy's fixed
-    point for that load, and case 2 keeps case 1's load (no extrapolation: a request's CPU changes with
-    the rate, batches fill differently). Why not the size it settled on: that may sit at an edge of
-    its band (a 0.25-core replica holding with its need near 0.25, throttled now and then) and then
-    moves on noise alone. None without an observed need."""
+    decisions (`plans`) observed: the size, in `cpu_step` multiples, whose hold band (`elastic.hold_band`)
+    holds every observed per-replica need with the widest margin to both of its edges. The top edge is
+    taken at `saturated_utilization` of the size where that is lower, since a replica that uses that much
+    of its limit counts as saturated. Case 2 keeps case 1's load: no extrapolation, because a request's
+    CPU changes with the rate and batches fill differently.
+
+    Why not the size it settled on: that may sit at an edge of its band (a 0.25-core replica holding
+    with its need near 0.25, throttled now and then) and then moves on noise alone. Why not where its
+    own shrink would land (`shrink_to` of the largest need): the quantisation can round that up to a size
+    whose shrink edge the need only just clears. A CI run measured needs of 0.17 at 0.5 core (shrink edge
+    0.167), then 0.16 in case 2, which shrank it. With no size holding every need, the shrink's landing
+    is used; None without an observed need."""
     from scanflow.policies import elastic
 
     needs = [float(p["inputs"]["need_cores"]) / max(1, int(p.get("current") or 1))
              for p in plans[-SETTLED_LOOKS:] if (p.get("inputs") or {}).get("need_cores")]
-    return elastic.shrink_to(max(needs), config) if needs else None
+    if not needs:
+        return None
+    low, high = min(needs), max(needs)
+    best: tuple[float, float] | None = None  # (margin, size)
+    size = config.min_cpu
+    while size <= max(config.min_cpu, elastic.shrink_to(high, config) * 2):
+        lo, hi = elastic.hold_band(size, config)
+        hi = min(hi, size * config.saturated_utilization)
+        margin = min(low / lo if lo > 0 else math.inf, hi / high)
+        if margin > 1 and (best is None or margin > best[0]):
+            best = (margin, size)
+        size = round(size + config.cpu_step, 9)
+    return best[1] if best is not None else elastic.shrink_to(high, config)
 
 
 def _elastic_config() -> Any:

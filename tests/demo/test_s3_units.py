@@ -126,3 +126,9 @@ def test_right_size_is_where_the_planners_own_shrink_lands_for_the_observed_need
     assert right_size(looks(0.6, 0.6, 0.6, 0.6, current=2), cfg) == right_size(looks(0.3, 0.3, 0.3, 0.3), cfg)
     assert right_size(looks(0.05, 0.05, 0.05, 0.05), cfg) == 0.25  # never under min_cpu
     assert right_size([_plan("hold", 1.0)], cfg) is None  # nothing observed
+    # what a CI run measured: needs of 0.16-0.17 after a grow to 0.5. The shrink's landing for 0.17
+    # (x1.5 = 0.255 -> 0.5) leaves the need 2 % over 0.5's shrink edge (0.167), and case 2 read 0.16 and
+    # shrank. 0.25 holds it with room under its saturated share (0.225) and no shrink below it.
+    assert right_size(looks(0.17, 0.165, 0.17, 0.168), cfg) == 0.25
+    lo, _ = hold_band(0.5, cfg)
+    assert 0.16 < lo < 0.17  # the premise: 0.5 was at its edge
