@@ -503,8 +503,13 @@ class LocalPlatform:
         mark exited replicas dead, respawn dead ones whose backoff is over, and say what to probe."""
         if svc.gateway.poll() is not None:
             log.warning("service %s: gateway exited (%s); restarting", svc.spec.name, svc.gateway.returncode)
-            svc.gateway = self._spawn_gateway(svc.spec, self._gateway_listener(svc.gateway_port), svc.backup_url)
-            svc.registered = None
+            try:
+                listener = self._gateway_listener(svc.gateway_port)
+            except PlatformError as exc:  # its port was taken meanwhile: the next tick tries again
+                log.warning("service %s: cannot restart the gateway yet: %s", svc.spec.name, exc)
+            else:
+                svc.gateway = self._spawn_gateway(svc.spec, listener, svc.backup_url)
+                svc.registered = None
         for rid, rep in list(svc.replicas.items()):
             if rep.state != "dead" and rep.proc.poll() is not None:
                 log.warning("service %s: replica %d exited (%s)", svc.spec.name, rep.rid, rep.proc.returncode)

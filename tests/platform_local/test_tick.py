@@ -55,3 +55,17 @@ def test_a_deleted_service_is_not_ticked(plat: LocalPlatform, monkeypatch: pytes
         assert plat._tick(svc) is False  # closed: nothing more happens either
     finally:
         plat._services.clear()
+
+
+def test_a_gateway_whose_port_was_taken_while_it_was_down_waits_for_the_next_tick(plat: LocalPlatform) -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        dead = procs.Adopted(os.getpid(), -1)  # a start time no process has: reads as exited
+        svc = _Service(spec=Service(name="t", model_uri="models:/m/1"), gateway=dead, gateway_port=port)
+        with plat._lock:
+            plat._observe(svc, now=0.0)  # no exception: the tick goes on with the replicas
+        assert svc.gateway is dead  # not restarted on another port, nor spawned to fail its bind
