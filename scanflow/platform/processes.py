@@ -73,14 +73,19 @@ def reserve_port(host: str = "127.0.0.1", port: int | None = None) -> socket.soc
             return _listening(host, port)
         except OSError as exc:
             raise PortInUse(exc.errno, f"port {port} on {host} is in use by another process ({exc.strerror})") from None
-    low, high = listen_port_range(_ephemeral_range())
-    rng = random.SystemRandom()
-    for _ in range(_PICK_TRIES if high > low else 0):
+    for candidate in _candidate_ports():
         try:
-            return _listening(host, rng.randrange(low, high))
+            return _listening(host, candidate)
         except OSError:
             continue
     return _listening(host, 0)
+
+
+def _candidate_ports() -> list[int]:
+    """Up to _PICK_TRIES random ports outside the OS's ephemeral range (none when there is no room)."""
+    low, high = listen_port_range(_ephemeral_range())
+    rng = random.SystemRandom()
+    return [rng.randrange(low, high) for _ in range(_PICK_TRIES if high > low else 0)]
 
 
 def _listening(host: str, port: int) -> socket.socket:
@@ -99,10 +104,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on `host` right now, outside the OS's ephemeral range: for a server this process
     cannot hand a socket to (MLflow's). Anything may take it before that server binds it; prefer
     `reserve_port` and `spawn(listener=)`."""
-    low, high = listen_port_range(_ephemeral_range())
-    rng = random.SystemRandom()
-    for _ in range(_PICK_TRIES if high > low else 0):
-        port = rng.randrange(low, high)
+    for port in _candidate_ports():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, port))  # no SO_REUSEADDR: not even a TIME_WAIT may linger on it
