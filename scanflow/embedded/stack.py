@@ -368,7 +368,9 @@ class EmbeddedStack:
         last process freed it), and fails clearly when someone else took it meanwhile."""
         self.agent_home(role).mkdir(parents=True, exist_ok=True)
         listener = self._reserved.pop(role, None) or self._reserve(f"agent {role}", self.ports[role])
-        reserved, self._service_ports = (self._service_ports, []) if role == "executor" else ([], self._service_ports)
+        reserved: list[socket.socket] = []
+        if role == "executor":  # the gateway ports go with it, once
+            reserved, self._service_ports = self._service_ports, []
         self.procs[role] = spawn(self._argv(role), self.log_path(role), self._env(role),
                                  listener=listener, reserved=reserved, cwd=REPO_ROOT)
 
