@@ -47,6 +47,7 @@ from scanflow.embedded.env import (
     service_url,
 )
 from scanflow.embedded.latency import Percentile, histogram, percentile_ms
+from scanflow.messages import DriftChecked, LatencyChecked, ServiceChecked
 from scanflow.policies.types import slo_breached
 from scanflow.tracking import monitoring
 
@@ -233,19 +234,19 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         raise PermanentError(f"drift check refused the window: {exc}") from None
     row_owner = [r.request_id for r in batch.records for _ in r.inputs]
     critical = sorted({row_owner[i] for i in report.critical_indices})[:MAX_CRITICAL_IDS]
-    payload = {
-        "drift": bool(report.is_drift), "score": report.score, "p_value": report.p_value, "fpr": report.threshold,
-        "drift_rate": report.drift_rate, "n": report.n, "critical_ids": critical,
-        "from_seq": wm, "to_seq": batch.watermark, "run_id": run_id, "detector_version": version,
-        # inputs off the reference's scale or range: an integration problem to name, apart from drift
-        "schema_violation": report.schema_violation,
-        # which evidence moved (reconstruction errors, input columns, encoder outputs) and the columns most
-        "evidence_p": report.metadata.get("evidence_p"), "shifted_inputs": report.metadata.get("shifted_inputs"),
-        # the configured window against this detector's min_window: "window_too_small" when checks wait
-        "window_check": window_status,
-    }
     # label-free accuracy estimate (classifiers) and, for earlier windows now labelled, the measured one
-    payload["performance"] = await asyncio.to_thread(_performance, ctx, version, x, row_owner, batch.watermark)
+    performance = await asyncio.to_thread(_performance, ctx, version, x, row_owner, batch.watermark)
+    payload = DriftChecked(
+        drift=bool(report.is_drift), score=float(report.score), p_value=float(report.p_value),
+        fpr=float(report.threshold), drift_rate=float(report.drift_rate), n=int(report.n), critical_ids=critical,
+        from_seq=wm, to_seq=batch.watermark, run_id=run_id, detector_version=version,
+        # inputs off the reference's scale or range: an integration problem to name, apart from drift
+        schema_violation=report.schema_violation,
+        # which evidence moved (reconstruction errors, input columns, encoder outputs) and the columns most
+        evidence_p=report.metadata.get("evidence_p"), shifted_inputs=report.metadata.get("shifted_inputs"),
+        # the configured window against this detector's min_window: "window_too_small" when checks wait
+        window_check=window_status, performance=performance,
+    ).payload()
     await ctx.emit("drift.checked", payload)
     metrics, step = monitoring.drift_metrics(payload)
     monitoring.WRITER.submit(ctx.state, _monitor(ctx), metrics | _performance_metrics(payload["performance"]), step)
@@ -311,8 +312,8 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     events: list[tuple[str, dict[str, Any]]] = []
     replica_texts: dict[str, str] = {}
     try:
-        # the gateway answers its admin reads behind the requests it is serving: under overload (the very
-        # thing to see) they took 2-4 s here, and a 2 s timeout left the Planner without latency events
+        # the gateway answers its admin reads behind the requests it is serving, so under overload (the
+        # very thing to see) they are slow: a short timeout would leave the Planner blind exactly then
         async with httpx.AsyncClient(timeout=WATCH_TIMEOUT_S) as http:
             state = (await http.get(f"{url}/admin/state")).json()
             metrics = (await http.get(f"{url}/metrics")).text
@@ -323,13 +324,13 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     scraped_at = time.time()
     replicas = state.get("replicas") or []
     backup = state.get("backup") or {}
-    payload = {
-        "service": svc.name, "primary_healthy": any(r.get("healthy") for r in replicas),
-        "backup_healthy": bool(backup.get("healthy", svc.backup is not None)),
-        "routed_to": state.get("routed_to"), "route": state.get("route"),
-        "healthy_replicas": sum(bool(r.get("healthy")) for r in replicas), "replicas": len(replicas),
-        "in_flight": sum(int(r.get("outstanding", 0)) for r in replicas),
-    }
+    payload = ServiceChecked(
+        service=svc.name, primary_healthy=any(r.get("healthy") for r in replicas),
+        backup_healthy=bool(backup.get("healthy", svc.backup is not None)),
+        routed_to=state.get("routed_to"), route=state.get("route"),
+        healthy_replicas=sum(bool(r.get("healthy")) for r in replicas), replicas=len(replicas),
+        in_flight=sum(int(r.get("outstanding", 0)) for r in replicas),
+    ).payload()
     if not ctx.state.get("seen_healthy"):  # the Executor is still deploying: nothing to judge yet
         ctx.state["seen_healthy"] = payload["primary_healthy"]
         return []
@@ -405,5 +406,6 @@ def latency_event(observed: dict[str, Any], p: Percentile | None, slo_ms: float,
         and float(o["cpu_limit_cores"]) > declared_cpu + 1e-6
     if not (breached or traffic or grown) and int(observed.get("replicas", 0)) <= min_replicas:
         return None
-    return {**o, **observed, "latency_ms": None if p is None else p.ms, "latency_lower_bound": bool(p and p.above),
-            "slo_ms": slo_ms, "breached": breached, "min_replicas": min_replicas}
+    return LatencyChecked.model_validate({
+        **o, **observed, "latency_ms": None if p is None else p.ms, "latency_lower_bound": bool(p and p.above),
+        "slo_ms": slo_ms, "breached": breached, "min_replicas": min_replicas}).payload()

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from scanflow import messages
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
 from scanflow.embedded.env import agent_spec, current_workflow, primary_service
 from scanflow.platform.adoption import adopt_running, at_configured_port
@@ -48,7 +49,8 @@ HOLDOUT_FRACTION = 0.3
 CHAMPION_ALIAS = "champion"
 agent = Agent(SPEC.name, role="executor", description="runs jobs, promotes models, scales, routes",
               settings_keys=("holdout_fraction", "duplicate_tolerance", "reference_rows", "serving_wait_s", "promotion",
-                             "readback_s"))
+                             "readback_s"),
+              messages=messages.receiving("plan.approved"))
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
 
@@ -66,6 +68,14 @@ def _plan(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     p = {**(ctx.event.payload if ctx.event else {}), **args}
     pid = str(ctx.event.id) if ctx.event else str(args.get("plan_id") or ctx.key)
     return pid, p
+
+
+def _typed_plan(ctx: Context, args: dict[str, Any], model: Any, actuator: str) -> Any:
+    """The plan (`_plan`) as its typed message (scanflow.messages); PermanentError naming the field."""
+    try:
+        return messages.parse("plan.approved", _plan(ctx, args)[1], model)
+    except messages.MessageError as exc:
+        raise PermanentError(f"{actuator}: {exc}") from None
 
 
 def _model_name() -> str:
@@ -305,11 +315,12 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Train a challenger on the plan's critical points that feedback labelled, once per plan (`train_once`).
 
     A share of them (`holdout_fraction`, 0.3) is held out: the promotion gate's drifted part."""
-    pid, plan = _plan(ctx, args)
-    ids = set(plan.get("critical_ids") or [])
+    pid = _plan(ctx, args)[0]
+    plan: messages.RetrainPlan = _typed_plan(ctx, args, messages.RetrainPlan, "retrain")
+    ids = set(plan.critical_ids)
     _prefetch_champion()  # the champion's model and reference: the schema now, the gate next
     ref = _champion_reference()
-    rows = _drift_rows(ctx, ids, int(plan.get("from_seq") or 0), ref.schema.task)
+    rows = _drift_rows(ctx, ids, plan.from_seq or 0, ref.schema.task)
     distinct = distinct_rows(rows.x_labelled, float(_setting("duplicate_tolerance", 0.0)))
     x, y = rows.x_labelled[distinct], rows.y_labelled[distinct]
     if len(x) < 10:
@@ -348,7 +359,7 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 # Models and the champion's reference for evaluate_and_promote, loaded ahead: `retrain` starts loading
 # the champion on a background thread while the training job runs in its own process, so evaluation
-# after the job only loads the challenger (evaluate took ~9 s here, most of it imports and model loads).
+# after the job only loads the challenger (imports and model loads are most of an evaluation's time).
 _prefetch = ThreadPoolExecutor(2, thread_name_prefix="prefetch")
 _lock = threading.Lock()
 _models: dict[str, Future[Any]] = {}  # model version -> its loading (scanflow.serving.model.LoadedModel)
@@ -429,7 +440,7 @@ MIN_FRESH_ROWS = 100  # after the wait, fewer fresh rows than this: the plan's o
 SERVING_WAIT_S = 60.0  # how long evaluate_and_promote waits for them before it makes do with fewer
 
 
-def _serving_inputs(plan: dict[str, Any], fallback: np.ndarray) -> np.ndarray:
+def _serving_inputs(plan: messages.RetrainPlan, fallback: np.ndarray) -> np.ndarray:
     """The inputs the new champion will serve: the traffic logged after the plan's last drifted window
     (`to_seq`), the most recent `reference_rows` of it, once at least MIN_SERVING_ROWS came in (waiting
     up to `serving_wait_s`, 60 s; the training job usually takes longer than that traffic needs).
@@ -443,13 +454,13 @@ def _serving_inputs(plan: dict[str, Any], fallback: np.ndarray) -> np.ndarray:
 
     wf = current_workflow()
     keep = int(_setting("reference_rows", 2000))
-    if plan.get("to_seq") is None:
+    if plan.to_seq is None:
         return fallback
     deadline = time.monotonic() + float(_setting("serving_wait_s", SERVING_WAIT_S))
     fresh = np.zeros((0, 0), np.float32)
     while True:
         run_id = prediction_run_id(wf.name, wf.name)
-        got = read_since(run_id, int(plan["to_seq"])).inputs() if run_id else fresh
+        got = read_since(run_id, plan.to_seq).inputs() if run_id else fresh
         if got.ndim == 2 and len(got) >= MIN_SERVING_ROWS:
             return got[-keep:]
         if got.ndim == 2 and got.size:
@@ -460,7 +471,7 @@ def _serving_inputs(plan: dict[str, Any], fallback: np.ndarray) -> np.ndarray:
     return fresh[-keep:] if len(fresh) >= MIN_FRESH_ROWS else fallback
 
 
-def _log_serving_reference(ref: Any, rec: dict[str, Any], plan: dict[str, Any]) -> str | None:
+def _log_serving_reference(ref: Any, rec: dict[str, Any], plan: messages.RetrainPlan) -> str | None:
     """Log, in the challenger's run, the reference of what it will serve: the recent drifted inputs
     (`_serving_inputs`: the detector's new normal) and the plan's labelled holdout (the next gate's
     clean part; with fewer than the minimum, every labelled row of the plan). Before the alias moves,
@@ -487,7 +498,8 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     from scanflow.policies.retrain import PromotionConfig, decide_promotion
     from scanflow.tracking.registry import set_alias
 
-    pid, plan = _plan(ctx, args)
+    pid = _plan(ctx, args)[0]
+    plan: messages.RetrainPlan = _typed_plan(ctx, args, messages.RetrainPlan, "evaluate_and_promote")
     rec = ctx.state.get("plans", {}).get(pid)
     if rec is None:
         raise PermanentError(f"plan {pid}: no trained challenger (retrain did not succeed)")
@@ -517,7 +529,7 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     rec["promoted"] = decision.promote
     rec["evaluation"] = metrics
     monitoring.safe(ctx.state, "record the promotion gate", monitoring.record_gate, name, challenger,
-                    rec.get("run_id"), pid, plan, metrics, decision.promote, decision.reason, champion)
+                    rec.get("run_id"), pid, plan.payload(), metrics, decision.promote, decision.reason, champion)
     monitoring.WRITER.submit(ctx.state, _primary_monitor(ctx), {"action/promoted": float(decision.promote),
                                                                 **{f"gate/{k}": v for k, v in metrics.items()}},
                              monitoring.plan_step(pid))
@@ -562,25 +574,22 @@ def swap_model(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 # -- S2/S3/S4 ------------------------------------------------------------------------------------
 @agent.actuator("route")
 def route(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    _pid, p = _plan(ctx, args)
-    service = p.get("service") or next((s.name for s in current_workflow().services if s.backup), None)
+    p = _typed_plan(ctx, args, messages.RoutePlan, "route")
+    service = p.service or next((s.name for s in current_workflow().services if s.backup), None)
     if not service:
         raise PermanentError("route needs 'service' (no service of the workflow declares a backup)")
-    service = str(service)
     try:
-        st = platform().route(service, p.get("to"))
+        st = platform().route(service, p.to)
     except PlatformError as exc:
         raise PermanentError(str(exc)) from None
-    return {"service": service, "to": p.get("to"), "routed_to": st.routed_to, "reason": p.get("reason")}
+    return {"service": service, "to": p.to, "routed_to": st.routed_to, "reason": p.reason}
 
 
 @agent.actuator("scale")
 def scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    _pid, p = _plan(ctx, args)
-    if "service" not in p or "replicas" not in p:
-        raise PermanentError("scale needs 'service' and 'replicas'")
+    p = _typed_plan(ctx, args, messages.ScalePlan, "scale")
     try:
-        st = platform().scale(str(p["service"]), int(p["replicas"]))
+        st = platform().scale(p.service, p.replicas)
     except PlatformError as exc:
         raise PermanentError(str(exc)) from None
     for target in _monitors(ctx, [st.name]):
@@ -605,18 +614,12 @@ def set_resources(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     platform that cannot say what to read back (`wanted` None) fails the step too, saying it applied
     the change unverified: success is only ever a change read back."""
     from scanflow.platform.readback import compare
-    from scanflow.spec import Affinity, Resources
 
-    _pid, p = _plan(ctx, args)
+    p = _typed_plan(ctx, args, messages.ResourcesPlan, "set_resources")
+    service = p.service
     try:
-        service = str(p["service"])
-        res = Resources.model_validate(p["resources"])
-        aff = Affinity.model_validate(p["affinity"]) if p.get("affinity") else None
-        threads = p.get("threads")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be a positive integer, got {threads!r}")
-        change = platform().set_resources(service, res, aff, threads)
-    except (KeyError, ValueError, PlatformError) as exc:
+        change = platform().set_resources(service, p.resources, p.affinity, p.threads)
+    except (ValueError, PlatformError) as exc:
         raise PermanentError(f"set_resources: {exc}") from None
     out = dataclasses.asdict(change)
     out.pop("wanted", None)

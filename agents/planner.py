@@ -32,13 +32,14 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Query
 
+from scanflow import messages
 from scanflow.agent import Agent, Context, PermanentError, get_context
 from scanflow.embedded import outbox
 from scanflow.embedded.env import agent_spec, current_workflow, primary_service, quick
 from scanflow.policies import autoscale, elastic, failover, pinning, retrain
 from scanflow.policies.guardrails import Guardrails, GuardState
 from scanflow.policies.types import Streak
-from scanflow.spec import Affinity, Service
+from scanflow.spec import Affinity, Resources, Service
 from scanflow.tracking import monitoring
 
 SPEC = agent_spec("planner")
@@ -47,7 +48,8 @@ MAX_DECISIONS = 200
 MAX_CRITICAL = 4000
 MAX_STEPS = 50  # drifted checks a plan names (its seq range covers them all anyway)
 agent = Agent(SPEC.name, role="planner", description="retrain, failover and scaling decisions",
-              settings_keys=("retrain", "promotion", "autoscale", "failover"))
+              settings_keys=("retrain", "promotion", "autoscale", "failover"),
+              messages=messages.receiving("drift.checked", "service.checked", "latency.checked"))
 for _s in SPEC.strategies:
     agent.add_strategy(_s)
 
@@ -73,8 +75,14 @@ def _record(ctx: Context, policy: str, decision: Any, **extra: Any) -> dict[str,
     return rec
 
 
-def _payload(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    return {**(ctx.event.payload if ctx.event else {}), **args}
+def _message(ctx: Context, args: dict[str, Any], event: str) -> Any:
+    """The triggering event's payload as its typed message (scanflow.messages). Called directly (POST
+    /actuators, no event), the actuator takes the payload in its args; a strategy's own args ride along
+    and are ignored by the model."""
+    try:
+        return messages.parse(event, {**(ctx.event.payload if ctx.event else {}), **args})
+    except messages.MessageError as exc:
+        raise PermanentError(str(exc)) from None
 
 
 def min_points() -> int:
@@ -155,21 +163,16 @@ def retrain_state(d: dict[str, Any]) -> retrain.RetrainState:
 
 @agent.actuator("plan_retrain", max_attempts=5, emits=("drift.detected",))
 def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    p = _payload(ctx, args)
-    if "drift" not in p:
-        raise PermanentError("plan_retrain needs a drift verdict: {'drift': bool, 'critical_ids': [...]}")
+    p: messages.DriftChecked = _message(ctx, args, "drift.checked")
     config = retrain_config(dict(CFG.get("retrain", {})))
     state = retrain_state(ctx.state.get("retrain", {}))
-    fpr = p.get("fpr")
-    version = p.get("detector_version")
-    rctx = retrain.RetrainContext(now=ctx.now(), drift=bool(p["drift"]), drift_score=p.get("score"),
-                                  window_fpr=None if fpr is None else float(fpr),
-                                  version=None if version is None else str(version), config=config, state=state)
+    rctx = retrain.RetrainContext(now=ctx.now(), drift=p.drift, drift_score=p.score, window_fpr=p.fpr,
+                                  version=p.detector_version, config=config, state=state)
     decision, new = retrain.decide(rctx)
     # critical points of the windows that count: drifted windows only (not those a retrain in flight
     # answers), cleared after a retrain
-    counts = bool(p["drift"]) and not retrain.answered(rctx)
-    pool = list(ctx.state.get("critical_ids", [])) + (list(p.get("critical_ids", [])) if counts else [])
+    counts = p.drift and not retrain.answered(rctx)
+    pool = list(ctx.state.get("critical_ids", [])) + (list(p.critical_ids) if counts else [])
     pool = list(dict.fromkeys(pool))[-MAX_CRITICAL:]
     waiting = retrain.observe(rctx)
     # labels are counted only when everything else says retrain (one Tracker call, before any state moves)
@@ -177,14 +180,14 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     decision, new = gate_on_points(decision, new, waiting, len(pool), min_points(), labelled, min_labelled())
     # the earliest and latest records of those windows: the Executor reads the prediction log between them
     from_seq, to_seq = ctx.state.get("critical_from_seq"), ctx.state.get("critical_to_seq")
-    if counts and p.get("from_seq") is not None:
-        from_seq = int(p["from_seq"]) if from_seq is None else min(int(from_seq), int(p["from_seq"]))
-    if counts and p.get("to_seq") is not None:
-        to_seq = int(p["to_seq"]) if to_seq is None else max(int(to_seq), int(p["to_seq"]))
+    if counts and p.from_seq is not None:
+        from_seq = p.from_seq if from_seq is None else min(int(from_seq), p.from_seq)
+    if counts and p.to_seq is not None:
+        to_seq = p.to_seq if to_seq is None else max(int(to_seq), p.to_seq)
     # the drifted checks themselves: their steps in the Checker's monitoring run (to_seq), for the UI's links
     steps = list(ctx.state.get("critical_steps", []))
-    if counts and p.get("to_seq") is not None:
-        steps.append(int(p["to_seq"]))
+    if counts and p.to_seq is not None:
+        steps.append(p.to_seq)
     ctx.state["critical_ids"] = pool
     ctx.state["critical_from_seq"] = from_seq
     ctx.state["critical_to_seq"] = to_seq
@@ -193,16 +196,15 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     rec = _record(ctx, "retrain", decision)
     monitoring.WRITER.submit(ctx.state, _monitor(ctx), monitoring.retrain_decision_metrics(
         decision.retrain, waiting.windows, len(pool), labelled, waiting.cusum, decision.inputs.get("threshold")),
-        int(p.get("to_seq") or 0))  # the step of the drift check this answers
+        p.to_seq or 0)  # the step of the drift check this answers
     if decision.retrain:
         ctx.state["critical_ids"] = []
         ctx.state["critical_from_seq"] = None
         ctx.state["critical_to_seq"] = None
         ctx.state["critical_steps"] = []
-        ctx.emit_sync("drift.detected", {"reason": decision.reason, "critical_ids": pool, "from_seq": from_seq,
-                                         "to_seq": to_seq, "labelled": labelled,
-                                         "drift_rate": p.get("drift_rate"), "score": p.get("score"),
-                                         "drift_steps": steps[-MAX_STEPS:], "decision_key": ctx.key})
+        ctx.emit_sync("drift.detected", messages.DriftDetected(
+            reason=decision.reason, critical_ids=pool, from_seq=from_seq, to_seq=to_seq, labelled=labelled,
+            drift_rate=p.drift_rate, score=p.score, drift_steps=steps[-MAX_STEPS:], decision_key=ctx.key).payload())
     return {"retrain": decision.retrain, "reason": decision.reason, "decision_at": rec["at"],
             "critical_points": len(pool), "labelled": labelled}
 
@@ -210,11 +212,9 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 @agent.actuator("submit_plan", emits=("plan.approved",))
 async def submit_plan(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Queue a plan for the Executor's durable inbox as `plan.approved` (the outbox delivers it)."""
-    plan = {**(ctx.event.payload if ctx.event else {}), **args}
-    if "plan" not in plan:
-        raise PermanentError("submit_plan needs args.plan ('retrain', 'route', 'scale', 'resources')")
-    key = await outbox.enqueue(ctx, "executor", "plan.approved", plan)
-    return {"plan": plan["plan"], "queued": key}
+    plan = _message(ctx, args, "plan.approved")
+    key = await outbox.enqueue(ctx, "executor", "plan.approved", plan.payload())
+    return {"plan": plan.plan, "queued": key}
 
 
 @agent.sensor(every=0.5)
@@ -225,22 +225,22 @@ async def deliver(ctx: Context) -> None:
 
 @agent.actuator("plan_failover", emits=("plan.approved",))
 async def plan_failover(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
-    p = _payload(ctx, args)
+    p: messages.ServiceChecked = _message(ctx, args, "service.checked")
     c = dict(CFG.get("failover", {}))
     config = failover.FailoverConfig(int(c.get("fail_checks", 3)), int(c.get("recover_checks", 5)))
     st = ctx.state.get("failover", {})
     state = failover.FailoverState(st.get("routed_to", "primary"), Streak(**st.get("streak", {})),
                                    st.get("changed_at"))
     decision, new = failover.decide(failover.FailoverContext(
-        now=ctx.now(), primary_healthy=bool(p.get("primary_healthy", True)),
-        backup_healthy=bool(p.get("backup_healthy", True)), config=config, state=state))
+        now=ctx.now(), primary_healthy=p.primary_healthy, backup_healthy=p.backup_healthy, config=config,
+        state=state))
     ctx.state["failover"] = {"routed_to": new.routed_to, "streak": dataclasses.asdict(new.primary),
                              "changed_at": new.changed_at}
     if decision.changed:
         svc = primary_service()
         to = svc.backup if decision.route_to == "backup" else None
         await outbox.enqueue(ctx, "executor", "plan.approved",
-                             {"plan": "route", "service": svc.name, "to": to, "reason": decision.reason})
+                             messages.RoutePlan(service=svc.name, to=to, reason=decision.reason).payload())
     _record(ctx, "failover", decision)
     monitoring.WRITER.submit(ctx.state, _monitor(ctx), {"plan/route_backup": float(decision.route_to == "backup"),
                                                         "plan/route_changed": float(decision.changed)},
@@ -334,15 +334,16 @@ def resources_plan(svc: Service, cpu: float, threads: int, pin: pinning.PinDecis
     """Pure: the `resources` plan for the Executor's `set_resources`. With a pinning decision (pinning
     on), the plan carries the service's declared affinity (its node selector and spread kept) with the
     decided policy, and says why it pinned or not; pinning off, no affinity (the platform keeps its own)."""
-    plan: dict[str, Any] = {"plan": "resources", "service": svc.name,
-                            "resources": {"cpu": cpu, "memory": svc.resources.memory}, "threads": threads,
-                            "reason": reason, "decision_key": key}
-    if pin.affinity is not None:
-        aff = Affinity.model_validate({**svc.affinity.model_dump(), "policy": pin.affinity})
-        plan["affinity"] = aff.model_dump()
-        plan["pinning"] = pin.reason
-        plan["reason"] = f"{reason}; {pin.reason}"
-    return plan
+    resources = Resources(cpu=cpu, memory=svc.resources.memory)
+    if pin.affinity is None:
+        plan = messages.ResourcesPlan(service=svc.name, resources=resources, threads=threads, reason=reason,
+                                      decision_key=key)
+    else:
+        plan = messages.ResourcesPlan(
+            service=svc.name, resources=resources, threads=threads, reason=f"{reason}; {pin.reason}",
+            decision_key=key, affinity=Affinity.model_validate({**svc.affinity.model_dump(), "policy": pin.affinity}),
+            pinning=pin.reason)
+    return plan.payload()
 
 
 def plan_resources(svc: Service, decision: elastic.ElasticDecision, cpu_now: float, replicas: int,
@@ -370,6 +371,11 @@ def cpu_view(observed: float | None, asked: float | None, asked_at: float | None
     return observed if observed is not None and observed > 0 else declared
 
 
+def _opt(d: dict[str, Any], key: str) -> float | None:
+    v = d.get(key)
+    return None if v is None else float(v)
+
+
 def _elastic_state(d: dict[str, Any], scale: autoscale.AutoscaleState) -> elastic.ElasticState:
     move = d.get("last_move")
     return elastic.ElasticState(scale=scale, needs=tuple((float(t), float(n)) for t, n in d.get("needs", ())),
@@ -389,18 +395,13 @@ def _elastic_json(st: elastic.ElasticState) -> dict[str, Any]:
             "observed_since": st.observed_since}
 
 
-def _opt(p: dict[str, Any], key: str) -> float | None:
-    v = p.get(key)
-    return None if v is None else float(v)
-
-
 @agent.actuator("plan_scale", emits=("plan.approved",))
 async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Scaling policy on a latency event (scanflow.policies.elastic: vertical-first when the settings say
     so, else horizontal only), from the Checker's observations only. A `resources` plan (cores and
     threads per replica) is queued before a `scale` plan, so replicas that stay grow before others go.
     Its state (hysteresis, cooldowns, down windows) is kept in ctx.state between ticks and restarts."""
-    p = _payload(ctx, args)
+    p: messages.LatencyChecked = _message(ctx, args, "latency.checked")
     svc = primary_service()
     # the strategy's own args may override the vertical knobs (e.g. a scenario about horizontal scaling
     # at a fixed replica size posts the strategy with {"mode": "horizontal"})
@@ -413,30 +414,26 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         raise PermanentError(f"planner setting autoscale.pin / pin_reserved_cores: {exc}") from None
     now = ctx.now()
     asked = ctx.state.get("autoscale_asked") or {}
-    observed = p.get("replicas")
-    current, ready = scale_view(None if observed is None else int(observed), p.get("healthy_replicas"),
-                                asked.get("replicas"), asked.get("at"), now, pending_s, svc.replicas)
+    observed = p.replicas
+    current, ready = scale_view(observed, p.healthy_replicas, asked.get("replicas"), asked.get("at"), now,
+                                pending_s, svc.replicas)
     asked_cpu = ctx.state.get("resources_asked") or {}
-    threads = p.get("threads")
-    cpu = cpu_view(elastic.effective_cpu(_opt(p, "cpu_limit_cores"), None if threads is None else int(threads)),
+    cpu = cpu_view(elastic.effective_cpu(p.cpu_limit_cores, p.threads),
                    asked_cpu.get("cpu"), asked_cpu.get("at"), now, pending_s, svc.resources.cpu)
     state = _elastic_state(ctx.state.get("elastic", {}), _autoscale_state(ctx.state.get("autoscale", {})))
-    latency = p.get("latency_ms")
     decision, new = elastic.decide(elastic.ElasticContext(
-        now=now, current_replicas=current, cpu=cpu, slo_latency_ms=float(p.get("slo_ms", svc.slo.latency_ms)),
-        latency_ms=None if latency is None else float(latency),
-        latency_lower_bound=bool(p.get("latency_lower_bound", False)),
-        in_flight=float(p.get("in_flight", 0.0)), arrival_rate=_opt(p, "arrival_rate"),
-        cpu_per_request_ms=_opt(p, "cpu_per_request_ms"), service_time_ms=_opt(p, "service_time_ms"),
-        cpu_utilization=_opt(p, "cpu_utilization"), throttled_ratio=_opt(p, "throttled_ratio"),
-        node_cpus=_opt(p, "node_cpus"), node_idle_cores=_opt(p, "node_idle_cores"),
-        headroom_cores_per_replica=_opt(p, "headroom_cores_per_replica"),
-        ready_replicas=ready, config=config, state=state))
+        now=now, current_replicas=current, cpu=cpu, slo_latency_ms=p.slo_ms, latency_ms=p.latency_ms,
+        latency_lower_bound=p.latency_lower_bound, in_flight=p.in_flight, arrival_rate=p.arrival_rate,
+        cpu_per_request_ms=p.cpu_per_request_ms, service_time_ms=p.service_time_ms,
+        cpu_utilization=p.cpu_utilization, throttled_ratio=p.throttled_ratio,
+        node_cpus=None if p.node_cpus is None else float(p.node_cpus), node_idle_cores=p.node_idle_cores,
+        headroom_cores_per_replica=p.headroom_cores_per_replica, ready_replicas=ready, config=config, state=state))
     ctx.state["autoscale"] = _autoscale_json(new.scale)
     ctx.state["elastic"] = _elastic_json(new)
     want = max(svc.min_replicas, min(svc.max_replicas, int(decision.replicas or current)))
     # pinning (opt-in) for the size and count after this tick: its own change is a resources plan too
-    res_plan, pin = plan_resources(svc, decision, cpu, want, _opt(p, "node_cpus"), pin_cfg,
+    res_plan, pin = plan_resources(svc, decision, cpu, want, None if p.node_cpus is None else float(p.node_cpus),
+                                   pin_cfg,
                                    str(ctx.state.get("affinity_asked", svc.affinity.policy)), ctx.key)
     if res_plan is not None:
         ctx.state["resources_asked"] = {"cpu": decision.cpu, "at": now}
@@ -446,7 +443,7 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if want != current:
         ctx.state["autoscale_asked"] = {"replicas": want, "at": now}
         await outbox.enqueue(ctx, "executor", "plan.approved",
-                             {"plan": "scale", "service": svc.name, "replicas": want, "reason": decision.reason})
+                             messages.ScalePlan(service=svc.name, replicas=want, reason=decision.reason).payload())
     _record(ctx, "autoscale", decision, quick=quick(), observed_replicas=observed, pinning=pin.reason,
             affinity=pin.affinity)
     monitoring.WRITER.submit(ctx.state, _monitor(ctx), {"plan/replicas": float(want), "plan/replicas_current":

@@ -84,7 +84,8 @@ class Resources(_Spec):
     """CPU (cores, may be fractional) and memory (a Kubernetes quantity) for one replica or job."""
 
     cpu: float = Field(1.0, gt=0, le=512, description="cores per replica, e.g. 0.5, 2 or '500m'")
-    memory: str = Field("512Mi", description="memory per replica, Kubernetes quantity e.g. '512Mi'")
+    memory: str = Field("512Mi", description="memory per replica, Kubernetes quantity e.g. '512Mi'",
+                        json_schema_extra={"pattern": _MEMORY_RE.pattern})
 
     @field_validator("cpu", mode="before")
     @classmethod

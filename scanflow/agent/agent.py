@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter
@@ -42,6 +42,7 @@ from scanflow.spec import NAME_RE, ActionSpec, StrategySpec
 F = TypeVar("F", bound=Callable[..., Any])
 Role = Literal["tracker", "checker", "planner", "executor", "custom"]
 _HANDLER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_EVENT_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$")
 ActionLike = Action | ActionSpec | str | dict[str, Any]
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ class Agent:
         max_body_bytes: int | None = None,
         emits: Iterable[str] = (),
         settings_keys: Iterable[str] | None = None,
+        messages: Mapping[str, Any] | None = None,
     ) -> None:
         """`max_body_bytes`: the largest request body the app accepts (default 1 MiB); an agent whose
         router takes big uploads (the Tracker's /predictions) raises it here, where its code lives.
@@ -137,7 +139,13 @@ class Agent:
         `emits`: event names this agent produces outside its sensors and actuators (its routes, hooks);
         those two declare theirs on their decorators. `settings_keys`: the top-level keys of its
         AgentSpec.settings it reads (None: it does not say, and they are not checked). Both are read by
-        `scanflow validate` (scanflow.validation), never by the runtime."""
+        `scanflow validate` (scanflow.validation), never by the runtime.
+
+        `messages`: event name -> the pydantic model (or annotated union) of the payload this agent
+        receives from its peers (scanflow.messages for the standard agents). POST /events validates each
+        such event and answers a payload that does not fit with a 422 naming the field; an agent that
+        declares messages takes only those by POST (any other is a 422 naming the ones it takes), and
+        its OpenAPI document describes each. Events it emits itself are not affected."""
         if not re.match(NAME_RE, name) or len(name) > 63:
             raise AgentDefinitionError(
                 f"agent name {name!r} must be a DNS label: lowercase letters, digits and '-', "
@@ -151,6 +159,10 @@ class Agent:
         self.max_body_bytes = max_body_bytes
         self.emits = _event_names("agent", emits)
         self.settings_keys = None if settings_keys is None else _names("settings_keys", settings_keys)
+        self.messages: dict[str, Any] = dict(messages or {})
+        for event in self.messages:
+            if not isinstance(event, str) or not _EVENT_NAME.match(event):
+                raise AgentDefinitionError(f"messages: event name {event!r} must match [A-Za-z0-9_.:/-]{{1,200}}")
         self.sensors: dict[str, SensorSpec] = {}
         self.actuators: dict[str, ActuatorSpec] = {}
         self.strategies: dict[str, Strategy] = {}

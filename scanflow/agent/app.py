@@ -47,6 +47,7 @@ from scanflow.agent.jsonsafe import (
 )
 from scanflow.agent.runtime import Runtime
 from scanflow.agent.store import Store
+from scanflow.agent.typed_inbox import TypedInbox
 from scanflow.agent.types import Event
 from scanflow.apierrors import document_errors
 from scanflow.auth import TokenTable, require_token
@@ -271,11 +272,12 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    inbox = TypedInbox(agent.name, agent.messages)
     generated_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:  # what the routes answer on errors (scanflow.apierrors)
         if app.openapi_schema is None:
-            app.openapi_schema = document_errors(generated_openapi(), app.routes)
+            app.openapi_schema = document_errors(inbox.document(generated_openapi()), app.routes)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -342,6 +344,7 @@ def create_app(
     @app.post("/events", status_code=status.HTTP_202_ACCEPTED, dependencies=needs("events:write"),
               responses=_MUTATING)
     async def post_event(body: EventIn, rt: RuntimeDep) -> EventAccepted:
+        inbox.check(body.name, body.payload)
         event_id, dup = await rt.submit_event(body.name, body.payload, body.idempotency_key, body.source)
         return EventAccepted(id=event_id, duplicate=dup)
 

@@ -29,6 +29,9 @@ import math
 from dataclasses import dataclass, field
 
 from scanflow.policies import simulated
+from scanflow.spec import SLO
+
+SLO_DEFAULT_MS = float(SLO.model_fields["latency_ms"].default)
 
 CONTROLLERS = ("planner", "horizontal", "hpa")
 FLAP_WINDOW_S = 60.0
@@ -58,7 +61,7 @@ class SimConfig:
     mu: float = 1000.0  # requests/s one core serves (1 ms of CPU per request)
     cold_start_s: float = 10.0
     resize_s: float = 2.0
-    slo_ms: float = 50.0
+    slo_ms: float = SLO_DEFAULT_MS  # the workflow's default SLO (scanflow.spec)
     min_replicas: int = 1
     max_replicas: int = 8
     declared_cpu: float = 1.0  # cores per replica at the start (the HPA's replicas keep it)
