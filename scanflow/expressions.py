@@ -55,7 +55,7 @@ MAX_SEQUENCE = simpleeval.MAX_STRING_LENGTH  # items/characters of a built strin
 MAX_REPEAT = 1000  # a literal factor of a repetition
 MAX_ROUND_DIGITS = 1000  # round(1, -10**6) computes 10**10**6 (0.15 s); 10**18 would never end
 EVAL_BUDGET_S = 0.1  # CPU seconds per evaluation; checked every _CHECK_EVERY nodes
-_CHECK_EVERY = 32  # nodes between budget checks: time.thread_time costs ~0.6-1.3 us here, a node ~0.3
+_CHECK_EVERY = 32  # nodes between budget checks: a clock read costs a few nodes, so not on every node
 # Lists/tuples of constants only (`event.name in ['a', 'b']`): sized at compile time by
 # `_static_len`, so evaluation skips their `_weight` (~0.9 us each). Weak: trees come and go.
 _LITERALS: weakref.WeakSet[ast.AST] = weakref.WeakSet()

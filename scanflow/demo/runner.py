@@ -47,14 +47,10 @@ def scenarios() -> list[tuple[str, str, Scenario]]:
 # latency_low 0.6: scale down below 0.6x the SLO (30 ms at 50 ms), not 0.5x; the Checker reports a p99
 # as its bucket's bound, and at 0.5x two replicas at the low rate on a busy 2-core box often sat just above
 # it (docs/scenarios.md, S2). The band up to the SLO still holds replicas, so a step down never re-breaches.
-# down_window_s 200 (20 real s, the policy's 30 s / 10 was 3 s): a scale-down goes no lower than the most
-# replicas needed in the last 20 s, longer than S2's step; with 3 s, two replicas at 2x one's capacity
-# served at a low p99 (the gateway batches) on a machine at load 8 and the Planner removed one mid-step,
-# then re-added it (a flap, docs/scenarios.md S2). The HPA's own window is 300 s.
-# down_window_s 100 (10 real s, since the Checker sends the observed arrival rate and service time): the
-# rate estimate now holds the replicas a step needs however calm its p99 looks, and with 20 s one noisy
-# second of a busy machine (a p99 over 6 requests is their max) every 20 s kept the window from clearing:
-# 1 up, no down in 60 s, S2 e2e with a core burned (2 runs of 5).
+# down_window_s 100 (10 real s): a scale-down goes no lower than the most replicas needed in the last 10 s.
+# The arrival-rate estimate holds the replicas a step needs however calm its p99 looks, so the window only
+# has to outlast a noisy second; a longer one never clears on a busy machine, a shorter one flaps within
+# S2's steps (the HPA's own window is 300 s). The runs behind it: docs/benchmarks/constants.md.
 DEMO_AUTOSCALE: dict[str, Any] = {"time_scale": 10.0, "pending_s": 600.0, "latency_low": 0.6,
                                   "down_window_s": 100.0, "guardrails": {"up_ticks": 2}}
 

@@ -225,8 +225,7 @@ def decide(ctx: ElasticContext) -> tuple[ElasticDecision, ElasticState]:
     # measured CPU to spare: under the saturated share of their cores, hardly throttled, and the arrivals'
     # CPU under that share too (a single thread under a larger limit reads a low utilization while the
     # thread is the bottleneck). Latency over the SLO is then a busy host's, not a load another replica
-    # serves (measured live: 0.5 of a core used at 51 %, never throttled, the host with no idle core,
-    # p99 60-75 ms over a 50 ms SLO, and a replica added that could not help)
+    # serves, and a replica added could not help (docs/benchmarks/constants.md)
     ready_now = max(1, r if ctx.ready_replicas is None else ctx.ready_replicas)
     spare_cpu = (ctx.cpu_utilization is not None and ctx.throttled_ratio is not None and not saturated
                  and (cost is None or (ctx.arrival_rate or 0.0) * cost < cfg.saturated_utilization * c * ready_now))
