@@ -18,11 +18,11 @@
   when it exceeds the SLO) whenever the Planner has something to decide: a breach (scale up), or more
   replicas serving than the service's minimum (scale down, also with no traffic at all), or traffic, or
   a replica grown above its declared CPU. It carries the interval's observations
-  (scanflow.embedded.observe): arrival rate, service time and CPU per request from the gateway's and
+  (scanflow.agentkit.observe): arrival rate, service time and CPU per request from the gateway's and
   each replica's counters, the replicas' CPU use, limit and throttling (their own cgroups), the cores
   left on their nodes; the Planner's policies read nothing else.
 - `forward`: the workflow's strategies send these events on to the Planner's inbox, through a durable
-  outbox delivered by the `deliver` sensor (scanflow/embedded/outbox.py).
+  outbox delivered by the `deliver` sensor (scanflow/agentkit/outbox.py).
 Run: `scanflow agent run agents/checker.py --port 8002 --peer planner=http://127.0.0.1:8003`.
 """
 
@@ -37,8 +37,8 @@ from typing import Any
 import httpx
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
-from scanflow.embedded import observe, outbox
-from scanflow.embedded.env import (
+from scanflow.agentkit import observe, outbox
+from scanflow.agentkit.env import (
     agent_spec,
     current_workflow,
     drift_window,
@@ -46,7 +46,7 @@ from scanflow.embedded.env import (
     quick,
     service_url,
 )
-from scanflow.embedded.latency import Percentile, histogram, percentile_ms
+from scanflow.agentkit.latency import Percentile, histogram, percentile_ms
 from scanflow.messages import DriftChecked, LatencyChecked, ServiceChecked
 from scanflow.policies.types import slo_breached
 from scanflow.tracking import monitoring
@@ -70,8 +70,8 @@ _estimator_version: str | None = None
 def _current_detector() -> tuple[Any, str]:
     """The detector of the model version serving now (the `champion` alias), loaded from MLflow, or fitted
     from that version's reference and logged when none exists yet (just after a promotion). Blocking."""
+    from scanflow.agentkit.detectors import detector_options, model_name_of
     from scanflow.drift.lifecycle import ensure_detector, load_detector
-    from scanflow.embedded.bootstrap import detector_options, model_name_of
     from scanflow.tracking.registry import CHAMPION, get_alias_version
 
     global _detector, _detector_version
@@ -157,8 +157,8 @@ def end_monitoring(ctx: Context) -> None:
 def _current_estimator(version: str) -> Any:
     """The champion's accuracy estimator (None for regression models, models without class scores, or when
     it cannot be built: the drift check goes on without it). Fitted once per version. Blocking."""
+    from scanflow.agentkit.detectors import model_name_of
     from scanflow.drift.performance import estimator_for_version
-    from scanflow.embedded.bootstrap import model_name_of
 
     global _estimator, _estimator_version
     if _estimator_version != version:
@@ -373,7 +373,7 @@ async def scrape_replicas(http: httpx.AsyncClient, urls: list[str]) -> dict[str,
 
 
 def _observe(ctx: Context, gateway_text: str, replica_texts: dict[str, str], now: float) -> dict[str, Any]:
-    """This interval's observations (scanflow.embedded.observe) from this scrape and the last one, kept
+    """This interval's observations (scanflow.agentkit.observe) from this scrape and the last one, kept
     in the agent's state (so a restarted Checker resumes with rates, not a blind tick)."""
     cur_gw = observe.parse_gateway(gateway_text)
     cur_reps = {u: observe.parse_replica(t) for u, t in replica_texts.items()}
@@ -393,7 +393,7 @@ def latency_event(observed: dict[str, Any], p: Percentile | None, slo_ms: float,
     nothing to decide: latency within the SLO (or no request completed), no replica above the service's
     minimum to remove, no request arrived (`obs`), and no replica grown above its declared `declared_cpu`
     (to shrink). `observed` is the gateway's view (replicas serving, healthy, in flight); `obs` the
-    interval's observations (scanflow.embedded.observe.window), merged into the payload.
+    interval's observations (scanflow.agentkit.observe.window), merged into the payload.
 
     A percentile past the histogram's top bucket is only a lower bound (`latency_lower_bound`): a breach
     when the SLO is at or under it. With no request completed `latency_ms` is None (the policy reads

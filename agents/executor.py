@@ -39,7 +39,7 @@ import numpy as np
 
 from scanflow import messages
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
-from scanflow.embedded.env import agent_spec, current_workflow, primary_service
+from scanflow.agentkit.env import agent_spec, current_workflow, primary_service
 from scanflow.platform.adoption import adopt_running, at_configured_port
 from scanflow.platform.base import PlatformError
 from scanflow.tracking import monitoring

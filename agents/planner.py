@@ -19,7 +19,7 @@
   (within `pending_s`) counts, as replicas still starting (`scale_view`).
 Policy states live in the agent's persisted state, so a restarted Planner keeps its hysteresis.
 `GET /plans?limit=N&policy=P` lists the policy decisions (reason, inputs) newest last (the last 200 kept).
-Plans for the Executor go through a durable outbox (scanflow/embedded/outbox.py): the actuator
+Plans for the Executor go through a durable outbox (scanflow/agentkit/outbox.py): the actuator
 queues them and returns, the `deliver` sensor posts them, so a restarting Executor never holds up
 this agent's inbox (failover decisions keep coming while a retrain plan waits).
 Run: `scanflow agent run agents/planner.py --port 8003 --peer executor=http://127.0.0.1:8004`.
@@ -34,8 +34,8 @@ from fastapi import Depends, Query
 
 from scanflow import messages
 from scanflow.agent import Agent, Context, PermanentError, get_context
-from scanflow.embedded import outbox
-from scanflow.embedded.env import agent_spec, current_workflow, primary_service, quick
+from scanflow.agentkit import outbox
+from scanflow.agentkit.env import agent_spec, current_workflow, primary_service, quick
 from scanflow.policies import autoscale, elastic, failover, pinning, retrain
 from scanflow.policies.guardrails import Guardrails, GuardState
 from scanflow.policies.types import Streak

@@ -15,7 +15,7 @@ import asyncio
 from typing import Any
 
 from scanflow.agent import Agent, Context
-from scanflow.embedded.env import agent_spec, current_workflow, drift_window, quick
+from scanflow.agentkit.env import agent_spec, current_workflow, drift_window, quick
 from scanflow.settings import Settings
 from scanflow.tracking import monitoring
 from scanflow.tracking.api import MAX_BODY_BYTES, predictions_router

@@ -54,8 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import drift_corruptions as dc
 from verdict import add_check, exit_code
 
+from scanflow.agentkit.detectors import detector_options
 from scanflow.drift import fit_reference
-from scanflow.embedded.bootstrap import detector_options
 from scanflow.policies import retrain, sequential
 from scanflow.tracking.reference import DataSchema, Reference
 

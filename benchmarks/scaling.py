@@ -4,7 +4,7 @@ A SIMULATION, not a load test: the three controllers drive the same discrete-eve
 inference replicas on the same arrival trace (Poisson, low -> high -> low step), same seeds, same
 time-scale factor. Who runs it: people and CI (`python benchmarks/scaling.py --quick`).
 
-What the controllers see is exactly what the deployed agents send (scanflow.embedded.observe, the
+What the controllers see is exactly what the deployed agents send (scanflow.agentkit.observe, the
 Checker's `latency.checked`), never the trace's true rate or service time; the observation model and
 the controllers are scanflow.policies.simulated, shared with the demo's comparison (scanflow/demo/sim.py):
 - measured over the Checker's interval (1 s nominal): the arrival rate (arrivals / interval), CPU per

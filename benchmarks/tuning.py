@@ -144,10 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     add_check(ap)
     args = ap.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 5)
+    from scanflow.agentkit.env import primary_service
     from scanflow.demo.common import clean_rows
     from scanflow.demo.load import OpenLoad
     from scanflow.demo.runner import demo_workflow
-    from scanflow.embedded.env import primary_service
     from scanflow.platform.children import stop_children_on_exit
     from scanflow.stack import EmbeddedStack
 

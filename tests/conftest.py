@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from scanflow.embedded.env import WORKFLOW_ENV
+from scanflow.agentkit.env import WORKFLOW_ENV
 from scanflow.platform.processes import free_port
 
 # The reference agents read their workflow from SCANFLOW_WORKFLOW when imported; tests that import them

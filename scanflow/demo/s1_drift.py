@@ -74,7 +74,7 @@ def decision_line(label: str, reason: str, width: int = 100) -> str:
 
 
 def run(ctx: DemoContext) -> ScenarioResult:
-    from scanflow.embedded.bootstrap import detector_options
+    from scanflow.agentkit.detectors import detector_options
     from scanflow.stack import Traffic
 
     res = ScenarioResult("s1", "drift -> retrain -> promote -> swap", BAR)
@@ -123,7 +123,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
             switched = time.time()
             ctx.say(f"S1: fresh drifted digits to v{new}; its detector should read them as clean")
 
-            from scanflow.embedded.env import drift_window
+            from scanflow.agentkit.env import drift_window
 
             tracker = next(a for a in stack.workflow.agents if a.role == "tracker")
             straddle_s = 5.0 + drift_window(tracker, ctx.quick) / RATE  # a window of rows sent before the switch

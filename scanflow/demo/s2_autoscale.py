@@ -254,7 +254,7 @@ def _executor(stack: Any, actuator: str, args: dict[str, Any]) -> dict[str, Any]
 
 def gateway_histogram(url: str) -> dict[float, float]:
     """The gateway's cumulative latency histogram now ({} when unreadable)."""
-    from scanflow.embedded.latency import histogram
+    from scanflow.agentkit.latency import histogram
 
     try:
         return histogram(httpx.get(f"{url}/metrics", timeout=5.0).text, "scanflow_gateway_request_latency_seconds")
@@ -264,7 +264,7 @@ def gateway_histogram(url: str) -> dict[float, float]:
 
 def gateway_p99s(url: str, seconds: float, q: float = 0.99) -> list[float]:
     """The per-second gateway percentiles over `seconds` at the present load: the windows the Checker judges."""
-    from scanflow.embedded.latency import percentile_ms
+    from scanflow.agentkit.latency import percentile_ms
 
     values: list[float] = []
     prev = gateway_histogram(url)
@@ -307,7 +307,7 @@ def calibrate(load: OpenLoad, url: str, pid: int, cpu_limit: float,
     limit or the gateway p99 broke `slo_ms` at two rates in a row (the
     input of `capacity`; S3 passes inf: it needs the CPU-bound capacity, and on a busy machine the p99
     breaks the SLO long before the replica is saturated). The load is left at the last rate."""
-    from scanflow.embedded.latency import percentile_ms
+    from scanflow.agentkit.latency import percentile_ms
 
     points: list[tuple[float, float, float | None]] = []
     load.rate(probe_rates(10.0)[0])
@@ -347,8 +347,8 @@ def run(ctx: DemoContext) -> ScenarioResult:
 
 
 def _through_agents(ctx: DemoContext) -> ScenarioResult:
+    from scanflow.agentkit.env import primary_service
     from scanflow.demo import s2_inprocess
-    from scanflow.embedded.env import primary_service
 
     res = ScenarioResult("s2", "autoscale", BAR)
     stack = ctx.stack

@@ -220,7 +220,7 @@ def _threads_for(cpu: float) -> int:
 
 
 def run(ctx: DemoContext) -> ScenarioResult:
-    from scanflow.embedded.env import primary_service
+    from scanflow.agentkit.env import primary_service
 
     res = ScenarioResult("s3", "tune", BAR)
     stack = ctx.stack

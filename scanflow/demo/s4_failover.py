@@ -88,7 +88,7 @@ def verdict(failed: int, requests: int, on_backup: bool, returned: bool, routes:
 
 
 def run(ctx: DemoContext) -> ScenarioResult:
-    from scanflow.embedded.env import primary_service
+    from scanflow.agentkit.env import primary_service
 
     res = ScenarioResult("s4", "failover and failback", BAR)
     stack = ctx.stack

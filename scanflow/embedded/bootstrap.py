@@ -18,37 +18,14 @@ import logging
 import sys
 from typing import Any
 
+from scanflow.agentkit.detectors import NoTrainingJob, detector_options, model_name_of
 from scanflow.spec import Workflow
 from scanflow.tracking import monitoring
 
 log = logging.getLogger(__name__)
 
-QUICK_DETECTOR_EPOCHS = 15  # the tests' and demo's small sizes: ~2x faster fits, same verdicts on S1
-
-
 class BootstrapError(RuntimeError):
     """The workflow cannot be bootstrapped; the message says what its declaration or job lacks."""
-
-
-def model_name_of(workflow: Workflow) -> str:
-    """The registered model the workflow's training job writes and its services serve."""
-    if not workflow.jobs:
-        raise BootstrapError(f"workflow {workflow.name!r} declares no job: the first job must train its model")
-    return str(workflow.jobs[0].params.get("model_name", workflow.name))
-
-
-def detector_options(workflow: Workflow, quick: bool) -> Any:
-    """The Checker's detector settings (`fpr`, `epochs`, `copy_tolerance`) from its AgentSpec; fewer epochs
-    under --quick."""
-    from scanflow.drift.lifecycle import DetectorOptions
-
-    checker = next((a for a in workflow.agents if a.role == "checker"), None)
-    settings = checker.settings if checker else {}
-    epochs = settings.get("epochs")
-    tolerance = settings.get("copy_tolerance")
-    return DetectorOptions(fpr=float(settings.get("fpr", 0.05)),
-                           epochs=int(epochs) if epochs is not None else (QUICK_DETECTOR_EPOCHS if quick else None),
-                           copy_tolerance=None if tolerance is None else float(tolerance))
 
 
 def bootstrap(workflow: Workflow, *, quick: bool = False) -> dict[str, Any]:
@@ -93,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         result = bootstrap(load_workflow(args.workflow), quick=args.quick)
-    except (SpecError, BootstrapError, ReferenceError) as exc:
+    except (SpecError, BootstrapError, NoTrainingJob, ReferenceError) as exc:
         print(f"bootstrap: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result, default=str))

@@ -4,7 +4,7 @@ one before removing it; horizontal scaling takes over past the per-replica ceili
 Why vertical first: an in-place resize (a cgroup quota locally, `pods/resize` on Kubernetes) takes
 effect in about a second, a new replica only after its start-up (process start + model load, ~10 s),
 so the first answer to a load step is a resize (Sponge, Themis report large SLO gains from it).
-Every input is an observation the Checker sends in `latency.checked` (scanflow.embedded.observe):
+Every input is an observation the Checker sends in `latency.checked` (scanflow.agentkit.observe):
 the arrival rate, the CPU each request costs (`cpu_per_request_ms`, else the replica's service time),
 the requests in flight, the per-replica CPU limit, utilization and throttling, the cores of the
 replicas' nodes left unallocated and the SLO percentile; none of them is an oracle.

@@ -1,7 +1,7 @@
 """What the scaling policies see in a simulation: the Checker's observations, windowed, delayed and noisy.
 
 Why its own module: a simulated comparison of the Planner with the HPA means something only if the
-Planner gets what the deployed agents really send (scanflow.embedded.observe, `latency.checked`) and
+Planner gets what the deployed agents really send (scanflow.agentkit.observe, `latency.checked`) and
 nothing more: never the trace's true rate or the model's service time. The S2 benchmark
 (benchmarks/scaling.py, a request-level queue) and the demo's comparison (scanflow/demo/sim.py, a
 fluid queue) simulate different systems but observe them with this one model, and drive the policies

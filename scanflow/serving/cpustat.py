@@ -4,7 +4,7 @@ Why: the Planner's scaling and resources decisions must come from observations, 
 the machine. Each replica reads ITS OWN process and cgroup, so the same code answers on a laptop
 (LocalPlatform puts each replica in its own group), in compose and in a Kubernetes pod (the
 container's cgroup is the pod's limit). The replica exports the figures on /metrics as counters and
-gauges (`CpuCollector`); the Checker turns two scrapes into rates (scanflow.embedded.observe).
+gauges (`CpuCollector`); the Checker turns two scrapes into rates (scanflow.agentkit.observe).
 
 Pure parts (tested without a cgroup): `parse_cpu_stat` (v1 and v2 cpu.stat text -> periods,
 throttled periods, throttled seconds) and `parse_proc_stat` (/proc/stat -> node CPUs, idle seconds).

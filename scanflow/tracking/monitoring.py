@@ -157,7 +157,7 @@ def latency_metrics(payload: Mapping[str, Any], percentile: float) -> dict[str, 
 
 
 def resource_metrics(payload: Mapping[str, Any]) -> dict[str, float]:
-    """The replicas' CPU in one `latency.checked` payload (its observations, scanflow.embedded.observe):
+    """The replicas' CPU in one `latency.checked` payload (its observations, scanflow.agentkit.observe):
     cores used by all the service's replicas together over the interval, the largest replica CPU limit,
     their use of their limits (0-1), the largest share of CFS periods throttled (when a limit is set) and
     the largest thread pool. Each is left out when it was not measured this tick (the first scrape, a

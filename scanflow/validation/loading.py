@@ -55,7 +55,7 @@ def read_workflow(path: Path) -> tuple[Workflow | None, list[Problem]]:
 def workflow_in_env(wf: Workflow) -> Iterator[None]:
     """SCANFLOW_WORKFLOW names a temporary YAML copy of `wf` (and the cached workflow is forgotten)
     while the block runs; the previous value and cache come back after."""
-    from scanflow.embedded.env import WORKFLOW_ENV, current_workflow
+    from scanflow.agentkit.env import WORKFLOW_ENV, current_workflow
 
     previous = os.environ.get(WORKFLOW_ENV)
     with tempfile.TemporaryDirectory(prefix="scanflow-validate-") as tmp:

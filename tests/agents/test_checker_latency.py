@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from agents.checker import latency_event
-from scanflow.embedded.latency import Percentile
+from scanflow.agentkit.latency import Percentile
 
 SEEN = {"service": "digits", "replicas": 1, "healthy_replicas": 1, "in_flight": 3}
 
@@ -48,7 +48,7 @@ def _gateway_p99(latencies_s: list[float]) -> Percentile | None:
     """The p99 the Checker's watch computes from the gateway's real latency histogram (its exposition)."""
     from prometheus_client import generate_latest
 
-    from scanflow.embedded.latency import histogram, percentile_ms
+    from scanflow.agentkit.latency import histogram, percentile_ms
     from scanflow.serving.gateway import _Metrics
 
     m = _Metrics()

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from scanflow.agent import PermanentError
+from scanflow.agentkit.env import current_workflow
 from scanflow.drift import TabularAutoencoderDriftDetector
-from scanflow.embedded.env import current_workflow
 from scanflow.spec import Workflow
 from tests.agents.test_monitoring_agents import FakeContext
 

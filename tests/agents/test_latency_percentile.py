@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from scanflow.embedded.latency import Percentile, histogram, percentile_ms
+from scanflow.agentkit.latency import Percentile, histogram, percentile_ms
 
 INF = math.inf
 

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from scanflow import messages
-from scanflow.embedded.latency import Percentile
+from scanflow.agentkit.latency import Percentile
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "t" * 32

@@ -97,7 +97,7 @@ def workflow_name(monkeypatch: pytest.MonkeyPatch) -> str:
     import agents.checker
     import agents.planner
     import agents.tracker
-    from scanflow.embedded.env import current_workflow
+    from scanflow.agentkit.env import current_workflow
 
     name = f"mon-{uuid.uuid4().hex[:8]}"
     wf = current_workflow().model_copy(update={"name": name})

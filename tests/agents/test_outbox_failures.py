@@ -10,7 +10,7 @@ import httpx
 from agents_support import TOKEN, served
 
 from scanflow.agent import Agent, Context, Store, create_app
-from scanflow.embedded import outbox
+from scanflow.agentkit import outbox
 from scanflow.settings import Settings
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from scanflow.embedded import observe
+from scanflow.agentkit import observe
 from scanflow.serving.cpustat import CpuCollector, CpuStatReader, Throttling, parse_cpu_stat, parse_proc_stat
 
 V2 = "usage_usec 5000000\nuser_usec 4000000\nsystem_usec 1000000\nnr_periods 120\nnr_throttled 30\nthrottled_usec 2500000\n"

@@ -227,8 +227,8 @@ def test_demo_autoscale_keeps_the_replica_through_a_calm_step_and_removes_it_aft
     capacity can look calm) keep it while the observed rate needs it, and remove it only once the 10 s down
     window holds no tick that needed it."""
     from agents.planner import autoscale_config
+    from scanflow.agentkit.env import primary_service
     from scanflow.demo.runner import DEMO_AUTOSCALE, demo_workflow
-    from scanflow.embedded.env import primary_service
     from scanflow.policies.autoscale import AutoscaleContext, AutoscaleState, decide
 
     cfg, _ = autoscale_config(dict(DEMO_AUTOSCALE), primary_service(demo_workflow()))

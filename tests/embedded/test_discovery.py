@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scanflow.embedded.env import loopback_url, service_url
+from scanflow.agentkit.env import loopback_url, service_url
 from scanflow.settings import Settings, parse_url_map
 from scanflow.spec import Service
 

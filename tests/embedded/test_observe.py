@@ -1,4 +1,4 @@
-"""The Checker's observations over one interval (scanflow.embedded.observe.window), from two scrapes:
+"""The Checker's observations over one interval (scanflow.agentkit.observe.window), from two scrapes:
 rates from counter deltas, per-request CPU and service time, throttling, headroom per node; unknown
 (None) wherever a figure cannot be measured, never a made-up zero or a negative rate."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from scanflow.embedded.observe import GatewaySample, ReplicaSample, parse_gateway, window
+from scanflow.agentkit.observe import GatewaySample, ReplicaSample, parse_gateway, window
 
 
 def rep(at: float, cpu_s: float, req: float, model_s: float, *, limit: float = 1.0, periods: float | None = 100,

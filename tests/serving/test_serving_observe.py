@@ -1,6 +1,6 @@
 """What the Checker observes of a real replica behind a real gateway: two scrapes of their /metrics
 around a burst of requests give the arrival rate, the service time and CPU per request, the replica's
-CPU used and limit, its throttling and its node's idle cores (scanflow.embedded.observe)."""
+CPU used and limit, its throttling and its node's idle cores (scanflow.agentkit.observe)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import httpx
 import pytest
 from serving_helpers import LoadResult, closed_loop, wait_for
 
-from scanflow.embedded import observe
+from scanflow.agentkit import observe
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
