@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -46,8 +45,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 
 from scanflow.platform import manifests as mf
 from scanflow.platform.base import JobResult, PlatformError, ReplicaStatus, ResourceChange, ServiceStatus
+from scanflow.platform.jobruns import JobRun
 from scanflow.platform.readback import Wanted
-from scanflow.secrets import mlflow_params
 from scanflow.spec import Affinity, Job, Resources, Service, parse_memory
 
 log = logging.getLogger(__name__)
@@ -624,7 +623,7 @@ class KubernetesPlatform:
         run_name = f"{job.name[:54]}-{uuid.uuid4().hex[:8]}"
         merged = {**job.params, **(params or {})}
         tracking = self._open_job_run(job, run_name, merged)
-        run_id = tracking[0].run_id if tracking else None
+        run_id = tracking.run_id if tracking else None
         files = self._ship_files(tracking, merged) if tracking else {}
         body = mf.batch_job(job, run_name, params=params, namespace=self.namespace, image=self.image,
                             workflow=self.workflow, tracking_uri=self.tracking_uri, run_id=run_id, files=files)
@@ -633,7 +632,7 @@ class KubernetesPlatform:
             self._call("create", "jobs", self.batch.create_namespaced_job, self.namespace, body)
         except PlatformError:
             if tracking:
-                self._close_job_run(tracking, run_name, succeeded=False, duration=0.0, logs="<job not created>")
+                tracking.finish("FAILED", 0.0, log_text="<job not created>")
             raise
         deadline = started + job.timeout_s + self.job_grace_s
         succeeded: bool | None = None
@@ -661,77 +660,40 @@ class KubernetesPlatform:
             note = " (no MLflow run: no tracking URI)" if not self.tracking_uri else \
                 " (logs not attached: MLflow unreachable when the Job started)"
         else:
-            outputs, note = self._close_job_run(tracking, run_name, succeeded, duration, logs)
+            note = tracking.finish("FINISHED" if succeeded else "FAILED", duration, log_text=logs)
+            outputs = tracking.logged_outputs()
         return JobResult(name=run_name, succeeded=succeeded, run_id=run_id, duration_s=duration,
                          message=message + note, outputs=outputs)
 
-    def _open_job_run(self, job: Job, run_name: str, params: dict[str, Any]) -> tuple[Any, Any] | None:
-        """Create the Job's MLflow run (experiment scanflow-jobs/<workflow>; a command job's public params):
-        (run info, client), or None without a tracking URI or when MLflow is unreachable (the Job
-        still runs; its job runner then opens a run of its own)."""
+    def _open_job_run(self, job: Job, run_name: str, params: dict[str, Any]) -> JobRun | None:
+        """The Job's MLflow run (scanflow.platform.jobruns; experiment scanflow-jobs/<workflow>), or None
+        without a tracking URI or when MLflow is unreachable (the Job still runs; its job runner then
+        opens a run of its own)."""
         if not self.tracking_uri:
             return None
         try:
-            from mlflow.tracking import MlflowClient
-
-            from scanflow.tracking.registry import ensure_experiment
-
-            client = MlflowClient(self.tracking_uri)
-            exp_name = f"scanflow-jobs/{self.workflow or self.namespace}"
-            exp_id = ensure_experiment(exp_name, client=client)  # tagged for MLflow's model-training view
-            run = client.create_run(exp_id, run_name=run_name, tags={
-                "scanflow.job": job.name, "scanflow.k8s_job": run_name, "scanflow.namespace": self.namespace})
-            if not isinstance(job.entrypoint, str):  # a 'module:function' job's runner logs its own params
-                for key, value in mlflow_params(params).items():
-                    client.log_param(run.info.run_id, key, value)
-            return run.info, client
+            return JobRun.open(self.tracking_uri, f"scanflow-jobs/{self.workflow or self.namespace}", job, run_name,
+                               params, tags={"scanflow.k8s_job": run_name, "scanflow.namespace": self.namespace})
         except Exception as exc:  # noqa: BLE001  # tracking down must not stop the job
             log.warning("no MLflow run for job %s: %s", run_name, type(exc).__name__)
             return None
 
     @staticmethod
-    def _ship_files(tracking: tuple[Any, Any], params: dict[str, Any]) -> dict[str, str]:
+    def _ship_files(tracking: JobRun, params: dict[str, Any]) -> dict[str, str]:
         """Log the params' local files into the Job's run: its pod has another filesystem (the
         Executor's plan data under SCANFLOW_HOME is not there). {param: artifact path}; a file that
         cannot be logged is left out (the job then names the missing path)."""
         from scanflow.platform.jobrunner import artifact_path, shippable_files
 
-        info, client = tracking
         out: dict[str, str] = {}
         for name, path in shippable_files(params).items():
             dest = artifact_path(name, path)
             try:
-                client.log_artifact(info.run_id, path, str(Path(dest).parent))
+                tracking.client.log_artifact(tracking.run_id, path, str(Path(dest).parent))
                 out[name] = dest
             except Exception as exc:  # noqa: BLE001  # MLflow down: the job still runs, and says what is missing
                 log.warning("could not ship %s to the job's run: %s", name, type(exc).__name__)
         return out
-
-    def _close_job_run(
-        self, tracking: tuple[Any, Any], run_name: str, succeeded: bool, duration: float, logs: str,
-    ) -> tuple[dict[str, Any], str]:
-        """Attach pod logs, duration and outcome to the Job's run and read back the `outputs.json`
-        its job runner logged: (outputs, note for the message). A missing outputs.json (a command
-        job, a failed function) gives {}; MLflow errors give a note, never an exception."""
-        import json
-
-        info, client = tracking
-        run_id = info.run_id
-        outputs: dict[str, Any] = {}
-        note = ""
-        try:
-            client.log_metric(run_id, "duration_s", duration)
-            client.log_text(run_id, logs or "<no pod logs>", f"logs/{run_name}.log")
-            if any(a.path == "outputs.json" for a in client.list_artifacts(run_id)):
-                with tempfile.TemporaryDirectory() as tmp:
-                    path = client.download_artifacts(run_id, "outputs.json", tmp)
-                    loaded = json.loads(Path(path).read_text())
-                outputs = loaded if isinstance(loaded, dict) else {"result": loaded}
-            client.set_terminated(run_id, "FINISHED" if succeeded else "FAILED")
-        except Exception as exc:  # noqa: BLE001  # the job's outcome must not be lost because tracking is down
-            log.warning("could not complete job %s's MLflow run: %s", run_name, type(exc).__name__)
-            note = f" (MLflow run not completed: {type(exc).__name__})"
-        return outputs, note
 
     def _job_logs(self, run_name: str, limit_bytes: int = 1_000_000) -> str:
         pods = self._call("list", "pods", self.core.list_namespaced_pod, self.namespace,

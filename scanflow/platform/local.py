@@ -36,7 +36,6 @@ import logging
 import math
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -57,7 +56,7 @@ from scanflow.platform.base import (
     ServiceStatus,
 )
 from scanflow.platform.cgroups import CgroupManager, CgroupSupport, detect
-from scanflow.platform.jobrunner import public_params
+from scanflow.platform.local_jobs import run_local_job
 from scanflow.platform.readback import Wanted
 from scanflow.platform.topology import Placement, Topology, allowed_topology, place_replicas
 from scanflow.spec import Affinity, Job, Resources, Service
@@ -129,15 +128,6 @@ def default_threads(spec: Service, placement: Placement, total_cores: int) -> in
     if spec.affinity.policy != "none":
         return len(placement.cpus)
     return max(1, min(total_cores, math.ceil(spec.resources.cpu)))
-
-
-def job_argv(python: str, job: Job) -> list[str]:
-    """The command line of a job's child process. A 'module:function' job runs through the job
-    runner with its params in the environment (SCANFLOW_JOB_PARAMS), never in argv: a command line
-    is world-readable (ps, /proc/PID/cmdline) and params may hold secrets. A command list runs as given."""
-    if isinstance(job.entrypoint, str):
-        return [python, "-m", "scanflow.platform.jobrunner", job.entrypoint]
-    return list(job.entrypoint)
 
 
 class LocalPlatform:
@@ -868,61 +858,7 @@ class LocalPlatform:
 
     # -- jobs ------------------------------------------------------------------------------------
     def run_job(self, job: Job, params: dict[str, Any] | None = None) -> JobResult:
-        """Run a job to completion or timeout as a child process, inside an MLflow run holding its log."""
-        from mlflow.tracking import MlflowClient
-
-        merged = {**job.params, **(params or {})}
-        try:
-            args_json = json.dumps(merged)
-        except TypeError as exc:
-            raise PlatformError(f"job {job.name!r}: params must be JSON-serialisable: {exc}") from None
-        from scanflow.tracking.registry import ensure_experiment
-
-        client = MlflowClient(self.tracking_uri)
-        exp_id = ensure_experiment(self.experiment, client=client)  # tagged for MLflow's model-training view
-        run = client.create_run(exp_id, run_name=job.name, tags={"scanflow.job": job.name})
-        run_id = run.info.run_id
-        jobs_dir = self.home / "jobs"
-        log_path = jobs_dir / f"{job.name}-{run_id}.log"
-        out_path = jobs_dir / f"{job.name}-{run_id}.outputs.json"
-        env = self._env("job") | {
-            "MLFLOW_RUN_ID": run_id, "MLFLOW_EXPERIMENT_ID": exp_id,
-            "SCANFLOW_JOB_OUTPUT": str(out_path), "SCANFLOW_JOB_PARAMS": args_json,
-        }
-        argv = job_argv(self.python, job)
-        if not isinstance(job.entrypoint, str):  # the job runner logs its own params
-            for k, v in public_params(merged).items():
-                client.log_param(run_id, k, v)
-        start = time.monotonic()
-        try:
-            proc = procs.spawn(argv, log_path, env)
-        except OSError as exc:
-            client.set_terminated(run_id, "FAILED")
-            return JobResult(name=job.name, succeeded=False, run_id=run_id, message=f"cannot start: {exc}")
-        timed_out = False
-        code: int | None
-        try:
-            code = proc.wait(timeout=job.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            code = procs.stop(proc, 5.0)
-        duration = time.monotonic() - start
-        outputs: dict[str, Any] = {}
-        if out_path.exists():
-            try:
-                outputs = json.loads(out_path.read_text())
-            except ValueError:
-                outputs = {}
-        ok = code == 0 and not timed_out
-        client.log_artifact(run_id, str(log_path), "logs")
-        client.log_metric(run_id, "job_duration_s", duration)
-        client.set_tag(run_id, "scanflow.job.exit_code", str(code))
-        client.set_terminated(run_id, "KILLED" if timed_out else ("FINISHED" if ok else "FAILED"))
-        if timed_out:
-            msg = f"timed out after {job.timeout_s:.0f}s; killed"
-        elif ok:
-            msg = "succeeded"
-        else:
-            msg = f"exited with code {code}; see the run's logs/{log_path.name}"
-        return JobResult(name=job.name, succeeded=ok, run_id=run_id, exit_code=code,
-                         duration_s=duration, message=msg, outputs=outputs)
+        """Run a job to completion or timeout as a child process, inside an MLflow run holding its log
+        (scanflow.platform.local_jobs)."""
+        return run_local_job(job, params, tracking_uri=self.tracking_uri, experiment=self.experiment,
+                             jobs_dir=self.home / "jobs", env=self._env("job"), python=self.python)

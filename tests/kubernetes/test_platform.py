@@ -344,6 +344,7 @@ def test_run_job_is_one_mlflow_run_with_the_functions_outputs_and_the_pod_logs(k
     client = MlflowClient(uri)
     run = client.get_run(result.run_id)
     assert run.data.params == {"epochs": "3", "lr": "0.01"} and run.info.status == "FINISHED"
+    assert "job_duration_s" in run.data.metrics  # the same bookkeeping as a local job (scanflow.platform.jobruns)
     assert len(client.search_runs([run.info.experiment_id])) == 1  # one run per Job
     local = client.download_artifacts(result.run_id, f"logs/{result.name}.log", str(tmp_path))
     assert "epoch 1 loss 0.42" in Path(local).read_text()

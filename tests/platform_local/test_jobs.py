@@ -10,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from scanflow.platform.jobrunner import is_secret, public_params, to_jsonable
-from scanflow.platform.local import job_argv
+from scanflow.platform.local_jobs import job_argv
 from scanflow.spec import Job
 
 
@@ -52,7 +52,8 @@ def test_function_job_succeeds_with_outputs_and_logs(platform, mlflow_server, tm
     assert res.exit_code == 0 and res.outputs == {"accuracy": pytest.approx(0.7), "epochs": 2}
     client = MlflowClient(mlflow_server)
     run = client.get_run(res.run_id)
-    assert run.info.status == "FINISHED"
+    assert run.info.status == "FINISHED" and run.data.tags["scanflow.job.exit_code"] == "0"
+    assert "job_duration_s" in run.data.metrics  # the same bookkeeping as a Kubernetes Job (scanflow.platform.jobruns)
     assert run.data.params == {"epochs": "2"}  # api_key never logged
     assert "sk-very-secret" not in json.dumps(run.data.tags)
     assert "training for 2 epochs" in _log_text(client, res.run_id, tmp_path)
