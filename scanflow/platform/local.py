@@ -40,9 +40,8 @@ import sys
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 from scanflow.auth import bearer_header
 from scanflow.credentials import ChildKind, child_env, replica_record_key
@@ -57,67 +56,28 @@ from scanflow.platform.base import (
 )
 from scanflow.platform.cgroups import CgroupManager, CgroupSupport, detect
 from scanflow.platform.local_jobs import run_local_job
+from scanflow.platform.local_state import (
+    STATE_FILE,
+    _Observed,
+    _Replica,
+    _Service,
+    _Taken,
+    read_state,
+    snapshot,
+    take_over,
+    write_state,
+)
 from scanflow.platform.readback import Wanted
 from scanflow.platform.topology import Placement, Topology, allowed_topology, place_replicas
 from scanflow.spec import Affinity, Job, Resources, Service
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "state.json"
-STATE_VERSION = 1
 MODULES = ("scanflow.serving.gateway", "scanflow.serving.replica", "scanflow.platform.jobrunner")
 HOME_ENV = "SCANFLOW_PLATFORM_HOME"  # marks every process a platform starts, for the sweep in adopt()
 READY_DEADLINE_S = 120.0  # a replica imports torch + mlflow and loads a model: slow on a busy 2-core box
 STOP_GRACE_S = 10.0
 MAX_BACKOFF_S = 10.0
-
-
-@dataclass
-class _Replica:
-    rid: int  # 1-based slot: decides its cores under CPUMEM
-    port: int
-    proc: procs.Proc
-    state: Literal["starting", "ready", "dead"] = "starting"
-    started_at: float = field(default_factory=time.monotonic)
-    restarts: int = 0
-    restart_at: float = 0.0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-@dataclass
-class _Service:
-    spec: Service
-    gateway: procs.Proc
-    gateway_port: int
-    replicas: dict[int, _Replica] = field(default_factory=dict)
-    registered: tuple[str, ...] | None = None  # replica URLs the gateway holds (None = unknown)
-    backup_url: str | None = None
-    routed_to: str | None = None
-    notes: dict[str, str] = field(default_factory=dict)  # topic -> note (latest wins)
-    # held across one replica-list update of this gateway (compute, PUT, record), so the list sent
-    # last is the one computed last; taken before the platform's _lock, never inside it
-    gateway_io: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-    supervisor: threading.Thread | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.gateway_port}"
-
-
-@dataclass(frozen=True)
-class _Observed:
-    """What one supervisor tick must probe, snapshotted under the lock (probed outside it)."""
-
-    gateway: procs.Proc  # the gateway process the probe is about (a restart makes a new one)
-    endpoint: str
-    probe_gateway: bool  # the gateway's state is unknown: ask its /health before re-feeding it
-    starting: tuple[_Replica, ...]  # replicas whose /ready to ask
-
-
-_Taken = tuple[dict[str, Any], "procs.Adopted | None", bool]  # adopt(): (record, process if it is still it, ready)
 
 
 def default_threads(spec: Service, placement: Placement, total_cores: int) -> int:
@@ -331,50 +291,18 @@ class LocalPlatform:
 
     def _snapshot(self) -> dict[str, Any]:
         """Everything a successor needs to take the services over (caller holds the lock)."""
-        services = {}
-        for name, svc in self._services.items():
-            services[name] = {
-                "spec": svc.spec.model_dump(mode="json"),
-                "gateway": {"pid": svc.gateway.pid, "start": self._start_of(svc.gateway), "port": svc.gateway_port},
-                "backup_url": svc.backup_url,
-                "routed_to": svc.routed_to,
-                "replicas": [
-                    {"rid": r.rid, "pid": r.proc.pid, "start": self._start_of(r.proc), "port": r.port,
-                     "restarts": r.restarts, "cpus": list(self._placement(svc.spec, r.rid).cpus)}
-                    for r in sorted(svc.replicas.values(), key=lambda r: r.rid)
-                ],
-            }
-        return {"version": STATE_VERSION, "cgroup_prefix": self._cg.prefix, "services": services}
+        return snapshot(self._services, self._start_of, lambda svc, rid: self._placement(svc.spec, rid).cpus,
+                        self._cg.prefix)
 
     def _persist(self) -> None:
-        """Write the state atomically (temp file + os.replace) when it changed. Never raises: a
+        """Write the state (scanflow.platform.local_state.write_state) when it changed. Never raises: a
         failed write costs adoption after a crash, not the running services."""
         with self._lock:
             if self._closed.is_set():
                 return
             text = json.dumps(self._snapshot(), indent=1, sort_keys=True)
-            if text == self._written:
-                return
-            tmp = self.state_path.with_suffix(".tmp")
-            try:
-                tmp.write_text(text)
-                os.replace(tmp, self.state_path)
+            if text != self._written and write_state(self.state_path, text):
                 self._written = text
-            except OSError as exc:
-                log.warning("platform state not written to %s: %s", self.state_path, exc)
-
-    def _take_over(self, rec: dict[str, Any], module: str, probe: str) -> tuple[procs.Adopted | None, bool]:
-        """(process, answers probe) for a recorded process that is still the one recorded: same pid
-        and start time, running `module` on the recorded port. (None, False) otherwise."""
-        pid, start, port = rec.get("pid"), rec.get("start"), rec.get("port")
-        if not isinstance(pid, int) or not isinstance(start, int) or not isinstance(port, int):
-            return None, False
-        if not procs.same_process(pid, start):
-            return None, False
-        argv = procs.cmdline(pid)
-        if module not in argv or f"--port {port}" not in " ".join(argv):
-            return None, False  # a pid reused within the same clock tick, or not ours
-        return procs.Adopted(pid, start), procs.is_ready(f"http://127.0.0.1:{port}{probe}", 2.0)
 
     def adopt(self) -> dict[str, dict[str, Any]]:
         """Take over the services a previous platform on this home left running (it was killed).
@@ -389,16 +317,7 @@ class LocalPlatform:
         with self._lock:
             if self._services:
                 raise PlatformError("adopt() must come before any deploy on this platform")
-            try:
-                data = json.loads(self.state_path.read_text())
-            except FileNotFoundError:
-                data = {}
-            except ValueError as exc:
-                log.warning("platform state %s unreadable (%s): adopting nothing", self.state_path, exc)
-                data = {}
-            if data.get("version") not in (None, STATE_VERSION):
-                log.warning("platform state version %s unknown: adopting nothing", data.get("version"))
-                data = {}
+            data = read_state(self.state_path)
             if data.get("cgroup_prefix"):  # the adopted replicas' cgroups: ours to remove at close()
                 self._cg = CgroupManager(self.cgroup_support, prefix=str(data["cgroup_prefix"]))
             found: dict[str, tuple[Service, dict[str, Any], procs.Adopted | None, dict[int, _Taken]]] = {}
@@ -409,11 +328,11 @@ class LocalPlatform:
                 except (KeyError, ValueError) as exc:
                     log.warning("service %s: recorded spec unusable (%s); not adopted", name, exc)
                     continue
-                gw, gw_ok = self._take_over(rec.get("gateway") or {}, "scanflow.serving.gateway", "/health")
+                gw, gw_ok = take_over(rec.get("gateway") or {}, "scanflow.serving.gateway", "/health")
                 gw = gw if gw_ok else None
                 reps = {}
                 for r in rec.get("replicas") or []:
-                    proc, ready = self._take_over(r, "scanflow.serving.replica", "/ready")
+                    proc, ready = take_over(r, "scanflow.serving.replica", "/ready")
                     reps[int(r["rid"])] = (r, proc, ready)
                 found[name] = (spec, rec, gw, reps)
                 keep |= {p.pid for p in [gw, *(x[1] for x in reps.values())] if p is not None}
