@@ -37,8 +37,8 @@ from scanflow.agent import Agent, Context, PermanentError, get_context
 from scanflow.agentkit import outbox
 from scanflow.agentkit.env import agent_spec, current_workflow, primary_service, quick
 from scanflow.policies import autoscale, elastic, failover, pinning, retrain
-from scanflow.policies.guardrails import Guardrails, GuardState
-from scanflow.policies.types import Streak
+from scanflow.policies.guardrails import Guardrails
+from scanflow.policies.types import state_from_json, state_to_json
 from scanflow.spec import Affinity, Resources, Service
 from scanflow.tracking import monitoring
 
@@ -154,18 +154,11 @@ def retrain_config(settings: dict[str, Any]) -> retrain.RetrainConfig:
         raise PermanentError(f"planner setting retrain: {exc}") from None
 
 
-def retrain_state(d: dict[str, Any]) -> retrain.RetrainState:
-    """The retrain policy's state as `plan_retrain` stored it (older records: windows and last retrain only)."""
-    known = {f.name for f in dataclasses.fields(retrain.RetrainState)}
-    st = {k: v for k, v in d.items() if k in known}
-    return retrain.RetrainState(**{**st, "windows": tuple(bool(w) for w in st.get("windows", ()))})
-
-
 @agent.actuator("plan_retrain", max_attempts=5, emits=("drift.detected",))
 def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p: messages.DriftChecked = _message(ctx, args, "drift.checked")
     config = retrain_config(dict(CFG.get("retrain", {})))
-    state = retrain_state(ctx.state.get("retrain", {}))
+    state = state_from_json(retrain.RetrainState, ctx.state.get("retrain", {}))
     rctx = retrain.RetrainContext(now=ctx.now(), drift=p.drift, drift_score=p.score, window_fpr=p.fpr,
                                   version=p.detector_version, config=config, state=state)
     decision, new = retrain.decide(rctx)
@@ -192,7 +185,7 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ctx.state["critical_from_seq"] = from_seq
     ctx.state["critical_to_seq"] = to_seq
     ctx.state["critical_steps"] = steps[-MAX_STEPS:]
-    ctx.state["retrain"] = dataclasses.asdict(new)
+    ctx.state["retrain"] = state_to_json(new)
     rec = _record(ctx, "retrain", decision)
     monitoring.WRITER.submit(ctx.state, _monitor(ctx), monitoring.retrain_decision_metrics(
         decision.retrain, waiting.windows, len(pool), labelled, waiting.cusum, decision.inputs.get("threshold")),
@@ -228,14 +221,14 @@ async def plan_failover(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p: messages.ServiceChecked = _message(ctx, args, "service.checked")
     c = dict(CFG.get("failover", {}))
     config = failover.FailoverConfig(int(c.get("fail_checks", 3)), int(c.get("recover_checks", 5)))
-    st = ctx.state.get("failover", {})
-    state = failover.FailoverState(st.get("routed_to", "primary"), Streak(**st.get("streak", {})),
-                                   st.get("changed_at"))
+    st = dict(ctx.state.get("failover", {}))
+    if "streak" in st:  # written before the state was kept by its own fields (`primary` was `streak`)
+        st["primary"] = st.pop("streak")
+    state = state_from_json(failover.FailoverState, st)
     decision, new = failover.decide(failover.FailoverContext(
         now=ctx.now(), primary_healthy=p.primary_healthy, backup_healthy=p.backup_healthy, config=config,
         state=state))
-    ctx.state["failover"] = {"routed_to": new.routed_to, "streak": dataclasses.asdict(new.primary),
-                             "changed_at": new.changed_at}
+    ctx.state["failover"] = state_to_json(new)
     if decision.changed:
         svc = primary_service()
         to = svc.backup if decision.route_to == "backup" else None
@@ -246,19 +239,6 @@ async def plan_failover(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                                                         "plan/route_changed": float(decision.changed)},
                              monitoring.next_step(ctx.state, "failover"))
     return {"route_to": decision.route_to, "changed": decision.changed, "reason": decision.reason}
-
-
-def _autoscale_state(d: dict[str, Any]) -> autoscale.AutoscaleState:
-    g = d.get("guard") or {}
-    guard = GuardState(Streak(**(g.get("streak") or {})), g.get("last_change_at"), g.get("started_at"))
-    return autoscale.AutoscaleState(guard, tuple((float(t), int(r)) for t, r in d.get("recent", ())),
-                                    d.get("last_in_flight"))
-
-
-def _autoscale_json(st: autoscale.AutoscaleState) -> dict[str, Any]:
-    return {"guard": {"streak": dataclasses.asdict(st.guard.streak), "last_change_at": st.guard.last_change_at,
-                      "started_at": st.guard.started_at},
-            "recent": [list(x) for x in st.recent], "last_in_flight": st.last_in_flight}
 
 
 def autoscale_config(settings: dict[str, Any], svc: Service) -> tuple[autoscale.AutoscaleConfig, float]:
@@ -371,28 +351,14 @@ def cpu_view(observed: float | None, asked: float | None, asked_at: float | None
     return observed if observed is not None and observed > 0 else declared
 
 
-def _opt(d: dict[str, Any], key: str) -> float | None:
-    v = d.get(key)
-    return None if v is None else float(v)
+def scale_state(autoscale_json: dict[str, Any], elastic_json: dict[str, Any]) -> elastic.ElasticState:
+    """The scaling policy's state as `plan_scale` stored it: its horizontal part under `autoscale`, the
+    rest under `elastic`. A first tick counts as long after any resize (nothing to let settle)."""
+    return state_from_json(elastic.ElasticState, {"ticks_since_cpu_change": FIRST_TICKS_SINCE_RESIZE,
+                                                  **elastic_json, "scale": autoscale_json})
 
 
-def _elastic_state(d: dict[str, Any], scale: autoscale.AutoscaleState) -> elastic.ElasticState:
-    move = d.get("last_move")
-    return elastic.ElasticState(scale=scale, needs=tuple((float(t), float(n)) for t, n in d.get("needs", ())),
-                                shrink=Streak(**(d.get("shrink") or {})), cpu_changed_at=d.get("cpu_changed_at"),
-                                changed_at=d.get("changed_at"),
-                                ticks_since_cpu_change=int(d.get("ticks_since_cpu_change", 1000)),
-                                last_move=None if not move else (float(move[0]), int(move[1]),
-                                                                 None if len(move) < 3 or move[2] is None else float(move[2])),
-                                flaps=int(d.get("flaps", 0)), observed_since=_opt(d, "observed_since"))
-
-
-def _elastic_json(st: elastic.ElasticState) -> dict[str, Any]:
-    return {"needs": [list(x) for x in st.needs], "shrink": dataclasses.asdict(st.shrink),
-            "cpu_changed_at": st.cpu_changed_at, "changed_at": st.changed_at,
-            "ticks_since_cpu_change": st.ticks_since_cpu_change,
-            "last_move": None if st.last_move is None else list(st.last_move), "flaps": st.flaps,
-            "observed_since": st.observed_since}
+FIRST_TICKS_SINCE_RESIZE = 1000
 
 
 @agent.actuator("plan_scale", emits=("plan.approved",))
@@ -420,7 +386,7 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     asked_cpu = ctx.state.get("resources_asked") or {}
     cpu = cpu_view(elastic.effective_cpu(p.cpu_limit_cores, p.threads),
                    asked_cpu.get("cpu"), asked_cpu.get("at"), now, pending_s, svc.resources.cpu)
-    state = _elastic_state(ctx.state.get("elastic", {}), _autoscale_state(ctx.state.get("autoscale", {})))
+    state = scale_state(ctx.state.get("autoscale", {}), ctx.state.get("elastic", {}))
     decision, new = elastic.decide(elastic.ElasticContext(
         now=now, current_replicas=current, cpu=cpu, slo_latency_ms=p.slo_ms, latency_ms=p.latency_ms,
         latency_lower_bound=p.latency_lower_bound, in_flight=p.in_flight, arrival_rate=p.arrival_rate,
@@ -428,8 +394,8 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         cpu_utilization=p.cpu_utilization, throttled_ratio=p.throttled_ratio,
         node_cpus=None if p.node_cpus is None else float(p.node_cpus), node_idle_cores=p.node_idle_cores,
         headroom_cores_per_replica=p.headroom_cores_per_replica, ready_replicas=ready, config=config, state=state))
-    ctx.state["autoscale"] = _autoscale_json(new.scale)
-    ctx.state["elastic"] = _elastic_json(new)
+    ctx.state["autoscale"] = state_to_json(new.scale)
+    ctx.state["elastic"] = state_to_json(new, exclude={"scale"})
     want = max(svc.min_replicas, min(svc.max_replicas, int(decision.replicas or current)))
     # pinning (opt-in) for the size and count after this tick: its own change is a resources plan too
     res_plan, pin = plan_resources(svc, decision, cpu, want, None if p.node_cpus is None else float(p.node_cpus),

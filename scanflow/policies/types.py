@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+from pydantic import TypeAdapter
 
 Direction = Literal[-1, 0, 1]
 
@@ -67,3 +70,30 @@ class Streak:
     def age(self, now: float) -> float:
         """Seconds since the streak began (0 when there is none)."""
         return 0.0 if self.since is None else max(0.0, now - self.since)
+
+
+S = TypeVar("S")
+_STATE_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _state_adapter(cls: type) -> TypeAdapter[Any]:
+    got = _STATE_ADAPTERS.get(cls)
+    if got is None:
+        got = _STATE_ADAPTERS[cls] = TypeAdapter(cls)
+    return got
+
+
+def state_to_json(state: Any, *, exclude: set[str] | None = None) -> dict[str, Any]:
+    """A policy's state (a frozen dataclass) as plain JSON, for the agent's store between ticks and
+    restarts. The dataclass is the schema: no hand-written field list to keep in step with it."""
+    out: dict[str, Any] = _state_adapter(type(state)).dump_python(state, mode="json", exclude=exclude)
+    return out
+
+
+def state_from_json(cls: type[S], data: Mapping[str, Any]) -> S:
+    """The state back from `state_to_json`: missing fields at their defaults (a first tick, a state
+    written before the field existed), unknown ones ignored (written by a newer version), tuples from
+    JSON lists. A value of the wrong type raises pydantic's ValidationError naming the field."""
+    state: S = _state_adapter(cls).validate_python(dict(data))
+    return state
+

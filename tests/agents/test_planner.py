@@ -3,8 +3,11 @@ between ticks (scripted tick sequences, no processes)."""
 
 from __future__ import annotations
 
-from agents.planner import _autoscale_json, _autoscale_state, gate_on_points
+import json
+
+from agents.planner import gate_on_points
 from scanflow.policies import autoscale, retrain
+from scanflow.policies.types import state_from_json, state_to_json
 
 CFG = retrain.RetrainConfig(k=2, m=3, cooldown_s=600.0, rule="k_of_m")
 
@@ -49,7 +52,7 @@ def test_autoscale_state_survives_the_json_round_trip_between_ticks() -> None:
         _d, st = autoscale.decide(autoscale.AutoscaleContext(
             now=1000.0 + 15 * i, current_replicas=1, slo_latency_ms=50.0, latency_ms=400.0, in_flight=20.0,
             config=cfg, state=st))
-        back = _autoscale_state(_autoscale_json(st))
+        back = state_from_json(autoscale.AutoscaleState, json.loads(json.dumps(state_to_json(st))))
         assert back == st
     assert st.guard.streak.count > 0 or st.guard.last_change_at is not None
 
@@ -117,9 +120,7 @@ def test_autoscale_config_reads_time_scale_guardrails_and_bounds() -> None:
 
 
 def test_elastic_state_survives_the_json_round_trip_between_ticks() -> None:
-    import json
-
-    from agents.planner import _elastic_json, _elastic_state
+    from agents.planner import scale_state
     from scanflow.policies import elastic
 
     cfg = elastic.ElasticConfig()
@@ -128,7 +129,9 @@ def test_elastic_state_survives_the_json_round_trip_between_ticks() -> None:
         _d, st = elastic.decide(elastic.ElasticContext(
             now=1000.0 + i, current_replicas=1, cpu=2.0, slo_latency_ms=50.0, latency_ms=5.0, in_flight=0.5,
             arrival_rate=100.0, cpu_per_request_ms=1.0, cpu_utilization=0.05, node_cpus=4.0, config=cfg, state=st))
-        back = _elastic_state(json.loads(json.dumps(_elastic_json(st))), st.scale)
+        stored = json.loads(json.dumps({"autoscale": state_to_json(st.scale),
+                                        "elastic": state_to_json(st, exclude={"scale"})}))
+        back = scale_state(stored["autoscale"], stored["elastic"])
         assert back == st
         st = back
     assert st.observed_since == 1000.0 and st.last_move is not None  # observed a whole window, then shrank
@@ -226,3 +229,21 @@ def test_plan_resources_on_a_resize_or_a_change_of_pinning_only() -> None:
     plan, pin = plan_resources(svc, dec(2.0, 1), 1.0, 1, 8.0, off, "none", "k")
     assert plan is not None and plan["affinity"] is None and pin.affinity is None
     assert plan_resources(svc, dec(2.0, 4), 2.0, 4, 8.0, off, "numa", "k")[0] is None
+
+
+def test_policy_states_written_by_older_or_newer_versions_are_read_back() -> None:
+    """A Planner restarted on a state another version wrote: the failover's old `streak` key, a field
+    it does not know, and a first tick (nothing stored) that counts as long after any resize."""
+    import pytest
+    from pydantic import ValidationError
+
+    from agents.planner import FIRST_TICKS_SINCE_RESIZE, scale_state
+    from scanflow.policies import failover
+
+    first = scale_state({}, {})
+    assert first.ticks_since_cpu_change == FIRST_TICKS_SINCE_RESIZE and first.scale == autoscale.AutoscaleState()
+    st = state_from_json(retrain.RetrainState, {"windows": [True, False], "added_later": 1})
+    assert st.windows == (True, False) and st.cusum == 0.0
+    assert state_from_json(failover.FailoverState, {"routed_to": "backup"}).routed_to == "backup"
+    with pytest.raises(ValidationError, match="routed_to"):
+        state_from_json(failover.FailoverState, {"routed_to": "elsewhere"})
