@@ -5,7 +5,7 @@ Why: uvicorn (0.54) has no such bound. A fresh connection arms no timer at all, 
 timer is cancelled by any received byte, so a client that sends a partial head and then one byte every
 few seconds (slowloris) holds a connection, its buffers and a slot of the server for as long as it
 likes; a few hundred such clients starve the server. Body deadlines (scanflow.serving.asgi.BodyDeadlines,
-the agents' BodySizeLimit) only start once the head is complete.
+the agents' BodySizeLimit, scanflow/agent/bodylimit.py) only start once the head is complete.
 
 How: one timer per head that did not arrive in a single read. A timer is armed when the connection is
 made (a client that connects and sends nothing is closed after the deadline) and, after a read, when a
