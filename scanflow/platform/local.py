@@ -411,12 +411,16 @@ class LocalPlatform:
         """A tick's first step (caller holds the lock; local calls only): restart an exited gateway,
         mark exited replicas dead, respawn dead ones whose backoff is over, and say what to probe."""
         if svc.gateway.poll() is not None:
-            log.warning("service %s: gateway exited (%s); restarting", svc.spec.name, svc.gateway.returncode)
             try:
                 listener = self._gateway_listener(svc.gateway_port)
             except PlatformError as exc:  # its port was taken meanwhile: the next tick tries again
-                log.warning("service %s: cannot restart the gateway yet: %s", svc.spec.name, exc)
+                note = f"gateway exited ({svc.gateway.returncode}); not restarted yet: {exc}"
+                if svc.notes.get("gateway-restart") != note:  # logged once per cause, not on every tick
+                    log.warning("service %s: %s", svc.spec.name, note)
+                svc.notes["gateway-restart"] = note  # and shown in status() while it lasts
             else:
+                log.warning("service %s: gateway exited (%s); restarting", svc.spec.name, svc.gateway.returncode)
+                svc.notes.pop("gateway-restart", None)
                 svc.gateway = self._spawn_gateway(svc.spec, listener, svc.backup_url)
                 svc.registered = None
         for rid, rep in list(svc.replicas.items()):

@@ -57,7 +57,9 @@ def test_a_deleted_service_is_not_ticked(plat: LocalPlatform, monkeypatch: pytes
         plat._services.clear()
 
 
-def test_a_gateway_whose_port_was_taken_while_it_was_down_waits_for_the_next_tick(plat: LocalPlatform) -> None:
+def test_a_gateway_whose_port_was_taken_while_it_was_down_waits_for_the_next_tick(
+        plat: LocalPlatform, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
@@ -66,6 +68,9 @@ def test_a_gateway_whose_port_was_taken_while_it_was_down_waits_for_the_next_tic
         port = other.getsockname()[1]
         dead = procs.Adopted(os.getpid(), -1)  # a start time no process has: reads as exited
         svc = _Service(spec=Service(name="t", model_uri="models:/m/1"), gateway=dead, gateway_port=port)
-        with plat._lock:
-            plat._observe(svc, now=0.0)  # no exception: the tick goes on with the replicas
+        with caplog.at_level(logging.WARNING, logger="scanflow.platform.local"), plat._lock:
+            for tick in range(3):
+                plat._observe(svc, now=float(tick))  # no exception: the tick goes on with the replicas
         assert svc.gateway is dead  # not restarted on another port, nor spawned to fail its bind
+        assert "not restarted yet" in svc.notes["gateway-restart"]  # status() says why while it lasts
+        assert len([r for r in caplog.records if "not restarted yet" in r.getMessage()]) == 1  # once, not per tick
