@@ -160,6 +160,17 @@ def heaviest_constant_constraint() -> str:
     return "max(" + ", ".join(["min([event.n] * 1000 * 100)"] * 26) + ") > 0"
 
 
+def evaluation_cost_s(constraint: str, runs: int = 5) -> float:
+    """The median wall time of one evaluation of `constraint` in this process, now."""
+    expr = expressions.compile_expression(constraint)
+    costs = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        expr.evaluate(event={"n": 1})
+        costs.append(time.perf_counter() - t0)
+    return statistics.median(costs)
+
+
 @pytest.mark.integration
 def test_health_answers_while_heavy_constraints_are_evaluated(
     spawn: Callable[..., AgentProcess], tmp_path: Path
@@ -199,6 +210,8 @@ def test_health_answers_while_heavy_constraints_are_evaluated(
             while decided() < 4 and time.monotonic() < wait_until:  # evaluation under way
                 time.sleep(0.01)
             before = decided()
+            # what one evaluation costs now, on this machine, under this very load (the stream runs)
+            cost = evaluation_cost_s(heaviest_constant_constraint())
             latencies = []
             with httpx.Client(base_url=agent.url, timeout=30) as h:
                 for _ in range(300):
@@ -213,8 +226,13 @@ def test_health_answers_while_heavy_constraints_are_evaluated(
     p99 = latencies[int(0.99 * len(latencies)) - 1]
     print(
         f"/health over {len(latencies)} requests: p50 {statistics.median(latencies) * 1e3:.1f} ms, "
-        f"p99 {p99 * 1e3:.1f} ms, max {latencies[-1] * 1e3:.1f} ms; decisions during it: {after - before}"
+        f"p99 {p99 * 1e3:.1f} ms, max {latencies[-1] * 1e3:.1f} ms; decisions during it: {after - before}; "
+        f"one evaluation {cost * 1e3:.0f} ms"
     )
     # the constraints were being evaluated all along: decisions kept coming in while /health answered
     assert after - before >= 8, (before, after)
-    assert p99 < 0.100, f"p99 {p99 * 1e3:.1f} ms"
+    # on the event loop, a /health arriving during an event would wait for the rest of its four
+    # evaluations; the bound is half of one event's evaluation as measured during the run (a fixed
+    # 100 ms failed at load 6 with the evaluation off the loop), and at least 100 ms
+    bound = max(0.100, 2 * cost)
+    assert p99 < bound, f"p99 {p99 * 1e3:.1f} ms, bound {bound * 1e3:.0f} ms"
