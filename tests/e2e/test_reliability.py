@@ -113,9 +113,13 @@ CLIENTS = 20
 MIN_LOAD_S = 60.0
 # arrivals due while all 20 clients were busy: a stall of more than 0.2 s of the service or of this
 # process (the generator shares its GIL with the checks) leaves some unsent. Measured: 0 here, quiet
-# and beside 3 busy loops; 21 of 7,060 (0.3 %) in one CI run. The bound says the load ran, not the
-# loss: every request sent must still be answered and stored exactly once.
+# and beside 3 busy loops; 21 of 7,060 (0.3 %) in one CI run; 136 of 9,496 in another, all in one
+# second, during the first phase's check (this process reading MLflow's batches), with the service's
+# p99 at 30 ms. The bound says the load ran, not the loss: every request sent must still be answered
+# and stored exactly once. So it allows 1 % of the load or one stall of two seconds, whichever is more;
+# the achieved rate is bounded too (RATE_MIN_FRACTION).
 UNSENT_MAX_FRACTION = 0.01
+UNSENT_MAX_STALL_S = 2.0
 RATE_MIN_FRACTION = 0.98  # of the scheduled rate, sent over the whole load
 AGENT_KILLS = 20
 CATCH_UP_S = 180.0  # for a phase's served predictions to reach the store and MLflow (spools, backlog)
@@ -302,7 +306,7 @@ def test_nothing_served_is_lost_through_tracker_replica_mlflow_and_agent_kills(t
           f"seconds with unsent arrivals (s into the load, unsent, in flight, p99 ms): {behind}")
     assert len(agent_kills) == AGENT_KILLS
     assert load_s >= MIN_LOAD_S
-    assert unsent <= UNSENT_MAX_FRACTION * scheduled, (
+    assert unsent <= max(UNSENT_MAX_FRACTION * scheduled, UNSENT_MAX_STALL_S * RATE), (
         f"{unsent} of {scheduled:.0f} arrivals were never sent; the seconds they were due in: {behind}")
     assert sent >= RATE_MIN_FRACTION * scheduled, f"{sent / load_s:.1f} requests/s sent, {RATE:g} scheduled"
     assert final["requests"] == sent  # every request sent was answered (and with a 200: no errors above)
