@@ -18,6 +18,7 @@ type is refused.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
@@ -207,15 +208,10 @@ class MessageError(ValueError):
             f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}" for e in self.errors))
 
 
+@functools.cache
 def adapter(model: Any) -> TypeAdapter[Any]:
-    """A validator for a model class or an annotated union (cached per model)."""
-    got = _ADAPTERS.get(id(model))
-    if got is None:
-        got = _ADAPTERS[id(model)] = TypeAdapter(model)
-    return got
-
-
-_ADAPTERS: dict[int, TypeAdapter[Any]] = {}
+    """A validator for a model class or an annotated union (built once per model)."""
+    return TypeAdapter(model)
 
 
 def parse(event: str, payload: dict[str, Any], model: Any = None) -> Any:
