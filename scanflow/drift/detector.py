@@ -11,24 +11,18 @@ reference's global minimum and maximum (so 0-255 images train the sigmoid-output
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
 
-from scanflow.drift import ranges, stats
-from scanflow.drift.alibi_backend import alibi_available
+from scanflow.drift import ranges
 from scanflow.drift.autoencoder import ConvAutoencoder
-from scanflow.drift.base import Array, PreprocessFn
-from scanflow.drift.reconstruction import (
-    BACKENDS,
-    FORMAT_VERSION,
-    Backend,
-    Evidence,
-    ReconstructionDriftDetector,
-)
+from scanflow.drift.base import Array
+from scanflow.drift.options import ReconstructionOptions
+from scanflow.drift.reconstruction import ReconstructionDriftDetector
 
-__all__ = ["BACKENDS", "FORMAT_VERSION", "AutoencoderDriftDetector", "Backend", "alibi_available"]
+__all__ = ["AutoencoderDriftDetector"]
 
 MIN_SPAN = 1e-6  # a constant reference image keeps its scale: (x - lo) / max(hi - lo, MIN_SPAN)
 
@@ -52,46 +46,15 @@ class AutoencoderDriftDetector(ReconstructionDriftDetector):
         self,
         *,
         image_shape: tuple[int, ...] = (8, 8),
-        backend: Backend = "ae",
-        fpr: float = 0.05,
-        error_quantile: float = 0.95,
-        alternative: stats.Alternative = "two-sided",
         latent_dim: int = 16,
-        epochs: int = 30,
-        batch_size: int = 64,
-        lr: float = 3e-3,
-        num_threads: int | None = None,
-        calibration_fraction: float = 0.35,
-        calibration_confidence: float = 0.9,
-        range_margin: float = ranges.DEFAULT_MARGIN,
-        evidence: Evidence = "combined",
-        copy_tolerance: float | None = None,
-        preprocess_fn: PreprocessFn | None = None,
-        seed: int = 0,
+        **options: Unpack[ReconstructionOptions],
     ) -> None:
         shape = tuple(int(d) for d in image_shape)
         if len(shape) not in (2, 3) or min(shape) < 1:
             raise ValueError(f"image_shape {image_shape!r}: expected (H, W) or (C, H, W) of positive sizes")
         if latent_dim < 1:
             raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
-        super().__init__(
-            n_features=math.prod(shape),
-            backend=backend,
-            fpr=fpr,
-            error_quantile=error_quantile,
-            alternative=alternative,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            num_threads=num_threads,
-            calibration_fraction=calibration_fraction,
-            calibration_confidence=calibration_confidence,
-            range_margin=range_margin,
-            evidence=evidence,
-            copy_tolerance=copy_tolerance,
-            preprocess_fn=preprocess_fn,
-            seed=seed,
-        )
+        super().__init__(n_features=math.prod(shape), **options)
         self.image_shape = shape
         self.latent_dim = int(latent_dim)
         self.input_range: tuple[float, float] = (0.0, 1.0)

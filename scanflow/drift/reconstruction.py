@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
@@ -38,15 +38,12 @@ from scanflow.drift.autoencoder import (
 from scanflow.drift.base import Array, DriftDetector, NotFittedError, PreprocessFn
 from scanflow.drift.evidence import CombinedNull
 from scanflow.drift.feature_ks import FeatureKS, PairNull
+from scanflow.drift.options import BACKENDS, EVIDENCE, Backend, Evidence
 from scanflow.drift.report import DriftReport
 from scanflow.drift.storage import FORMAT_VERSION, READABLE_FORMATS
 
-__all__ = ["BACKENDS", "EVIDENCE", "FORMAT_VERSION", "READABLE_FORMATS", "ReconstructionDriftDetector"]
+__all__ = ["FORMAT_VERSION", "READABLE_FORMATS", "ReconstructionDriftDetector"]
 
-Backend = Literal["ae", "mmd", "ks", "lsdd"]
-Evidence = Literal["combined", "full", "errors"]
-EVIDENCE: tuple[str, ...] = ("combined", "full", "errors")
-BACKENDS: tuple[str, ...] = ("ae", "mmd", "ks", "lsdd")
 # Windows up to this many rows are scored on one torch thread unless num_threads says otherwise: the
 # model is tiny, and a second thread costs more in handoff than it saves (docs/drift.md, Threads).
 SINGLE_THREAD_ROWS = 1000

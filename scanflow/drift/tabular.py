@@ -16,15 +16,16 @@ The per-sample error is the mean squared error over the encoded values.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
 
-from scanflow.drift import copies, ranges, stats
+from scanflow.drift import copies, ranges
 from scanflow.drift.autoencoder import DenseAutoencoder
-from scanflow.drift.base import Array, PreprocessFn
-from scanflow.drift.reconstruction import Backend, Evidence, ReconstructionDriftDetector
+from scanflow.drift.base import Array
+from scanflow.drift.options import ReconstructionOptions
+from scanflow.drift.reconstruction import ReconstructionDriftDetector
 
 STD_FLOOR = 1e-6  # relative: a column's std is at least STD_FLOOR * max(1, |mean|)
 MAX_CATEGORIES = 1000  # distinct codes one categorical column may have in the reference
@@ -72,23 +73,9 @@ class TabularAutoencoderDriftDetector(ReconstructionDriftDetector):
         n_features: int,
         *,
         categorical: Sequence[int] = (),
-        backend: Backend = "ae",
-        fpr: float = 0.05,
-        error_quantile: float = 0.95,
-        alternative: stats.Alternative = "two-sided",
         hidden: int | None = None,
         latent_dim: int | None = None,
-        epochs: int = 60,
-        batch_size: int = 64,
-        lr: float = 1e-2,
-        num_threads: int | None = None,
-        calibration_fraction: float = 0.35,
-        calibration_confidence: float = 0.9,
-        range_margin: float = ranges.DEFAULT_MARGIN,
-        evidence: Evidence = "combined",
-        copy_tolerance: float | None = None,
-        preprocess_fn: PreprocessFn | None = None,
-        seed: int = 0,
+        **options: Unpack[ReconstructionOptions],
     ) -> None:
         if not isinstance(n_features, int | np.integer) or n_features < 1:
             raise ValueError(f"n_features must be an integer >= 1, got {n_features!r}")
@@ -98,24 +85,9 @@ class TabularAutoencoderDriftDetector(ReconstructionDriftDetector):
             raise ValueError(f"categorical {list(cats)}: expected distinct column indices in [0, {n_features})")
         if (hidden is not None and hidden < 1) or (latent_dim is not None and latent_dim < 1):
             raise ValueError(f"hidden ({hidden}) and latent_dim ({latent_dim}) must be >= 1 when given")
-        super().__init__(
-            n_features=int(n_features),
-            backend=backend,
-            fpr=fpr,
-            error_quantile=error_quantile,
-            alternative=alternative,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            num_threads=num_threads,
-            calibration_fraction=calibration_fraction,
-            calibration_confidence=calibration_confidence,
-            range_margin=range_margin,
-            evidence=evidence,
-            copy_tolerance=copy_tolerance,
-            preprocess_fn=preprocess_fn,
-            seed=seed,
-        )
+        options.setdefault("epochs", 60)  # a dense model on a dozen columns wants more, faster steps
+        options.setdefault("lr", 1e-2)
+        super().__init__(n_features=int(n_features), **options)
         self.categorical = tuple(sorted(cats))
         self.numeric = tuple(c for c in range(self.n_features) if c not in set(cats))
         self.hidden = hidden
