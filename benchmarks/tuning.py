@@ -8,7 +8,7 @@ On the embedded stack (MLflow, the four agents, the digits service as `scanflow 
 Planner's autoscale strategy off until a round turns it on, its durations divided by 10), each round:
 1. the Executor holds the replica to --start-cpu (0.1) of a core, one thread, one replica (`set_resources`,
    `scale`, read back from its cgroup), and a rate ramp measures what it serves
-   (`scanflow.demo.s2_autoscale.calibrate`);
+   (`scanflow.demo.s2_stack.calibrate`);
 2. the workload: an open-loop load at LOAD_FACTOR (2) times that, from a child process;
 3. the start is measured: its capacity (a closed-loop probe, `scanflow.demo.s3_tune.capacity_probe`: an
    open loop cannot show it, a mis-sized replica that keeps up at a higher latency serves the same
@@ -55,7 +55,7 @@ GAIN_MIN, UNTUNED_TOLERANCE = 0.5, -0.05
 def measure(load: Any, url: str, rate: float) -> dict[str, float | None]:
     """The configuration now: its capacity (closed-loop probe), then at the workload's `rate` the answers
     per second served and the gateway's median per-second p99 over MEASURE_S."""
-    from scanflow.demo.s2_autoscale import gateway_p99s
+    from scanflow.demo.s2_stack import gateway_p99s
     from scanflow.demo.s3_tune import capacity_probe, served
 
     time.sleep(SETTLE_S)  # the change settles and its backlog drains: not measured
@@ -70,21 +70,20 @@ def measure(load: Any, url: str, rate: float) -> dict[str, float | None]:
 
 def replicas_now(stack: Any, name: str) -> tuple[float | None, int]:
     """(the cores per replica the replicas run with, read back from their cgroups; how many are ready)."""
-    from scanflow.demo.s2_autoscale import limited_replicas
+    from scanflow.demo.s2_stack import limited_replicas
 
     reps = [r for r in limited_replicas(stack.get("executor", "/services"), name) if r.get("ready")]
     return (reps[0].get("cpu_quota") if reps else None), len(reps)
 
 
 def one_round(stack: Any, load: Any, svc: Any, declared: dict[str, Any], start_cpu: float) -> dict[str, Any]:
-    from scanflow.demo.s2_autoscale import (
-        MAX_RATE,
+    from scanflow.demo.s2_capacity import MAX_RATE, capacity
+    from scanflow.demo.s2_stack import (
         STRATEGY,
         _executor,
         _request,
         autoscale_strategy,
         calibrate,
-        capacity,
         limited_replicas,
     )
     from scanflow.demo.s3_tune import DECIDE_S, SETTLE_WAIT_S, chain, flaps_since, settled

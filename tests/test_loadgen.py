@@ -20,21 +20,9 @@ from fastapi import FastAPI
 
 from scanflow.demo.load import Load
 from scanflow.embedded.traffic import Traffic
-from scanflow.loadgen import (
-    Engine,
-    LoadGenerator,
-    Outcome,
-    ProtocolError,
-    Request,
-    Second,
-    apply_command,
-    due_count,
-    http_request,
-    parse_head,
-    parse_second,
-    percentile,
-    read_body,
-)
+from scanflow.loadgen import LoadGenerator, apply_command, parse_second
+from scanflow.loadgen_engine import Engine, Outcome, Second, due_count, percentile
+from scanflow.loadgen_http import ProtocolError, Request, http_request, parse_head, read_body
 from scanflow.tracking.feedback import FeedbackLog
 from scanflow.tracking.feedback_api import feedback_router
 

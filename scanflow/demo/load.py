@@ -25,7 +25,9 @@ from typing import Self
 
 import numpy as np
 
-from scanflow.loadgen import GeneratorOwner, LoadGenerator, Outcome, Request, Second, parse_second
+from scanflow.loadgen import GeneratorOwner, LoadGenerator, parse_second
+from scanflow.loadgen_engine import Outcome, Second
+from scanflow.loadgen_http import Request
 
 
 @dataclass(frozen=True)

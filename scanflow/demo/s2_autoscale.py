@@ -35,6 +35,8 @@ The guardrail durations are divided by the demo workflow's `time_scale` (runner.
 Comparison part: scanflow.demo.sim runs the same policy (vertical-first) and the HPA algorithm on one
 trace, on the agents' observations (delayed, noisy: scanflow.policies.simulated); those figures are
 labelled `sim_*` (a simulation, not this run).
+The pure capacity and SLO arithmetic is scanflow.demo.s2_capacity; the reads and actions on the stack
+(gateway metrics, replica CPU, the agents' actuators, the calibration ramp) are scanflow.demo.s2_stack.
 Who calls: scanflow.demo.runner; tests/e2e/test_s2_autoscale.py.
 """
 
@@ -45,130 +47,42 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
-
-import httpx
 
 from scanflow.demo.common import DemoContext, reversals, traffic_rows, wait_for
 from scanflow.demo.load import OpenLoad
 from scanflow.demo.report import ScenarioResult
+from scanflow.demo.s2_capacity import (
+    HIGH_FRACTION,
+    MAX_RATE,
+    SLO_MS,
+    Rates,
+    calibrated_slo,
+    capacity,
+    fitted_cpu,
+    median,
+    rates,
+)
+from scanflow.demo.s2_stack import (
+    STRATEGY,
+    _executor,
+    _latency_low,
+    _request,
+    _restore,
+    autoscale_strategy,
+    calibrate,
+    gateway_p99s,
+    limited_replicas,
+    serving_replicas,
+)
 from scanflow.demo.sim import SimConfig, Trace, compare
-from scanflow.loadgen import Second
+from scanflow.loadgen_engine import Second
 
-SLO_MS = 50.0  # the digits service's SLO (p99)
-SLO_BASELINE_FACTOR = 2.0  # the histogram buckets grow ~2-2.5x: over the SLO = 2 buckets above the baseline
-SLO_CAP_MS = 70.0  # under the ~100 ms an overloaded replica reaches: the 75 ms bucket is over it
-LOW_BAND_MARGIN = 1.5  # the low-load p99 sits this far under the scale-down band (latency_low x SLO)
 REPLICA_CPU = 0.25  # cores per replica during S2 (a CFS quota, as a pod's CPU limit): the policy's min_cpu
-LOW_FRACTION, HIGH_FRACTION = 0.25, 2.5  # of one replica's measured capacity
-MIN_REPLICA_CPU = 0.05  # the smallest limit `fitted_cpu` sets (a CFS quota of 5 ms per 100 ms period)
-MAX_RATE = 400.0  # requests/s: above this the gateway and the generator share the 2 cores with the replicas
 CALIBRATE_S = 4.0
-STRATEGY = "autoscale"  # the Planner strategy the scenario turns on (the digits workflow's)
 BAR = ("through the agents: the Planner adds capacity during the load step (cores in place, then replicas) "
        "and takes it back after it, 0 flaps (a direction change beyond that one up -> down), every plan applied "
        "by the Executor, the service ends on its minimum replicas, 0 failed requests")
-
-
-SATURATED = 0.85  # a replica using this share of its CPU limit is at its capacity (throttled next)
-PROBE_S = 1.5  # seconds per calibration rate
-
-
-@dataclass(frozen=True)
-class Rates:
-    """The load step, requests/s, from one replica's measured capacity at its CPU limit."""
-
-    capacity: float
-    low: float
-    high: float
-
-
-def probe_rates(start: float, factor: float = 1.6, n: int = 9) -> list[float]:
-    """Pure: the calibration ramp, requests/s (start, start * factor, ...), capped at MAX_RATE."""
-    return sorted({round(min(MAX_RATE, start * factor**k), 1) for k in range(n)})
-
-
-def capacity(points: Sequence[tuple[float, float, float | None]], cpu_limit: float,
-             slo_ms: float = SLO_MS) -> float | None:
-    """Pure: one replica's capacity at `cpu_limit` cores from a ramp of (rate, CPU cores it used, gateway
-    p99 ms): the rate where it first used SATURATED of its limit (interpolated between the two points
-    around it), or, on a machine too busy to give the replica its limit, the last rate before the gateway
-    p99 went over the SLO at two rates in a row (one breach alone is the busy machine's noise: measured,
-a 150 ms p99 at 10 rps on a machine with a core burned, then nothing); past the ramp's end, the last point's rate scaled to the limit. Why measured
-    and not `limit / CPU per request`: the gateway coalesces requests into batches that grow with the
-    load, so a request costs less at a high rate than at a low one (measured here: the batch-1 estimate
-    was ~half the real knee)."""
-    target = SATURATED * cpu_limit
-    prev: tuple[float, float] | None = None
-    ramp = sorted(points)
-    for i, (rate, cpu, p99) in enumerate(ramp):
-        if cpu >= target:
-            if prev is None or cpu <= prev[1]:
-                return rate
-            r0, c0 = prev
-            return round(r0 + (rate - r0) * (target - c0) / (cpu - c0), 1)
-        if over_slo(p99, slo_ms) and (i + 1 == len(ramp) or over_slo(ramp[i + 1][2], slo_ms)):
-            return prev[0] if prev is not None else rate  # a breach the next rate confirms (or the last)
-        prev = (rate, cpu)
-    if prev is None or prev[1] <= 0:
-        return None
-    return round(prev[0] * target / prev[1], 1)
-
-
-def fitted_cpu(points: Sequence[tuple[float, float, float | None]], cpu_limit: float) -> float | None:
-    """Pure: a smaller CPU limit for the scenario when the step the generator can send (at most MAX_RATE)
-    is less than HIGH_FRACTION x the replica's capacity at `cpu_limit`: a Planner that rightly holds would
-    then fail the scenario. Two cases, one rule. The ramp reached MAX_RATE with the replica under
-    SATURATED of its limit (measured with a core burned: 400 rps at 0.25 core used ~0.14 core, p99 under
-    the SLO, no move); or it saturated just under MAX_RATE (measured while a package install ran beside
-    it: ~360 rps at 0.25 core, so the step was capped at 400 rps, 1.1x capacity, and never broke the SLO).
-    The limit is scaled so that MAX_RATE is HIGH_FRACTION x the capacity there (capacity taken as
-    proportional to the limit; the smaller batches of a slower replica cost more per request, so the
-    step is a little more than that), never under MIN_REPLICA_CPU. None when the step already overloads
-    the replica enough, or when the ramp stopped before either end (no capacity to scale from)."""
-    if not points:
-        return None
-    rate, used, _ = max(points)
-    if rate < MAX_RATE and used < SATURATED * cpu_limit:
-        return None
-    cap = capacity(points, cpu_limit, slo_ms=math.inf)
-    if cap is None or HIGH_FRACTION * cap <= MAX_RATE:
-        return None
-    return min(cpu_limit, max(MIN_REPLICA_CPU, round(cpu_limit * MAX_RATE / (HIGH_FRACTION * cap), 2)))
-
-
-def over_slo(p99: float | None, slo_ms: float) -> bool:
-    return p99 is not None and p99 > slo_ms
-
-
-def rates(cap: float | None) -> Rates | None:
-    """Pure: the step's rates from one replica's capacity: LOW_FRACTION of it, then HIGH_FRACTION (more than
-    one replica serves, less than the maximum), capped at MAX_RATE. None without a usable capacity."""
-    if cap is None or not cap > 0:
-        return None
-    return Rates(round(cap, 1), round(max(5.0, LOW_FRACTION * cap), 1), round(min(MAX_RATE, HIGH_FRACTION * cap), 1))
-
-
-def calibrated_slo(baseline_p99_ms: float | None, latency_low: float = 0.6,
-                   worst_p99_ms: float | None = None) -> float:
-    """The SLO the Checker holds for the run: the service's 50 ms, or 2x the p99 measured at low load when
-    the machine is busier than that (a shared 2-core box), so 'over the SLO' still means 'overloaded';
-    that part never above SLO_CAP_MS: an overloaded replica's p99 settles near one CFS period (100 ms:
-    the gateway coalesces requests, so its batches grow instead of its queue), and an SLO at or above
-    that hid the overload from a latency-only policy (measured: a 100 ms SLO, step p99 50-86 ms, no
-    scale-up). But never so low that the low-load p99 (its worst second, `worst_p99_ms`) sits above the
-    policy's scale-down band (`latency_low` x SLO, with LOW_BAND_MARGIN): on a busy machine (a core
-    burned) a 70 ms cap put that band at 42 ms, under the 40-60 ms the service answered at the low rate,
-    and the Planner never scaled down; with the band at 1.25x the median, one noisy second a few times a
-    minute kept its 20 s down window from ever clearing. The Planner sees an overload in its
-    observations too (arrival rate x CPU per request over the replicas' capacity), so the higher SLO
-    still scales up."""
-    if baseline_p99_ms is None:
-        return SLO_MS
-    two_x = min(SLO_CAP_MS, SLO_BASELINE_FACTOR * baseline_p99_ms)
-    worst = max(baseline_p99_ms, worst_p99_ms or 0.0)
-    return round(max(SLO_MS, two_x, LOW_BAND_MARGIN * worst / latency_low), 1)
 
 
 def phases(quick: bool) -> tuple[float, float, float]:
@@ -218,115 +132,6 @@ def executions(decisions: list[dict[str, Any]], since: float) -> tuple[int, int]
     ok = sum(1 for d in fired if (d.get("outcomes") or {})
              and all(o.get("status") == "ok" for o in d["outcomes"].values()))
     return ok, len(fired) - ok
-
-
-def median(values: Sequence[float]) -> float | None:
-    xs = sorted(values)
-    return None if not xs else (xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2)
-
-
-def autoscale_strategy(**overrides: float) -> dict[str, Any]:
-    """The digits workflow's own Planner autoscale strategy, as JSON for POST /strategies; `overrides`
-    (the vertical knobs the Planner accepts from a strategy's args, e.g. min_cpu) go into its action's args."""
-    from workflows.digits.workflow import workflow
-
-    planner = next(a for a in workflow.agents if a.role == "planner")
-    spec = next(s for s in planner.strategies if s.name == STRATEGY)
-    body = spec.model_dump(mode="json")
-    for action in body["actions"]:
-        action["args"] = {**action.get("args", {}), **overrides}
-    return body
-
-
-def _request(stack: Any, method: str, role: str, path: str, body: Any = None, timeout_s: float = 60.0) -> httpx.Response:
-    return httpx.request(method, stack.agent_urls[role] + path, json=body, timeout=timeout_s,
-                         headers={"Authorization": f"Bearer {stack.token}"})
-
-
-def _executor(stack: Any, actuator: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Run one of the Executor's actuators now; its result (RuntimeError when it did not succeed)."""
-    r = _request(stack, "POST", "executor", f"/actuators/{actuator}", {"args": args}, timeout_s=180.0)
-    body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
-    if r.status_code != 200 or body.get("status") != "succeeded":
-        raise RuntimeError(f"executor {actuator}: {r.status_code} {r.text[:200]}")
-    return dict(body.get("result") or {})
-
-
-def gateway_histogram(url: str) -> dict[float, float]:
-    """The gateway's cumulative latency histogram now ({} when unreadable)."""
-    from scanflow.agentkit.latency import histogram
-
-    try:
-        return histogram(httpx.get(f"{url}/metrics", timeout=5.0).text, "scanflow_gateway_request_latency_seconds")
-    except httpx.HTTPError:
-        return {}
-
-
-def gateway_p99s(url: str, seconds: float, q: float = 0.99) -> list[float]:
-    """The per-second gateway percentiles over `seconds` at the present load: the windows the Checker judges."""
-    from scanflow.agentkit.latency import percentile_ms
-
-    values: list[float] = []
-    prev = gateway_histogram(url)
-    for _ in range(max(1, int(seconds))):
-        time.sleep(1.0)  # one measurement window, not a synchronisation
-        cur = gateway_histogram(url)
-        p = percentile_ms(prev, cur, q) if cur else None
-        if p is not None:
-            values.append(p.ms)
-        prev = cur
-    return values
-
-
-def serving_replicas(url: str) -> int | None:
-    """How many replicas the service's gateway routes to now (None: gateway unreadable)."""
-    try:
-        return len(httpx.get(f"{url}/admin/state", timeout=2.0).json().get("replicas") or [])
-    except (httpx.HTTPError, ValueError):
-        return None
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process (all its threads) from /proc; None when unreadable."""
-    try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: SIM115 - one read
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def limited_replicas(services: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    """Pure: the service's replicas as the Executor reports them (GET /services)."""
-    return list((services.get(name) or {}).get("replicas") or [])
-
-
-def calibrate(load: OpenLoad, url: str, pid: int, cpu_limit: float,
-              slo_ms: float = SLO_MS) -> list[tuple[float, float, float | None]]:
-    """A rate ramp on one replica held to `cpu_limit` cores: (rate, CPU cores it used, gateway p99 ms) per
-    step (after an unmeasured warm-up at the first rate), up to the step where it used SATURATED of its
-    limit or the gateway p99 broke `slo_ms` at two rates in a row (the
-    input of `capacity`; S3 passes inf: it needs the CPU-bound capacity, and on a busy machine the p99
-    breaks the SLO long before the replica is saturated). The load is left at the last rate."""
-    from scanflow.agentkit.latency import percentile_ms
-
-    points: list[tuple[float, float, float | None]] = []
-    load.rate(probe_rates(10.0)[0])
-    time.sleep(PROBE_S)  # warm-up at the first rate (the replica's first requests after its resize): not measured
-    for r in probe_rates(10.0):
-        load.rate(r)
-        time.sleep(0.5)  # the rate settles: not measured
-        h0, c0, t0 = gateway_histogram(url), cpu_seconds(pid), time.monotonic()
-        time.sleep(PROBE_S)  # one measurement window, not a synchronisation
-        h1, c1, t1 = gateway_histogram(url), cpu_seconds(pid), time.monotonic()
-        if c0 is None or c1 is None:
-            break
-        p = percentile_ms(h0, h1, 0.99) if h1 else None
-        points.append((r, (c1 - c0) / (t1 - t0), None if p is None else p.ms))
-        if len(points) >= 2 and all(over_slo(q, slo_ms) for _, _, q in points[-2:]):
-            break  # two rates in a row over the SLO: confirmed (see `capacity`)
-        if points[-1][1] >= SATURATED * cpu_limit:
-            break
-    return points
 
 
 OPT_OUT = "SCANFLOW_DEMO_S2"  # "inprocess": the in-process S2 even where the agents could run it
@@ -504,22 +309,6 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
     return res
 
 
-def _latency_low(stack: Any) -> float:
-    """The Planner's scale-down band (its autoscale `latency_low`) in the stack's workflow."""
-    planner = next((a for a in stack.workflow.agents if a.role == "planner"), None)
-    return float(((planner.settings if planner else {}).get("autoscale") or {}).get("latency_low", 0.5))
-
-
 def wall_to_mono(wall: float) -> float:
     """A time.time() instant on the time.monotonic() clock (the generator reports monotonic times)."""
     return time.monotonic() - (time.time() - wall)
-
-
-def _restore(stack: Any, svc: Any, declared: dict[str, Any]) -> None:
-    """The declared resources and replica count again (S3 and later runs expect the service as declared)."""
-    for actuator, args in (("set_resources", {"service": svc.name, "resources": declared, "threads": svc.threads}),
-                           ("scale", {"service": svc.name, "replicas": svc.replicas})):
-        try:
-            _executor(stack, actuator, args)
-        except (RuntimeError, httpx.HTTPError, ValueError):
-            pass  # best effort: the verdict stands; the next deploy applies the declared spec

@@ -3,7 +3,7 @@
 Two cases on the running EmbeddedStack, the same open-loop load in both:
 1. mis-sized: the Executor holds the replica to MIS_CPU (0.1) of a core and one thread (`set_resources`,
    read back from its cgroup), on a machine with a second core. A rate ramp measures what it serves at that
-   size (`s2_autoscale.calibrate`); the load then runs at LOAD_FACTOR times that. The Planner's
+   size (`s2_stack.calibrate`); the load then runs at LOAD_FACTOR times that. The Planner's
    autoscale strategy (vertical-first: a saturated, throttled replica grows in place) is turned on
    over REST. Passes only if the chain happened: the Planner decided `grow` on the Checker's
    observations (GET /plans: its inputs), the Executor's `execute-resources` fired and its
@@ -33,8 +33,8 @@ from typing import Any
 from scanflow.demo.common import DemoContext, traffic_rows, wait_for
 from scanflow.demo.load import OpenLoad
 from scanflow.demo.report import ScenarioResult
-from scanflow.demo.s2_autoscale import (
-    MAX_RATE,
+from scanflow.demo.s2_capacity import MAX_RATE, calibrated_slo, capacity, median
+from scanflow.demo.s2_stack import (
     STRATEGY,
     _executor,
     _latency_low,
@@ -42,13 +42,10 @@ from scanflow.demo.s2_autoscale import (
     _restore,
     autoscale_strategy,
     calibrate,
-    calibrated_slo,
-    capacity,
     gateway_p99s,
     limited_replicas,
-    median,
 )
-from scanflow.loadgen import Second
+from scanflow.loadgen_engine import Second
 
 # cores: the mis-sized start (a CFS quota), with one thread. Not 0.3: the gateway batches requests, so a
 # replica of the digits model costs little per request, and at 0.3 of a core it served 400 rps (the most

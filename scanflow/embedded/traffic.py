@@ -22,7 +22,9 @@ import numpy as np
 import orjson
 
 from scanflow.embedded.feedback_sender import DelayedFeedback, FeedbackCounts
-from scanflow.loadgen import GeneratorOwner, LoadGenerator, Outcome, Request
+from scanflow.loadgen import GeneratorOwner, LoadGenerator
+from scanflow.loadgen_engine import Outcome
+from scanflow.loadgen_http import Request
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ def test_the_gateway_buckets_resolve_the_p99_near_the_slo() -> None:
     with the gateway's LATENCY_BUCKETS the Checker reports a 27 ms p99 as 30 ms (low enough to scale down;
     the old 25/50/100 ms bounds said 50) and an overloaded replica's 80 ms as 100 (over a 70 ms SLO)."""
     from scanflow.demo.runner import DEMO_AUTOSCALE
-    from scanflow.demo.s2_autoscale import SLO_CAP_MS, SLO_MS
+    from scanflow.demo.s2_capacity import SLO_CAP_MS, SLO_MS
 
     calm = _gateway_p99([0.005] * 95 + [0.027] * 5)
     assert calm == Percentile(30.0, False)

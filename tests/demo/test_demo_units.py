@@ -8,10 +8,11 @@ import math
 import pytest
 
 from scanflow import plots
+from scanflow.demo.common import reversals
 from scanflow.demo.load import Sample, quantile, window
 from scanflow.demo.report import ScenarioResult, json_line, metric_items, summary
 from scanflow.demo.s1_drift import drift_series
-from scanflow.demo.s2_autoscale import calibrated_slo, reversals
+from scanflow.demo.s2_capacity import calibrated_slo
 from scanflow.demo.s4_failover import executed_routes, per_second, route_decisions, served_by_backup, verdict
 from scanflow.demo.sim import SimConfig, Trace, compare, simulate
 
@@ -123,7 +124,8 @@ def test_s2_every_move_must_be_applied_by_the_executor() -> None:
 
 
 def test_s2_scale_moves_keep_autoscale_moves_since_the_start() -> None:
-    from scanflow.demo.s2_autoscale import median, scale_moves
+    from scanflow.demo.s2_autoscale import scale_moves
+    from scanflow.demo.s2_capacity import median
 
     plans = [{"policy": "autoscale", "at": 5.0, "action": "up"}, {"policy": "autoscale", "at": 6.0, "action": "hold"},
              {"policy": "failover", "at": 7.0, "action": "up"}, {"policy": "autoscale", "at": 1.0, "action": "down"},
@@ -133,7 +135,7 @@ def test_s2_scale_moves_keep_autoscale_moves_since_the_start() -> None:
 
 
 def test_s2_capacity_is_the_knee_of_the_cpu_ramp() -> None:
-    from scanflow.demo.s2_autoscale import capacity, probe_rates, rates
+    from scanflow.demo.s2_capacity import capacity, probe_rates, rates
 
     ramp: list[tuple[float, float, float | None]] = [(10.0, 0.03, 15.0), (26.0, 0.05, 25.0), (66.0, 0.10, 25.0),
                                                      (105.0, 0.16, 50.0), (168.0, 0.18, 100.0)]
@@ -156,7 +158,7 @@ def test_s2_capacity_is_the_knee_of_the_cpu_ramp() -> None:
 
 
 def test_s2_lowers_the_limit_only_when_the_generator_cannot_overload_the_replica() -> None:
-    from scanflow.demo.s2_autoscale import MAX_RATE, MIN_REPLICA_CPU, fitted_cpu
+    from scanflow.demo.s2_capacity import MAX_RATE, MIN_REPLICA_CPU, fitted_cpu
 
     # measured with a core burned: 400 rps at a 0.25-core limit used ~0.14 core, p99 under the SLO
     unsaturated = [(168.0, 0.10, 40.0), (268.0, 0.12, 40.0), (MAX_RATE, 0.14, 60.0)]
@@ -178,7 +180,7 @@ def test_s2_lowers_the_limit_only_when_the_generator_cannot_overload_the_replica
 
 
 def test_s2_strategy_overrides_go_into_the_actions_args() -> None:
-    from scanflow.demo.s2_autoscale import STRATEGY, autoscale_strategy
+    from scanflow.demo.s2_stack import STRATEGY, autoscale_strategy
 
     plain, floored = autoscale_strategy(), autoscale_strategy(min_cpu=0.07, cpu_step=0.07)
     assert plain["name"] == floored["name"] == STRATEGY

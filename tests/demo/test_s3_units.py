@@ -15,7 +15,7 @@ from scanflow.demo.s3_tune import (
     served,
     settled,
 )
-from scanflow.loadgen import Second
+from scanflow.loadgen_engine import Second
 
 OK = {"a": {"status": "ok"}}
 

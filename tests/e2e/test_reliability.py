@@ -244,7 +244,8 @@ def test_nothing_served_is_lost_through_tracker_replica_mlflow_and_agent_kills(t
     import mlflow
     import orjson
 
-    from scanflow.loadgen import LoadGenerator, Request
+    from scanflow.loadgen import LoadGenerator
+    from scanflow.loadgen_http import Request
     from scanflow.tracking.server import is_healthy
 
     x = pools["clean"][0]

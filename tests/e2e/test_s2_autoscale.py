@@ -12,7 +12,7 @@ turns that off): the bar is 5 passes in 5 runs on a busy machine. Measured: 5 of
 while other work kept the load average at 10-14 (3.8-5.0 minutes each; fitted limits 0.05-0.08 core, up 0.8-1.9 s after the step, down 4.6-12.7 s after the fall, all in place);
 and 5 of 5 again on the gateway's fast front, now the default (2.5-2.9 minutes each, load 1.1-3.8 at the
 starts; up 1.0-1.8 s after the step, down 12.2-13.4 s after the fall, 0 failed of 8,659-13,389). It failed 5 of 6 before the
-scenario fitted the replica's limit to what the generator can send (`s2_autoscale.fitted_cpu`): with
+scenario fitted the replica's limit to what the generator can send (`s2_capacity.fitted_cpu`): with
 micro-batching, 400 rps used 0.13 of a quarter core, so the step was no overload and the Planner
 rightly did not move."""
 
@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(600
 def test_s2_scales_up_on_the_step_and_back_down_through_the_agents(tmp_path: Path) -> None:
     import mlflow
 
-    from scanflow.demo import s2_autoscale
+    from scanflow.demo import s2_autoscale, s2_stack
     from scanflow.demo.common import DemoContext
     from scanflow.demo.runner import demo_workflow
     from scanflow.platform.cgroups import detect
@@ -67,5 +67,5 @@ def test_s2_scales_up_on_the_step_and_back_down_through_the_agents(tmp_path: Pat
     assert f["scale_up_after_s"] is not None and (f["max_replicas"] > 1 or f["grow_moves"] > 0), why
     assert f["scale_down_after_s"] is not None and f["final_replicas"] == 1, why
     assert res.passed, (f, res.decisions)
-    assert s2_autoscale.STRATEGY not in strategies  # turned off again after the scenario
+    assert s2_stack.STRATEGY not in strategies  # turned off again after the scenario
     assert [r["cpu_quota"] for r in restored] == [1.0]  # the declared CPU again

@@ -1,5 +1,5 @@
 """Helpers for the serving tests (imported by conftest.py and the test modules): free ports, our
-server processes, a closed-loop load (scanflow.loadgen's engine) and a poll-until helper."""
+server processes, a closed-loop load (scanflow.loadgen_engine) and a poll-until helper."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import orjson
 
-from scanflow.loadgen import Engine, Outcome, Request
+from scanflow.loadgen_engine import Engine, Outcome
+from scanflow.loadgen_http import Request
 from scanflow.platform.processes import free_port  # noqa: F401 - re-exported for the serving tests
 
 
