@@ -1,8 +1,7 @@
-"""`scanflow agent ...`: serve agents declared in a Python file. Heavy imports stay inside commands."""
+"""`scanflow agent ...`: serve agents declared in a Python file or module. Heavy imports stay inside commands."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,7 +12,8 @@ app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
 @app.command("run")
 def run(
     file: Annotated[
-        Path, typer.Argument(help="Python file defining one or more scanflow.agent.Agent objects")
+        str, typer.Argument(help="Python file defining one or more scanflow.agent.Agent objects, or a module "
+                            "reference such as scanflow.standard.planner:agent")
     ],
     name: Annotated[
         str | None, typer.Option("--name", help="which agent, when the file defines several")
@@ -30,7 +30,7 @@ def run(
         typer.Option("--allow-anonymous", help="accept mutating calls without a token (one laptop, tests)"),
     ] = False,
 ) -> None:
-    """Serve one agent from FILE on HOST:PORT (token from SCANFLOW_TOKEN; store in SCANFLOW_HOME; peers from
+    """Serve one agent from FILE (or MODULE:ATTR) on HOST:PORT (token from SCANFLOW_TOKEN; store in SCANFLOW_HOME; peers from
     SCANFLOW_PEERS and --peer)."""
     from scanflow.agent.agent import AgentDefinitionError
     from scanflow.agent.serve import load_agents, parse_peers, serve

@@ -1,4 +1,4 @@
-"""`serve(agent, ...)`: run one agent's app under uvicorn (blocking), and load agents from a file.
+"""`serve(agent, ...)`: run one agent's app under uvicorn (blocking), and load agents from a file or module.
 
 Who calls: `scanflow agent run FILE` (scanflow.agent.cli), scripts, the docker/Kubernetes entrypoints.
 """
@@ -46,14 +46,29 @@ def serve(
     )
 
 
-def load_agents(path: str | Path) -> dict[str, Agent]:
-    """Import a Python file and return its module-level `Agent` objects by agent name."""
+def load_agents(source: str | Path) -> dict[str, Agent]:
+    """Import the agents' code and return its module-level `Agent` objects by agent name.
+
+    `source`: a Python file, or a module reference ('package.module:attr' or 'package.module',
+    scanflow.agent.sources); with ':attr', only the Agent at that attribute.
+    """
+    from scanflow.agent.sources import is_module_ref, module_file, split_module_ref
     from scanflow.spec import load_python_file
 
-    p = Path(path)
-    if not p.exists():
-        raise AgentDefinitionError(f"agent file {str(p)!r} does not exist")
+    attr = None
+    if is_module_ref(source) and not Path(source).exists():
+        attr = split_module_ref(str(source))[1]
+        p = module_file(str(source))
+    else:
+        p = Path(source)
+        if not p.exists():
+            raise AgentDefinitionError(f"agent file {str(p)!r} does not exist")
     module = load_python_file(p)
+    if attr is not None:
+        chosen = getattr(module, attr, None)
+        if not isinstance(chosen, Agent):
+            raise AgentDefinitionError(f"{source}: {attr!r} is not a scanflow.agent.Agent in {p}")
+        return {chosen.name: chosen}
     found = {v.name: v for v in vars(module).values() if isinstance(v, Agent)}
     if not found:
         raise AgentDefinitionError(f"{p}: defines no scanflow.agent.Agent at module level")

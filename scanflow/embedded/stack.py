@@ -47,10 +47,11 @@ from typing import Any, Self
 import httpx
 
 from scanflow.agent.client import AgentClient
+from scanflow.agent.sources import AgentModuleError
 from scanflow.agentkit.env import QUICK_ENV, WORKFLOW_ENV, loopback_url, primary_service
 from scanflow.auth import AUTH_TOKENS_ENV, COMPONENT_SCOPES, TokenTable, new_token
 from scanflow.credentials import kind_vars
-from scanflow.embedded.agentfiles import AgentModuleError, agent_target
+from scanflow.embedded.agentfiles import agent_target
 from scanflow.embedded.leftovers import kill_leftovers
 from scanflow.handoff import listen_host
 from scanflow.platform.processes import PortInUse, reserve_port, spawn

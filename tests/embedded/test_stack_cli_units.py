@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from scanflow.agent.sources import AgentModuleError, module_file, split_module_ref
 from scanflow.cli import app
-from scanflow.embedded.agentfiles import AgentModuleError, agent_target, module_file, split_module_ref
+from scanflow.embedded.agentfiles import agent_target
 from scanflow.embedded.stack import EmbeddedStack, StackError
 from scanflow.embedded.stackstatus import AgentProbe, Probe, classify, service_row
 from scanflow.embedded.statefile import (
