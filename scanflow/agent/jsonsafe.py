@@ -7,7 +7,7 @@ helpers let every entry point refuse such values at once, naming where they are.
 The same goes for nesting depth (MAX_JSON_DEPTH, below).
 Who calls: scanflow.agent.app (POST /events -> 422; every JSON body's depth; reads clipped),
 scanflow.agent.store (add_event refuses NaN and too deep payloads),
-scanflow.agent.runtime (actuator outcomes), scanflow.agentkit.outbox (dead-letters what cannot be sent).
+scanflow.agent.outcomes (actuator outcomes), scanflow.agentkit.outbox (dead-letters what cannot be sent).
 """
 
 from __future__ import annotations

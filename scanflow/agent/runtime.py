@@ -13,6 +13,8 @@ processed) makes both sources agree. For each pending event, in arrival order:
 3. Mark the event done only after all its actions finished.
 
 All store calls run in worker threads (`asyncio.to_thread`); handlers that are sync run there too.
+Beside it in scanflow.agent: metrics, outcomes (actuator results as Outcomes), sensing (sensor results
+and ticks), store_owner (the claim watch).
 Who calls: scanflow.agent.app (lifespan start/stop, REST endpoints), tests.
 """
 
@@ -30,98 +32,21 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
 from scanflow.agent.agent import Agent
 from scanflow.agent.client import AgentClient
 from scanflow.agent.context import Context
 from scanflow.agent.engine import EvalEnv, Intent, StrategyState, decide, evaluates_code
-from scanflow.agent.jsonsafe import NotJSONError, to_json_value
-from scanflow.agent.store import REST_STRATEGIES_KEY, STATE_KEY, WATERMARK_PREFIX, Store, StoreBusyError
-from scanflow.agent.types import Event, Outcome, PermanentError, Strategy, TemporaryError
+from scanflow.agent.metrics import Metrics
+from scanflow.agent.outcomes import call_actuator, outcome_from_exception
+from scanflow.agent.sensing import normalise_events, sensor_loop
+from scanflow.agent.store import REST_STRATEGIES_KEY, STATE_KEY, WATERMARK_PREFIX, Store
+from scanflow.agent.store_owner import watch_claim
+from scanflow.agent.types import Event, Outcome, Strategy
 from scanflow.settings import Settings
-from scanflow.tracking.latest import LATEST
 
 BATCH = 200
 IDLE_POLL_S = 1.0  # the loop also wakes on every committed event; this only bounds a missed wake-up
 MAX_FRESH = 10_000  # events held in memory for the loop; past it, the loop reads the inbox instead
-
-
-class Metrics:
-    """Prometheus metrics of one agent, in their own registry (several agents may share a process)."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.events_received = Counter(
-            "scanflow_agent_events_received",
-            "events accepted into the inbox",
-            ["duplicate"],
-            registry=self.registry,
-        )
-        self.events_processed = Counter(
-            "scanflow_agent_events_processed", "events fully processed", registry=self.registry
-        )
-        self.decisions = Counter(
-            "scanflow_agent_decisions", "strategy decisions", ["result"], registry=self.registry
-        )
-        self.actions = Counter(
-            "scanflow_agent_action_outcomes", "action outcomes", ["status"], registry=self.registry
-        )
-        self.handler_seconds = Histogram(
-            "scanflow_agent_handler_seconds",
-            "handler latency",
-            ["kind", "name"],
-            registry=self.registry,
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-        )
-        self.queue_depth = Gauge("scanflow_agent_queue_depth", "pending events", registry=self.registry)
-        # drift, latency-vs-SLO, replica and decision values the agent wrote to its monitoring runs
-        self.registry.register(LATEST)
-
-
-def _outcome_from_exception(exc: BaseException) -> Outcome:
-    if isinstance(exc, TemporaryError):
-        return Outcome.retry(str(exc), exc.delay_s)
-    if isinstance(exc, PermanentError):
-        return Outcome.failed(str(exc))
-    # An unexpected exception is treated as temporary (bounded retries), as kopf does.
-    return Outcome.retry(f"{type(exc).__name__}: {exc}", 0.0)
-
-
-def _json_outcome(actuator: str, outcome: Outcome) -> Outcome:
-    """Pure: the outcome with its result as strict JSON (non-JSON objects such as datetimes or numpy
-    scalars become strings), or a failed outcome saying why when the result holds NaN/infinity,
-    which no JSON response or store can carry (it used to surface as a 500 from the REST call)."""
-    try:
-        result = to_json_value(outcome.result, f"actuator {actuator!r} result")
-    except NotJSONError as exc:
-        return Outcome.failed(f"{exc}; return None or a finite number instead")
-    return Outcome(outcome.status, result, outcome.error, outcome.retry_after_s)
-
-
-def normalise_events(raw: Any, sensor: str) -> list[tuple[str, dict[str, Any]]]:
-    """A sensor's return value -> [(name, payload)]: accepts None, Event, (name, payload), dicts."""
-    if raw is None:
-        return []
-    items = (
-        raw
-        if isinstance(raw, (list, tuple))
-        and not (len(raw) == 2 and isinstance(raw[0], str) and isinstance(raw[1], dict))
-        else [raw]
-    )
-    out: list[tuple[str, dict[str, Any]]] = []
-    for it in items:
-        if isinstance(it, Event):
-            out.append((it.name, dict(it.payload)))
-        elif isinstance(it, tuple) and len(it) == 2 and isinstance(it[0], str):
-            out.append((it[0], dict(it[1] or {})))
-        elif isinstance(it, dict) and isinstance(it.get("name"), str):
-            out.append((it["name"], dict(it.get("payload") or {})))
-        else:
-            raise TypeError(
-                f"sensor {sensor!r} returned {type(it).__name__}; return Event, (name, payload) or a list"
-            )
-    return out
 
 
 class Runtime:
@@ -196,12 +121,13 @@ class Runtime:
             await self._call_hook(hook)
         self._tasks.append(asyncio.create_task(self._run_loop(), name=f"{self.agent.name}-loop"))
         if self.store.claims_by_session:
-            self._tasks.append(asyncio.create_task(self._watch_claim(), name=f"{self.agent.name}-claim"))
+            every = self.settings.claim_check_s
+            watch = watch_claim(self.store.verify_claim, every, self.log, self._lost_claim)
+            self._tasks.append(asyncio.create_task(watch, name=f"{self.agent.name}-claim"))
         for sensor in self.agent.sensors.values():
             if sensor.every > 0:
-                self._tasks.append(
-                    asyncio.create_task(self._run_sensor_loop(sensor.name), name=f"sensor-{sensor.name}")
-                )
+                ticks = sensor_loop(sensor, self.store, self.run_sensor, self.clock, self.log)
+                self._tasks.append(asyncio.create_task(ticks, name=f"sensor-{sensor.name}"))
 
     async def stop(self) -> None:
         if self._unlisten is not None:
@@ -223,34 +149,13 @@ class Runtime:
         self._clients.clear()
         await asyncio.to_thread(self.store.release)
 
-    async def _watch_claim(self) -> None:
-        """PostgreSQL stores: every `claim_check_s`, check that this process's session still holds the
-        store's owner lock (`Store.verify_claim`). A dropped session is taken again when nobody else took
-        the lock; when another process did, this one stops acting at once (its loop and sensors are
-        cancelled) and shuts down (SIGTERM to itself: the server's graceful exit), so two agents never
-        act on one store for longer than one check interval. A server that cannot be reached is
-        retried: nobody can take the lock meanwhile."""
-        import sqlalchemy as sa
-
-        while True:
-            await asyncio.sleep(self.settings.claim_check_s)
-            try:
-                kept = await asyncio.to_thread(self.store.verify_claim)
-            except StoreBusyError as exc:
-                self.log.critical("this agent lost its store to another process, so it stops acting and "
-                                  "shuts down: %s", exc)
-                for t in self._tasks:
-                    if t is not asyncio.current_task():
-                        t.cancel()
-                self.on_lost_claim()
-                return
-            except sa.exc.SQLAlchemyError as exc:
-                self.log.warning("cannot check the store's owner lock (%s); checking again in %.0f s",
-                                 type(exc).__name__, self.settings.claim_check_s)
-                continue
-            if not kept:
-                self.log.warning("the store session holding the owner lock had dropped; the lock was free "
-                                 "and is held again")
+    def _lost_claim(self) -> None:
+        """Another process now owns the store (`watch_claim`): stop acting at once (the loop and the
+        sensors are cancelled), then `on_lost_claim`."""
+        for t in self._tasks:
+            if t is not asyncio.current_task():
+                t.cancel()
+        self.on_lost_claim()
 
     def on_lost_claim(self) -> None:
         """What a process whose store another agent now owns does after its tasks stopped: exit through
@@ -451,7 +356,7 @@ class Runtime:
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            outcome = _outcome_from_exception(exc)
+            outcome = outcome_from_exception(exc)
         self.metrics.handler_seconds.labels("remote", name[:80]).observe(time.perf_counter() - t0)
         await self._record(intent.key, outcome, [a.actuator, name])
         return outcome
@@ -498,26 +403,7 @@ class Runtime:
                 )
                 ctx = self.ctx.for_action(key, event)
                 t0 = time.perf_counter()
-                try:
-                    if spec.is_async:
-                        raw = await spec.fn(ctx, args)
-                    else:
-                        raw = await asyncio.to_thread(spec.fn, ctx, args)
-                    if raw is None:
-                        raw = {}
-                    if isinstance(raw, Outcome):
-                        outcome = _json_outcome(name, raw)
-                    elif isinstance(raw, Mapping):
-                        outcome = _json_outcome(name, Outcome.ok(dict(raw)))
-                    else:
-                        outcome = Outcome.failed(
-                            f"actuator {name!r} returned {type(raw).__name__}; it must return a dict"
-                        )
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - user code becomes an Outcome, never a crash
-                    self.log.warning("actuator %s (key %s) raised %s: %s", name, key, type(exc).__name__, exc)
-                    outcome = _outcome_from_exception(exc)
+                outcome = await call_actuator(name, spec, ctx, args, key, self.log)
                 self.metrics.handler_seconds.labels("actuator", name).observe(time.perf_counter() - t0)
                 await self._record(key, outcome, [name])
                 await self._save_state()
@@ -556,22 +442,6 @@ class Runtime:
             )
             await self._save_state()
             return ids
-
-    async def _run_sensor_loop(self, name: str) -> None:
-        spec = self.agent.sensors[name]
-        wm = await asyncio.to_thread(self.store.get, WATERMARK_PREFIX + name, {})
-        last = wm.get("last_run")
-        if last is not None:  # respect the interval across restarts
-            await asyncio.sleep(max(0.0, min(spec.every, float(last) + spec.every - self.clock())))
-        while True:
-            started = time.monotonic()
-            try:
-                await self.run_sensor(name)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the sensor loop must survive its handler
-                self.log.warning("sensor %s failed: %s: %s", name, type(exc).__name__, exc)
-            await asyncio.sleep(max(0.0, spec.every - (time.monotonic() - started)))
 
     # -- state ---------------------------------------------------------------------------------------
     async def _save_state(self) -> None:

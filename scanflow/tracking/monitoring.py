@@ -6,8 +6,8 @@ its tags after a restart) holding the drift checks, the latency checks and the P
 Executor's decisions as metric histories; and the tags and descriptions that link a retrain from the
 drift check that caused it to the model version it produced and the swap that put it in service.
 
-Pure functions build names, tags, metrics and sentences; the few blocking functions do the MLflow
-calls. Two promises to the agents:
+Pure functions build names, tags and metrics (the retrain chain's sentences and plan tags are
+scanflow.tracking.run_notes); the few blocking functions do the MLflow calls. Two promises to the agents:
 - a write never fails an agent's action: the blocking calls are wrapped (`safe`) or queued
   (`MonitorWriter`, a background thread, so a slow MLflow never holds up a sensor tick);
 - a failed write is never silently dropped: each is logged and counted in the agent's state
@@ -18,10 +18,8 @@ Who calls: the four agents (agents/*.py), the bootstrap, the registry (experimen
 from __future__ import annotations
 
 import logging
-import math
 import os
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -30,6 +28,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from scanflow.tracking.latest import LATEST
+from scanflow.tracking.run_notes import (
+    bootstrap_run_name,
+    clip,
+    finite_number,
+    plan_tags,
+    retrain_note,
+    retrain_run_name,
+    version_description,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,17 +49,9 @@ WORKFLOW_TAG = "scanflow.workflow"
 SERVICE_TAG = "scanflow.service"
 HOME_TAG = "scanflow.stack_home"
 
-PLAN_ID_TAG = "scanflow.plan_id"
-DECISION_TAG = "scanflow.plan.decision"
-REASON_TAG = "scanflow.plan.reason"
-CAUSED_BY_TAG = "scanflow.caused_by"
-CAUSED_BY_RUN_TAG = "scanflow.caused_by.run_id"
-CAUSED_BY_STEPS_TAG = "scanflow.caused_by.steps"
 TRAINING_RUN_TAG = "scanflow.training_run_id"
 PROMOTED_TAG = "scanflow.promoted"
 SWAPPED_TAG = "scanflow.swapped"
-
-MAX_TAG_CHARS = 5000  # MLflow refuses tag values above 8,000 characters; notes stay well under
 
 
 # -- names and tags (pure) -----------------------------------------------------------------------
@@ -103,25 +102,10 @@ def monitor_filter(target: MonitorTarget) -> str:
             f"and tags.`{HOME_TAG}` = {_literal(target.home)}")
 
 
-def _num(value: Any) -> float | None:
-    """A finite float, or None (bools count as 0/1; NaN, inf and non-numbers are left out)."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)) and math.isfinite(float(value)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            f = float(value)
-        except ValueError:
-            return None
-        return f if math.isfinite(f) else None
-    return None
-
-
 def _metrics(pairs: Iterable[tuple[str, Any]]) -> dict[str, float]:
     out = {}
     for key, value in pairs:
-        f = _num(value)
+        f = finite_number(value)
         if f is not None:
             out[key] = f
     return out
@@ -131,7 +115,7 @@ def drift_metrics(payload: Mapping[str, Any]) -> tuple[dict[str, float], int]:
     """(metrics, step) of one `drift.checked` payload: score, p-value, drift rate, window size, the
     verdict as 0/1 and the model version it judged. Step: the last prediction seq the check read (0
     when the payload has none), so a plan's seq range points straight at its checks."""
-    step = _num(payload.get("to_seq"))
+    step = finite_number(payload.get("to_seq"))
     return _metrics([("drift/score", payload.get("score")), ("drift/p_value", payload.get("p_value")),
                      ("drift/drift_rate", payload.get("drift_rate")), ("drift/window_size", payload.get("n")),
                      ("drift/flag", bool(payload.get("drift"))),
@@ -178,89 +162,6 @@ def retrain_decision_metrics(retrain: bool, windows: Iterable[bool], critical_po
     return _metrics([("plan/retrain", retrain), ("plan/drifted_windows", sum(bool(w) for w in windows)),
                      ("plan/critical_points", critical_points), ("plan/labelled", labelled),
                      ("plan/drift_cusum", cusum), ("plan/drift_cusum_threshold", threshold)])
-
-
-def caused_by(from_seq: Any, to_seq: Any) -> str:
-    """The prediction seq range of the drift checks behind a plan, e.g. 'seq 200-1400'."""
-    lo, hi = _num(from_seq), _num(to_seq)
-    if lo is None or hi is None:
-        return "unknown (the plan carries no seq range)"
-    return f"seq {int(lo)}-{int(hi)}"
-
-
-def retrain_run_name(model: str, plan_id: str) -> str:
-    return f"retrain-{model}-plan-{plan_id}"
-
-
-def bootstrap_run_name(model: str, version: str) -> str:
-    return f"bootstrap-{model}-v{version}"
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MAX_TAG_CHARS else text[: MAX_TAG_CHARS - 3] + "..."
-
-
-_VERDICT = re.compile(r"^(retrain|promote|keep|reject|hold|wait)\s*:\s*", re.IGNORECASE)
-
-
-def because(reason: str | None, default: str) -> str:
-    """Pure: a policy's reason as the end of a sentence. Reasons start with their verdict ("retrain: drift
-    in 3 of the last 3 windows"); inside "decided because ..." or "Promoted to champion: ..." the verdict
-    would be said twice, so it is left out."""
-    return _VERDICT.sub("", (reason or "").strip(), count=1).strip() or default
-
-
-def _drift_phrase(plan: Mapping[str, Any]) -> str:
-    parts = [f"drift in predictions {caused_by(plan.get('from_seq'), plan.get('to_seq'))}"]
-    rate, score = _num(plan.get("drift_rate")), _num(plan.get("score"))
-    if rate is not None:
-        parts.append(f"drift rate {rate:.3f}")
-    if score is not None:
-        parts.append(f"score {score:.4g}")
-    return ", ".join(parts)
-
-
-def plan_tags(plan_id: str, plan: Mapping[str, Any], monitor_run_id: str | None) -> dict[str, str]:
-    """Tags that link a training run (and its model version) back to the plan and the drift checks:
-    plan id, the Planner's decision key and reason, the seq range, the monitoring run and its steps."""
-    steps = plan.get("drift_steps") or []
-    tags = {PLAN_ID_TAG: str(plan_id), CAUSED_BY_TAG: caused_by(plan.get("from_seq"), plan.get("to_seq")),
-            REASON_TAG: _clip(str(plan.get("reason") or "no reason recorded")),
-            CAUSED_BY_STEPS_TAG: _clip(",".join(str(int(s)) for s in steps if _num(s) is not None) or "unknown")}
-    if plan.get("decision_key"):
-        tags[DECISION_TAG] = str(plan["decision_key"])
-    if monitor_run_id:
-        tags[CAUSED_BY_RUN_TAG] = monitor_run_id
-    return tags
-
-
-def retrain_note(model: str, plan_id: str, plan: Mapping[str, Any], n_train: int, n_holdout: int,
-                 labelled: int, critical: int) -> str:
-    """The training run's description, in sentences."""
-    return _clip(
-        f"Retrain of {model} for plan {plan_id}, decided by the Planner because {because(plan.get('reason'), 'drift')}. "
-        f"It answers {_drift_phrase(plan)}; the drift checks are the steps "
-        f"{', '.join(str(s) for s in plan.get('drift_steps') or []) or '(unknown)'} of the service's monitoring run. "
-        f"Feedback labelled {labelled} of {critical} critical requests; {n_train} distinct labelled rows were "
-        f"added to the training data and {n_holdout} held out for the promotion gate.")
-
-
-def version_description(model: str, version: str, plan_id: str, plan: Mapping[str, Any],
-                        gate: Mapping[str, float] | None = None, promoted: bool | None = None,
-                        reason: str | None = None, previous: str | None = None) -> str:
-    """The model version's description, in sentences: which drift it was trained for and, once
-    evaluated, the gate scores and the verdict."""
-    text = f"Version {version} of {model} was trained by plan {plan_id} for {_drift_phrase(plan)}."
-    if gate:
-        scores = "; ".join(f"{k} {v:.4g}" for k, v in sorted(gate.items()))
-        text += f" Promotion gate against champion version {previous or '?'}: {scores}."
-    if promoted is True:
-        text += f" Promoted to champion: {because(reason, 'the gate passed')}."
-    elif promoted is False:
-        text += f" Not promoted: {because(reason, 'the gate did not pass')}."
-    else:
-        text += " Awaiting evaluation against the champion."
-    return _clip(text)
 
 
 # -- failure accounting --------------------------------------------------------------------------
@@ -518,8 +419,9 @@ def record_gate(model: str, version: str, run_id: str | None, plan_id: str, plan
     describe_version(model, version, version_description(model, version, plan_id, plan, gate, promoted, reason,
                                                          previous), {PROMOTED_TAG: str(promoted).lower()})
     if run_id:
-        tag_run(run_id, {PROMOTED_TAG: str(promoted).lower(), "scanflow.gate.reason": _clip(reason)})
-        log_metrics(run_id, {f"gate/{k}": float(v) for k, v in gate.items() if _num(v) is not None}, 0)
+        tag_run(run_id, {PROMOTED_TAG: str(promoted).lower(), "scanflow.gate.reason": clip(reason)})
+        scores = {f"gate/{k}": float(v) for k, v in gate.items() if finite_number(v) is not None}
+        log_metrics(run_id, scores, 0)
 
 
 def record_swap(model: str, version: str, run_id: str | None, services: Iterable[str]) -> None:

@@ -18,7 +18,7 @@ from agent_support import TOKEN, AgentProcess, drained, free_port_for, running, 
 from scanflow import expressions
 from scanflow.agent import Action, Agent, Context, Store
 from scanflow.agent.jsonsafe import MAX_JSON_DEPTH, NotJSONError
-from scanflow.agent.store import events as events_table
+from scanflow.agent.store_schema import events as events_table
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -107,7 +107,7 @@ def test_any_sqlalchemy_url_works_in_memory() -> None:
 def test_only_one_running_agent_may_own_a_store_file(tmp_path: Path) -> None:
     import pytest
 
-    from scanflow.agent.store import StoreBusyError
+    from scanflow.agent.store_owner import StoreBusyError
 
     url = f"sqlite:///{tmp_path / 'owned.db'}"
     first, second = Store(url), Store(url)

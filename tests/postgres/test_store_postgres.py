@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from scanflow.agent import Store
-from scanflow.agent.store import StoreBusyError
+from scanflow.agent.store_owner import StoreBusyError
 from scanflow.platform.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -148,7 +148,7 @@ def _terminate_owner(pg_database: str) -> int:
     would (pg_terminate_backend from an admin session); returns how many sessions were dropped."""
     import sqlalchemy as sa
 
-    from scanflow.agent.store import PG_OWNER_LOCK
+    from scanflow.agent.store_owner import PG_OWNER_LOCK
 
     admin = sa.create_engine(pg_database, isolation_level="AUTOCOMMIT")
     try:

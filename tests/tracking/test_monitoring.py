@@ -1,6 +1,7 @@
-"""What the MLflow UI shows (scanflow/tracking/monitoring.py): the pure names, tags, metrics and sentences;
-the monitoring run found again by its tags, its status, the failure accounting, the experiment kind and
-the challenger alias cleared on promotion. Read back through MlflowClient from the session's real server."""
+"""What the MLflow UI shows (scanflow/tracking/monitoring.py and run_notes.py): the pure names, tags,
+metrics and sentences; the monitoring run found again by its tags, its status, the failure accounting,
+the experiment kind and the challenger alias cleared on promotion. Read back through MlflowClient from
+the session's real server."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from mlflow import MlflowClient
 
-from scanflow.tracking import monitoring, registry
+from scanflow.tracking import monitoring, registry, run_notes
 from scanflow.tracking.monitoring import MonitorTarget, MonitorWriter
 
 DRIFT = {"drift": True, "score": 0.31, "p_value": 0.002, "drift_rate": 0.4, "n": 200, "from_seq": 200,
@@ -47,30 +48,30 @@ def test_resource_metrics_leave_out_what_was_not_measured() -> None:
 def test_plan_tags_and_sentences_name_the_drift_checks() -> None:
     plan = {"reason": "drift in 2 of the last 3 windows", "from_seq": 200, "to_seq": 800, "drift_steps": [400, 800],
             "decision_key": "assess-drift:12:0", "drift_rate": 0.4, "score": 0.3}
-    tags = monitoring.plan_tags("7", plan, "run123")
+    tags = run_notes.plan_tags("7", plan, "run123")
     assert tags == {"scanflow.plan_id": "7", "scanflow.caused_by": "seq 200-800",
                     "scanflow.plan.reason": "drift in 2 of the last 3 windows", "scanflow.caused_by.steps": "400,800",
                     "scanflow.plan.decision": "assess-drift:12:0", "scanflow.caused_by.run_id": "run123"}
-    assert monitoring.retrain_run_name("digits", "7") == "retrain-digits-plan-7"
-    note = monitoring.retrain_note("digits", "7", plan, 80, 34, 120, 300)
+    assert run_notes.retrain_run_name("digits", "7") == "retrain-digits-plan-7"
+    note = run_notes.retrain_note("digits", "7", plan, 80, 34, 120, 300)
     assert "plan 7" in note and "seq 200-800" in note and "400, 800" in note and "34 held out" in note
-    before = monitoring.version_description("digits", "4", "7", plan)
+    before = run_notes.version_description("digits", "4", "7", plan)
     assert before.startswith("Version 4 of digits was trained by plan 7 for drift in predictions seq 200-800")
     assert before.endswith("Awaiting evaluation against the champion.")
-    after = monitoring.version_description("digits", "4", "7", plan, {"challenger_accuracy_drifted": 0.91}, True,
-                                           "beats the champion", "3")
+    after = run_notes.version_description("digits", "4", "7", plan, {"challenger_accuracy_drifted": 0.91}, True,
+                                          "beats the champion", "3")
     assert "champion version 3: challenger_accuracy_drifted 0.91." in after and "Promoted to champion" in after
-    assert monitoring.caused_by(None, 5) == "unknown (the plan carries no seq range)"
+    assert run_notes.caused_by(None, 5) == "unknown (the plan carries no seq range)"
 
 
 def test_sentences_say_a_verdict_once() -> None:
     plan = {"reason": "retrain: drift in 3 of the last 3 windows >= 2", "from_seq": 1, "to_seq": 9}
-    note = monitoring.retrain_note("m", "4", plan, 10, 5, 15, 20)
+    note = run_notes.retrain_note("m", "4", plan, 10, 5, 15, 20)
     assert "because drift in 3 of the last 3 windows >= 2." in note and "retrain: " not in note
-    text = monitoring.version_description("m", "2", "4", plan, {"a": 1.0}, True, "promote: drifted +0.6", "1")
+    text = run_notes.version_description("m", "2", "4", plan, {"a": 1.0}, True, "promote: drifted +0.6", "1")
     assert "Promoted to champion: drifted +0.6." in text
-    assert monitoring.because("", "drift") == "drift" and monitoring.because("retrain: ", "drift") == "drift"
-    assert monitoring.because("a reason: with a colon", "x") == "a reason: with a colon"
+    assert run_notes.because("", "drift") == "drift" and run_notes.because("retrain: ", "drift") == "drift"
+    assert run_notes.because("a reason: with a colon", "x") == "a reason: with a colon"
 
 
 def test_the_filter_quotes_what_it_finds_by() -> None:
