@@ -18,13 +18,15 @@ How each operation maps onto the API (docs/kubernetes.md has the why):
   Planner's count becomes the HPA's floor, under its ceiling (manifests.hpa_bounds) instead, since
   the HPA would overwrite replicas within 15 s;
 - set_resources: `pods/resize` on clusters >= 1.33 then the template is brought in line; rolling
-  update (maxUnavailable 0) where in-place cannot work (older cluster, QoS change, static CPU manager);
+  update (maxUnavailable 0) where in-place cannot work (older cluster, QoS change, static CPU manager)
+  (k8s_resize);
 - route: the Service selector is switched to the backup's pods, and back;
 - run_job: one MLflow run per Job, opened first and passed in the Job's env (MLFLOW_RUN_ID) so the
   job runner logs into it; a batch/v1 Job, waited on through its conditions; pod logs attached
-  and the function's outputs.json read back into the JobResult.
+  and the function's outputs.json read back into the JobResult (k8s_jobs).
 Every call carries `_request_timeout` and bounded retries with backoff (tenacity); API errors become
-PlatformError subclasses whose message names the verb and resource (a 403 names what the Role lacks).
+PlatformError subclasses whose message names the verb and resource (a 403 names what the Role lacks:
+k8s_api).
 Methods block: calling them on a running event loop raises at once (use asyncio.to_thread).
 """
 
@@ -33,9 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import urllib3
@@ -45,72 +45,21 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 
 from scanflow.platform import manifests as mf
 from scanflow.platform.base import JobResult, PlatformError, ReplicaStatus, ResourceChange, ServiceStatus
-from scanflow.platform.jobruns import JobRun
-from scanflow.platform.readback import Wanted
+from scanflow.platform.k8s_api import (
+    APPLY_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_PATCH,
+    KubernetesNotFound,
+    map_api_error,
+    retryable,
+)
+from scanflow.platform.k8s_jobs import run_k8s_job
+from scanflow.platform.k8s_resize import resize_service
+from scanflow.platform.k8s_resources import normalise, parse_server_version
 from scanflow.spec import Affinity, Job, Resources, Service, parse_memory
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-APPLY_PATCH = "application/apply-patch+yaml"
-MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-_RETRYABLE_STATUS = {429, 500, 502, 503, 504}
-
-
-class KubernetesForbidden(PlatformError):
-    """The ServiceAccount's Role lacks a verb on a resource (HTTP 403); the message names both."""
-
-
-class KubernetesNotFound(PlatformError):
-    """The object (or the API itself, on an old cluster) does not exist (HTTP 404)."""
-
-
-class KubernetesConflict(PlatformError):
-    """The object already exists, or changed under us (HTTP 409); retrying later may work."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, retryable=True)
-
-
-class KubernetesInvalid(PlatformError):
-    """The API server refused the object or patch (HTTP 400/422); the message carries its reason."""
-
-
-def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, ApiException):
-        return exc.status in _RETRYABLE_STATUS
-    return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
-
-
-def _api_message(exc: ApiException) -> str:
-    import json
-
-    try:
-        body = json.loads(exc.body or "{}")
-        return str(body.get("message") or exc.reason or "")[:500]
-    except (ValueError, TypeError):
-        return str(exc.reason or "")
-
-
-def map_api_error(exc: ApiException, verb: str, resource: str, namespace: str) -> PlatformError:
-    """An ApiException -> a PlatformError that says what was refused and what to do about it."""
-    where = f"{verb} {resource} in namespace {namespace!r}"
-    msg = _api_message(exc)
-    if exc.status == 403:
-        return KubernetesForbidden(
-            f"forbidden: {where}: the Role bound to this ServiceAccount lacks verb {verb!r} on "
-            f"resource {resource!r} (grant it in deploy/base/rbac.yaml). API server said: {msg}"
-        )
-    if exc.status == 401:
-        return PlatformError(f"unauthorized: {where}: the credentials were refused (token expired?)")
-    if exc.status == 404:
-        return KubernetesNotFound(f"not found: {where}: {msg}")
-    if exc.status in (400, 422):
-        return KubernetesInvalid(f"invalid: {where}: {msg}")
-    if exc.status == 409:
-        return KubernetesConflict(f"conflict: {where}: {msg}")
-    return PlatformError(f"{where} failed with HTTP {exc.status}: {msg}", retryable=exc.status in _RETRYABLE_STATUS)
 
 
 def _ensure_not_on_event_loop(what: str) -> None:
@@ -122,31 +71,6 @@ def _ensure_not_on_event_loop(what: str) -> None:
         f"KubernetesPlatform.{what} blocks on the API server: call it with asyncio.to_thread, "
         "not on a running event loop"
     )
-
-
-def resources_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
-    """A `resources` patch that turns `current` into `desired`: keys no longer wanted become null."""
-    out: dict[str, Any] = {}
-    for section in ("requests", "limits"):
-        cur = dict(current.get(section) or {})
-        want = dict(desired.get(section) or {})
-        patch: dict[str, Any] = dict(want)
-        for key in cur:
-            if key not in want:
-                patch[key] = None
-        if patch:
-            out[section] = patch
-    return out
-
-
-def wanted_resources(desired: dict[str, Any], threads: int | None) -> Wanted:
-    """Pure: what a pod's status must show once `desired` (a container `resources` block) took effect:
-    its CPU limit (None: a Burstable pod has none) and memory limit, as the kubelet reports them in
-    status.containerStatuses[].resources."""
-    limits = desired.get("limits") or {}
-    return Wanted(cpu_quota=mf._normalise("cpu", limits["cpu"]) if "cpu" in limits else None,
-                  memory_limit=parse_memory(str(limits["memory"])) if "memory" in limits else None,
-                  threads=threads)
 
 
 class KubernetesPlatform:
@@ -246,7 +170,7 @@ class KubernetesPlatform:
             for attempt in Retrying(
                 stop=stop_after_attempt(self.retries + 1),
                 wait=wait_exponential(multiplier=self.backoff_s, max=10 * self.backoff_s + 1),
-                retry=retry_if_exception(_retryable),
+                retry=retry_if_exception(retryable),
                 reraise=True,
             ):
                 with attempt:
@@ -269,7 +193,7 @@ class KubernetesPlatform:
         """(major, minor) of the API server, read once."""
         if self._server_version is None:
             info = self._dict(self._call("get", "/version", self.version_api.get_code))
-            self._server_version = mf.parse_server_version(str(info.get("major", "")), str(info.get("minor", "")))
+            self._server_version = parse_server_version(str(info.get("major", "")), str(info.get("minor", "")))
         return self._server_version
 
     def _read_deployment(self, name: str) -> dict[str, Any]:
@@ -449,118 +373,10 @@ class KubernetesPlatform:
         self, service: str, resources: Resources, affinity: Affinity | None = None,
         threads: int | None = None,
     ) -> ResourceChange:
-        """Resize in place where the cluster allows it, else roll the pods (maxUnavailable 0)."""
+        """Resize in place where the cluster allows it, else roll the pods (maxUnavailable 0):
+        scanflow.platform.k8s_resize."""
         _ensure_not_on_event_loop("set_resources")
-        dep = self._read_deployment(service)
-        tmpl = (dep.get("spec") or {}).get("template") or {}
-        pod_spec = tmpl.get("spec") or {}
-        container = next((c for c in pod_spec.get("containers") or [] if c.get("name") == mf.REPLICA_CONTAINER),
-                         None)
-        if container is None:
-            raise PlatformError(f"deployment {service!r} has no container {mf.REPLICA_CONTAINER!r}: not a "
-                                "scanflow service")
-        current_policy = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(mf.AFFINITY_ANNOTATION, "none")
-        aff = affinity or Affinity(policy=current_policy)  # type: ignore[arg-type]
-        current_res = container.get("resources") or {}
-        desired_res = mf.resources_block(resources, aff)
-        want_placement = mf.placement(service, aff)
-        placement_changed = affinity is not None and (
-            pod_spec.get("affinity") != want_placement.get("affinity")
-            or pod_spec.get("topologySpreadConstraints") != want_placement.get("topologySpreadConstraints")
-        )
-        n_threads = threads or mf.default_threads(resources)
-        plan = mf.choose_resize_method(self.server_version(), current_res, desired_res, current_policy,
-                                       aff.policy, placement_changed)
-        applied = {"resources": desired_res, "affinity": aff.policy, "threads": n_threads}
-        notes = [plan.reason]
-        if plan.method == "in-place":
-            fallback = self._resize_pods(service, current_res, desired_res, notes)
-            if fallback:
-                plan = mf.ResizePlan("rolling-update", fallback)
-                notes.append(fallback)
-            elif self.sync_template_after_resize:
-                notes.append("Deployment template brought in line so new pods get the same resources")
-        if plan.method == "in-place" and not self.sync_template_after_resize:
-            return ResourceChange(service, "in-place", applied, tuple(notes), wanted_resources(desired_res, None))
-        body = self._template_patch(service, current_res, desired_res, aff, want_placement, pod_spec, n_threads)
-        self._patch_deployment(service, body)
-        if plan.method == "rolling-update":
-            self._wait_ready(service)
-        # a rolled pod starts with the new SCANFLOW_THREADS; one resized in place keeps its env (its
-        # replica follows the new CPU limit by itself), so its threads are not checked
-        return ResourceChange(service, plan.method, applied, tuple(notes),
-                              wanted_resources(desired_res, n_threads if plan.method == "rolling-update" else None))
-
-    def _template_patch(
-        self, service: str, current_res: dict[str, Any], desired_res: dict[str, Any], aff: Affinity,
-        want_placement: dict[str, Any], pod_spec: dict[str, Any], threads: int,
-    ) -> dict[str, Any]:
-        """Strategic merge patch of the pod template: resources, thread env, placement, annotation."""
-        spec: dict[str, Any] = {
-            "containers": [{
-                "name": mf.REPLICA_CONTAINER,
-                "resources": resources_patch(current_res, desired_res),
-                "env": [{"name": "SCANFLOW_THREADS", "value": str(threads)},
-                        {"name": "OMP_NUM_THREADS", "value": str(threads)}],
-            }],
-        }
-        for key in ("affinity", "topologySpreadConstraints"):
-            if key in want_placement:
-                spec[key] = want_placement[key]
-            elif key in pod_spec:
-                spec[key] = None  # delete: placement no longer wanted
-        return {
-            "spec": {
-                "strategy": mf.rolling_strategy(),
-                "template": {"metadata": {"annotations": {mf.AFFINITY_ANNOTATION: aff.policy}}, "spec": spec},
-            }
-        }
-
-    def _resize_pods(
-        self, service: str, current: dict[str, Any], desired: dict[str, Any], notes: list[str]
-    ) -> str | None:
-        """Patch every pod's `resize` subresource and wait for it; return a reason to fall back, or None."""
-        body = {"spec": {"containers": [{"name": mf.REPLICA_CONTAINER,
-                                         "resources": resources_patch(current, desired)}]}}
-        pods = [p for p in self._pods(service) if not (p.get("metadata") or {}).get("deletionTimestamp")]
-        for pod in pods:
-            name = pod["metadata"]["name"]
-            try:
-                self._call("patch", "pods/resize", self.core.patch_namespaced_pod_resize, name, self.namespace,
-                           body, _content_type=STRATEGIC_PATCH)
-            except (KubernetesInvalid, KubernetesNotFound) as exc:
-                if isinstance(exc, KubernetesNotFound) and "pods/resize" not in str(exc):
-                    continue  # the pod went away meanwhile
-                return f"in-place resize refused on pod {name!r}: {exc}; falling back to a rolling update"
-        deadline = time.monotonic() + self.resize_timeout_s
-        pending = {p["metadata"]["name"] for p in pods}
-        while pending:
-            for name in sorted(pending):
-                try:
-                    pod = self._dict(self._call("get", "pods", self.core.read_namespaced_pod, name, self.namespace))
-                except KubernetesNotFound:
-                    pending.discard(name)
-                    continue
-                conds = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []
-                         if c.get("status") == "True"}
-                waiting = conds.get("PodResizePending")
-                if waiting is not None and waiting.get("reason") == "Infeasible":
-                    return (f"pod {name!r}: resize infeasible on its node ({waiting.get('message', '')}); "
-                            "falling back to a rolling update")
-                if waiting is None and "PodResizeInProgress" not in conds:
-                    pending.discard(name)
-            if not pending:
-                break
-            if time.monotonic() > deadline:
-                # not done is not success: the caller reports the plan as failed (and may try again)
-                # instead of a resize the pods do not have; nothing else was changed yet
-                raise PlatformError(
-                    f"in-place resize of {service!r} still pending after {self.resize_timeout_s:.0f}s on pods "
-                    f"{sorted(pending)} (PodResizePending / PodResizeInProgress); the Deployment was not changed",
-                    retryable=True)
-            time.sleep(self.poll_interval_s)
-        notes.append(f"resized {len(pods)} pod(s) in place")
-        return None
+        return resize_service(self, service, resources, affinity, threads)
 
     def route(self, service: str, to: str | None = None) -> ServiceStatus:
         """Point the Service `service` at `to`'s pods (failover), or back at its own when `to` is None."""
@@ -609,105 +425,17 @@ class KubernetesPlatform:
             name=pod["metadata"]["name"],
             ready=ready,
             address=f"http://{ip}:{mf.HTTP_PORT}" if ip else None,
-            cpu_quota=mf._normalise("cpu", limits["cpu"]) if "cpu" in limits else None,
+            cpu_quota=normalise("cpu", limits["cpu"]) if "cpu" in limits else None,
             memory_limit=parse_memory(str(limits["memory"])) if "memory" in limits else None,
             threads=int(env["SCANFLOW_THREADS"]) if str(env.get("SCANFLOW_THREADS", "")).isdigit() else None,
         )
 
     def run_job(self, job: Job, params: dict[str, Any] | None = None) -> JobResult:
-        """Run `job` as a batch/v1 Job in one MLflow run: the run is opened first and its id passed in
-        the Job's env (MLFLOW_RUN_ID), so the job runner logs params, metrics and `outputs.json` into
-        it; the pod logs, duration and outcome are added when the Job ends, and `outputs.json` is read
-        back into JobResult.outputs. Waits on the Job's conditions up to timeout_s (+ grace)."""
+        """Run `job` as a batch/v1 Job in one MLflow run, waited on up to timeout_s (+ grace)
+        (scanflow.platform.k8s_jobs)."""
         _ensure_not_on_event_loop("run_job")
-        run_name = f"{job.name[:54]}-{uuid.uuid4().hex[:8]}"
-        merged = {**job.params, **(params or {})}
-        tracking = self._open_job_run(job, run_name, merged)
-        run_id = tracking.run_id if tracking else None
-        files = self._ship_files(tracking, merged) if tracking else {}
-        body = mf.batch_job(job, run_name, params=params, namespace=self.namespace, image=self.image,
-                            workflow=self.workflow, tracking_uri=self.tracking_uri, run_id=run_id, files=files)
-        started = time.monotonic()
-        try:
-            self._call("create", "jobs", self.batch.create_namespaced_job, self.namespace, body)
-        except PlatformError:
-            if tracking:
-                tracking.finish("FAILED", 0.0, log_text="<job not created>")
-            raise
-        deadline = started + job.timeout_s + self.job_grace_s
-        succeeded: bool | None = None
-        message = ""
-        while succeeded is None:
-            st = self._dict(self._call("get", "jobs", self.batch.read_namespaced_job, run_name, self.namespace))
-            for cond in (st.get("status") or {}).get("conditions") or []:
-                if cond.get("status") != "True":
-                    continue
-                if cond.get("type") in ("Complete", "SuccessCriteriaMet"):
-                    succeeded, message = True, "completed"
-                elif cond.get("type") in ("Failed", "FailureTarget"):
-                    succeeded = False
-                    message = f"failed: {cond.get('reason', '')} {cond.get('message', '')}".strip()
-            if succeeded is None and time.monotonic() > deadline:
-                self._call("delete", "jobs", self.batch.delete_namespaced_job, run_name, self.namespace,
-                           propagation_policy="Background")
-                succeeded, message = False, f"timed out after {job.timeout_s:.0f}s; job deleted"
-            elif succeeded is None:
-                time.sleep(self.poll_interval_s)
-        duration = time.monotonic() - started
-        logs = self._job_logs(run_name)
-        outputs: dict[str, Any] = {}
-        if tracking is None:
-            note = " (no MLflow run: no tracking URI)" if not self.tracking_uri else \
-                " (logs not attached: MLflow unreachable when the Job started)"
-        else:
-            note = tracking.finish("FINISHED" if succeeded else "FAILED", duration, log_text=logs)
-            outputs = tracking.logged_outputs()
-        return JobResult(name=run_name, succeeded=succeeded, run_id=run_id, duration_s=duration,
-                         message=message + note, outputs=outputs)
+        return run_k8s_job(self, job, params)
 
-    def _open_job_run(self, job: Job, run_name: str, params: dict[str, Any]) -> JobRun | None:
-        """The Job's MLflow run (scanflow.platform.jobruns; experiment scanflow-jobs/<workflow>), or None
-        without a tracking URI or when MLflow is unreachable (the Job still runs; its job runner then
-        opens a run of its own)."""
-        if not self.tracking_uri:
-            return None
-        try:
-            return JobRun.open(self.tracking_uri, f"scanflow-jobs/{self.workflow or self.namespace}", job, run_name,
-                               params, tags={"scanflow.k8s_job": run_name, "scanflow.namespace": self.namespace})
-        except Exception as exc:  # noqa: BLE001  # tracking down must not stop the job
-            log.warning("no MLflow run for job %s: %s", run_name, type(exc).__name__)
-            return None
-
-    @staticmethod
-    def _ship_files(tracking: JobRun, params: dict[str, Any]) -> dict[str, str]:
-        """Log the params' local files into the Job's run: its pod has another filesystem (the
-        Executor's plan data under SCANFLOW_HOME is not there). {param: artifact path}; a file that
-        cannot be logged is left out (the job then names the missing path)."""
-        from scanflow.platform.jobrunner import artifact_path, shippable_files
-
-        out: dict[str, str] = {}
-        for name, path in shippable_files(params).items():
-            dest = artifact_path(name, path)
-            try:
-                tracking.client.log_artifact(tracking.run_id, path, str(Path(dest).parent))
-                out[name] = dest
-            except Exception as exc:  # noqa: BLE001  # MLflow down: the job still runs, and says what is missing
-                log.warning("could not ship %s to the job's run: %s", name, type(exc).__name__)
-        return out
-
-    def _job_logs(self, run_name: str, limit_bytes: int = 1_000_000) -> str:
-        pods = self._call("list", "pods", self.core.list_namespaced_pod, self.namespace,
-                          label_selector=f"batch.kubernetes.io/job-name={run_name}")
-        chunks = []
-        for pod in self._dict(pods).get("items") or []:
-            name = pod["metadata"]["name"]
-            try:
-                text = self._call("get", "pods/log", self.core.read_namespaced_pod_log, name, self.namespace,
-                                  container=mf.JOB_CONTAINER, limit_bytes=limit_bytes)
-            except PlatformError as exc:
-                text = f"<logs unavailable: {exc}>"
-            chunks.append(f"==> pod {name} <==\n{text}")
-        return "\n".join(chunks)
 
     def delete(self, service: str) -> None:
         _ensure_not_on_event_loop("delete")

@@ -6,25 +6,27 @@ before they are drained and stopped, and a supervisor thread restarts any that d
 scaling and crashes cost no failed request the gateway could avoid. CPU placement follows the
 machine's topology (topology.place_replicas: ANY or the paper's CPUMEM), applied with
 sched_setaffinity on every thread; CPU quota and memory limit go through cgroups (cgroups.py) where
-the OS allows, else a note says why. Jobs run as child processes inside an MLflow run (jobrunner.py).
+the OS allows, else a note says why (local_launch.py starts and places every process). Jobs run as
+child processes inside an MLflow run (jobrunner.py).
 
 Restart: the platform writes its state (per service: spec, gateway and replicas' pids, start
 times, ports, slots, cores, backup, route) to <home>/state.json after every change (temp file +
 os.replace). A new LocalPlatform on the same home calls `adopt()`: each recorded process that is
 still the same process (pid + start time + command line) is taken over and watched by pid, dead
-ones are restarted, and anything else this home's platform left running is killed. So a SIGKILLed
-owner (the Executor) costs no downtime: the services never stopped.
+ones are restarted, and anything else this home's platform left running is killed (local_adopt.py).
+So a SIGKILLed owner (the Executor) costs no downtime: the services never stopped.
 
 Concurrency: `_lock` guards the in-memory state and is never held across an HTTP request to a
 gateway or replica (up to 15 s x 4 attempts each, or a 1 s probe): callers snapshot their targets
 under it, call outside it, and re-take it to record the results, re-checking that the service and
 replica are still the ones they snapshotted (a replica retired or a service deleted meanwhile is
 left alone). So status() and the public calls answer while a gateway or replica is slow. Each
-service has its own supervisor thread (observe -> probe -> promote -> update the gateway), so one
-service's slow probe never delays another's crash restarts. `_changes` serialises the public calls
-that change a service (scale, set_resources, route); a service's `gateway_io` serialises updates of
-its gateway's replica list, so the list sent last is the one computed last. Lock order:
-`_changes` -> `gateway_io` -> `_lock`. Methods block: async callers use asyncio.to_thread.
+service has its own supervisor thread (observe -> probe -> promote -> update the gateway:
+local_supervisor.py), so one service's slow probe never delays another's crash restarts. `_changes`
+serialises the public calls that change a service (scale, set_resources, route); a service's
+`gateway_io` serialises updates of its gateway's replica list, so the list sent last is the one
+computed last. Lock order: `_changes` -> `gateway_io` -> `_lock`. Methods block: async callers use
+asyncio.to_thread.
 Who calls: the Executor agent's actuators, `scanflow deploy`, the demo, tests and benchmarks.
 """
 
@@ -33,9 +35,6 @@ from __future__ import annotations
 import atexit
 import json
 import logging
-import math
-import os
-import socket
 import sys
 import threading
 import time
@@ -44,8 +43,6 @@ from pathlib import Path
 from typing import Any, Self
 
 from scanflow.auth import bearer_header
-from scanflow.credentials import ChildKind, child_env, replica_record_key
-from scanflow.handoff import listen_host, take_reserved_ports
 from scanflow.platform import processes as procs
 from scanflow.platform.base import (
     JobResult,
@@ -55,39 +52,18 @@ from scanflow.platform.base import (
     ServiceStatus,
 )
 from scanflow.platform.cgroups import CgroupManager, CgroupSupport, detect
+from scanflow.platform.local_adopt import rebuild, take_over_services
 from scanflow.platform.local_jobs import run_local_job
-from scanflow.platform.local_state import (
-    STATE_FILE,
-    _Observed,
-    _Replica,
-    _Service,
-    _Taken,
-    read_state,
-    snapshot,
-    take_over,
-    write_state,
-)
+from scanflow.platform.local_launch import HOME_ENV, MODULES, Launcher, default_threads
+from scanflow.platform.local_state import STATE_FILE, _Replica, _Service, read_state, snapshot, write_state
+from scanflow.platform.local_supervisor import Supervisor, send_backup
 from scanflow.platform.readback import Wanted
-from scanflow.platform.topology import Placement, Topology, allowed_topology, place_replicas
+from scanflow.platform.topology import Topology, allowed_topology
 from scanflow.spec import Affinity, Job, Resources, Service
 
 log = logging.getLogger(__name__)
 
-MODULES = ("scanflow.serving.gateway", "scanflow.serving.replica", "scanflow.platform.jobrunner")
-HOME_ENV = "SCANFLOW_PLATFORM_HOME"  # marks every process a platform starts, for the sweep in adopt()
-READY_DEADLINE_S = 120.0  # a replica imports torch + mlflow and loads a model: slow on a busy 2-core box
 STOP_GRACE_S = 10.0
-MAX_BACKOFF_S = 10.0
-
-
-def default_threads(spec: Service, placement: Placement, total_cores: int) -> int:
-    """Thread pool = the cores a replica got (explicit `threads` wins): pinned -> its cores,
-    unpinned -> ceil(cpu quota) capped by the machine."""
-    if spec.threads:
-        return spec.threads
-    if spec.affinity.policy != "none":
-        return len(placement.cpus)
-    return max(1, min(total_cores, math.ceil(spec.resources.cpu)))
 
 
 class LocalPlatform:
@@ -117,7 +93,8 @@ class LocalPlatform:
         self.python = python
         self.topology = topology or allowed_topology()  # the cores its cpuset allows, by socket
         self.cgroup_support = cgroups or detect()
-        self._cg = CgroupManager(self.cgroup_support, prefix=f"scanflow-{os.getpid()}")
+        self._launch = Launcher(self.home, tracking_uri, tracker_url, token, allow_anonymous, python,
+                                self.topology, self.cgroup_support)  # starts and places the processes
         self._written = ""  # the state last written (a write happens only when it changed)
         self._starts: weakref.WeakKeyDictionary[Any, int | None] = weakref.WeakKeyDictionary()
         self.experiment = experiment
@@ -125,156 +102,19 @@ class LocalPlatform:
         self._lock = threading.RLock()  # the state; never held across a public call's HTTP requests
         self._changes = threading.RLock()  # one public change at a time; taken before _lock, never inside it
         self._closed = threading.Event()
-        self._interval = supervise_interval_s
-        self._handed = take_reserved_ports()  # gateway ports reserved by who started this process
+        self._supervisor = Supervisor(self._services, self._lock, self._closed, self._launch, self._persist,
+                                      bearer_header(token), supervise_interval_s)
         atexit.register(self.close)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _headers(self) -> dict[str, str]:
         return bearer_header(self._token)
 
-    def _env(self, kind: ChildKind) -> dict[str, str]:
-        """A child's environment: this process's, minus its credentials, plus the child's own
-        (scanflow.credentials: a replica never holds the Executor's token or MLflow login)."""
-        parent = dict(os.environ)
-        if self._token:
-            parent["SCANFLOW_TOKEN"] = self._token
-        env = child_env(parent, kind)
-        env["MLFLOW_TRACKING_URI"] = self.tracking_uri
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        env[HOME_ENV] = str(self.home.resolve())
-        return env
-
     def _get(self, name: str) -> _Service:
         svc = self._services.get(name)
         if svc is None:
             raise PlatformError(f"no service {name!r} on this platform (deployed: {sorted(self._services)})")
         return svc
-
-    def _placement(self, spec: Service, rid: int) -> Placement:
-        each = max(1, math.ceil(spec.resources.cpu))
-        return place_replicas(self.topology, rid, each, spec.affinity.policy)[-1]
-
-    def _spawn_replica(self, svc: _Service, rid: int, restarts: int = 0) -> _Replica:
-        spec = svc.spec
-        listener = procs.reserve_port("127.0.0.1")  # handed to the replica: no one takes it before it listens
-        port = int(listener.getsockname()[1])
-        threads = default_threads(spec, self._placement(spec, rid), self.topology.total)
-        argv = [
-            self.python, "-m", "scanflow.serving.replica", "--model-uri", spec.model_uri,
-            "--port", str(port), "--host", "127.0.0.1", "--threads", str(threads),
-            "--max-batch-size", str(spec.max_batch_size), "--max-batch-wait-ms", str(spec.max_batch_wait_ms),
-            "--service", spec.name, "--replica-id", f"{spec.name}-{rid}",
-        ]
-        if self.tracker_url:  # the spool outlives the process: a restarted replica sends what it owed
-            argv += ["--tracker-url", self.tracker_url, "--spool-dir", str(self.home / "spool" / f"{spec.name}-{rid}")]
-        if self.allow_anonymous:
-            argv.append("--allow-anonymous")
-        log_path = self.home / "logs" / f"{spec.name}-{rid}.log"
-        env = self._env("replica") | replica_record_key(os.environ, spec.name)  # ids bound to its service
-        proc = procs.spawn(argv, log_path, env, listener=listener)
-        log.info("service %s: replica %d starting (pid %d, port %d)", spec.name, rid, proc.pid, port)
-        return _Replica(rid=rid, port=port, proc=proc, restarts=restarts)
-
-    def _gateway_listener(self, port: int | None) -> socket.socket:
-        """The socket a gateway is to serve on: the reservation handed to this process for `port` (an
-        embedded stack fixes gateway ports before its Executor starts), else one made now, on `port`
-        (a spec's, or the one a restarted gateway keeps) or a free one."""
-        if port and port in self._handed:
-            return self._handed.pop(port)
-        try:
-            return procs.reserve_port(listen_host(self._env("gateway")), port)
-        except procs.PortInUse as exc:
-            raise PlatformError(f"gateway: {exc.strerror}", retryable=True) from None
-
-    def _spawn_gateway(self, spec: Service, listener: socket.socket, backup_url: str | None) -> procs.Proc:
-        """Start the gateway on `listener` (a `_gateway_listener`), which it takes over."""
-        argv = [
-            self.python, "-m", "scanflow.serving.gateway", "--port", str(listener.getsockname()[1]),
-            "--service", spec.name, "--health-interval-s", "0.5",
-        ]
-        if backup_url:
-            argv += ["--backup", backup_url]
-        if self.allow_anonymous:
-            argv.append("--allow-anonymous")
-        return procs.spawn(argv, self.home / "logs" / f"{spec.name}-gateway.log", self._env("gateway"),
-                           listener=listener)
-
-    def _apply_to_replica(self, svc: _Service, rep: _Replica) -> list[str]:
-        """cgroup limits, then affinity (moving into a cpuset resets affinity), for one replica."""
-        spec = svc.spec
-        place = self._placement(spec, rep.rid)
-        numa = spec.affinity.policy == "numa"
-        notes = self._cg.apply(
-            f"{spec.name}-{rep.rid}", rep.proc.pid, cpu=spec.resources.cpu,
-            memory=spec.resources.memory_bytes,
-            cpus=place.cpus if numa else None, mems=place.node if numa else None,
-        )
-        try:
-            procs.set_affinity_all_threads(rep.proc.pid, place.cpus)
-        except (ProcessLookupError, OSError) as exc:
-            notes.append(f"replica {rep.rid}: affinity not applied: {exc}")
-        if place.shared:
-            notes.append(f"replica {rep.rid}: not enough cores for exclusive placement; cores are shared")
-        return notes
-
-    @staticmethod
-    def _ready_urls(svc: _Service) -> tuple[str, ...]:
-        """The replica URLs the gateway should hold (caller holds the lock)."""
-        return tuple(sorted(r.url for r in svc.replicas.values() if r.state == "ready"))
-
-    def _put_replicas(self, endpoint: str, urls: tuple[str, ...]) -> str | None:
-        """Send the gateway its replica list; the error as text, or None. Touches no state (no lock needed)."""
-        try:
-            procs.call("PUT", f"{endpoint}/admin/replicas", json={"replicas": list(urls)},
-                       headers=self._headers(), timeout_s=15.0)
-            return None
-        except procs.HttpError as exc:
-            return str(exc)
-
-    @staticmethod
-    def _record_sync(svc: _Service, urls: tuple[str, ...], error: str | None) -> None:
-        """Record what the gateway holds after a replica-list update (caller holds the lock). If the
-        ready set moved on meanwhile, the next supervisor tick sends the difference."""
-        if error is None:
-            svc.registered = urls
-            svc.notes.pop("gateway", None)
-        else:
-            svc.registered = None
-            svc.notes["gateway"] = f"gateway not updated: {error}"
-
-    def _sync_gateway(self, svc: _Service, gateway: procs.Proc | None = None) -> None:
-        """Bring the gateway's replica list up to date (a no-op when it already holds the ready set);
-        a gateway whose state is unknown (new or restarted: `registered` is None) also gets its backup
-        and forced route again. Caller must NOT hold `_lock`: the list is computed under it, sent
-        outside it (15 s x 4 tries at worst) and recorded under it, all inside `svc.gateway_io`, so
-        two updates never cross and the list sent last is always the one computed last.
-        `gateway`: act only if the service still runs this gateway process (the one a tick probed)."""
-        with svc.gateway_io:
-            with self._lock:
-                if not self._owns(svc) or (gateway is not None and svc.gateway is not gateway):
-                    return
-                urls = self._ready_urls(svc)
-                if urls == svc.registered:
-                    return
-                fresh = svc.registered is None
-                current, endpoint, backup, routed = svc.gateway, svc.endpoint, svc.backup_url, svc.routed_to
-            error = self._put_replicas(endpoint, urls)
-            notes: dict[str, str] = {}
-            if fresh and error is None:
-                if backup and (backup_error := self._send_backup(endpoint, backup)) is not None:
-                    notes["backup"] = backup_error
-                if routed:  # a restarted gateway forgot a forced route
-                    try:
-                        procs.call("PUT", f"{endpoint}/admin/route", json={"to": "backup"}, headers=self._headers())
-                    except procs.HttpError as exc:
-                        notes["route"] = f"route to backup not restored: {exc}"
-            with self._lock:
-                if svc.gateway is not current:
-                    return  # restarted meanwhile: the new one starts unknown and is re-fed by the next tick
-                self._record_sync(svc, urls, error)
-                svc.notes.update(notes)
-                self._persist()
 
     # -- state on disk, and adoption ------------------------------------------------------------
     @property
@@ -291,8 +131,8 @@ class LocalPlatform:
 
     def _snapshot(self) -> dict[str, Any]:
         """Everything a successor needs to take the services over (caller holds the lock)."""
-        return snapshot(self._services, self._start_of, lambda svc, rid: self._placement(svc.spec, rid).cpus,
-                        self._cg.prefix)
+        return snapshot(self._services, self._start_of,
+                        lambda svc, rid: self._launch.placement(svc.spec, rid).cpus, self._launch.cg.prefix)
 
     def _persist(self) -> None:
         """Write the state (scanflow.platform.local_state.write_state) when it changed. Never raises: a
@@ -319,23 +159,8 @@ class LocalPlatform:
                 raise PlatformError("adopt() must come before any deploy on this platform")
             data = read_state(self.state_path)
             if data.get("cgroup_prefix"):  # the adopted replicas' cgroups: ours to remove at close()
-                self._cg = CgroupManager(self.cgroup_support, prefix=str(data["cgroup_prefix"]))
-            found: dict[str, tuple[Service, dict[str, Any], procs.Adopted | None, dict[int, _Taken]]] = {}
-            keep: set[int] = set()
-            for name, rec in (data.get("services") or {}).items():
-                try:
-                    spec = Service.model_validate(rec["spec"])
-                except (KeyError, ValueError) as exc:
-                    log.warning("service %s: recorded spec unusable (%s); not adopted", name, exc)
-                    continue
-                gw, gw_ok = take_over(rec.get("gateway") or {}, "scanflow.serving.gateway", "/health")
-                gw = gw if gw_ok else None
-                reps = {}
-                for r in rec.get("replicas") or []:
-                    proc, ready = take_over(r, "scanflow.serving.replica", "/ready")
-                    reps[int(r["rid"])] = (r, proc, ready)
-                found[name] = (spec, rec, gw, reps)
-                keep |= {p.pid for p in [gw, *(x[1] for x in reps.values())] if p is not None}
+                self._launch.cg = CgroupManager(self.cgroup_support, prefix=str(data["cgroup_prefix"]))
+            found, keep = take_over_services(data)
             stray = procs.find_processes(HOME_ENV, str(self.home.resolve()), MODULES, exclude=keep)
             if stray:
                 log.warning("killing %d processes a previous platform left and no one adopts: %s", len(stray), stray)
@@ -343,30 +168,9 @@ class LocalPlatform:
             report: dict[str, dict[str, Any]] = {}
             now = time.monotonic()
             for name, (spec, rec, gw, reps) in found.items():
-                port = int((rec.get("gateway") or {}).get("port") or spec.port or 0)
-                restarted = []
-                if gw is None:
-                    listener = self._gateway_listener(port or None)
-                    port = int(listener.getsockname()[1])
-                    gw_proc: procs.Proc = self._spawn_gateway(spec, listener, rec.get("backup_url"))
-                    restarted.append("gateway")
-                else:
-                    gw_proc = gw
-                svc = _Service(spec=spec, gateway=gw_proc, gateway_port=port,
-                               backup_url=rec.get("backup_url"), routed_to=rec.get("routed_to"))
-                for rid, (r, proc, ready) in sorted(reps.items()):
-                    restarts = int(r.get("restarts") or 0)
-                    if proc is None:
-                        dead = procs.Adopted(int(r.get("pid") or 0), -1)
-                        dead.returncode = -1
-                        svc.replicas[rid] = _Replica(rid=rid, port=int(r.get("port") or 0), proc=dead, state="dead",
-                                                     restarts=restarts, restart_at=now)
-                        restarted.append(f"replica {rid}")
-                    else:
-                        svc.replicas[rid] = _Replica(rid=rid, port=int(r["port"]), proc=proc,
-                                                     state="ready" if ready else "starting", restarts=restarts)
+                svc, restarted = rebuild(spec, rec, gw, reps, self._launch, now)
                 self._services[name] = svc  # registered=None: the next tick re-sends the replica list
-                self._start_supervisor(svc)
+                self._supervisor.start(svc)
                 report[name] = {"adopted": sorted(p.pid for p in [gw, *(x[1] for x in reps.values())] if p),
                                 "restarted": restarted}
                 log.info("service %s adopted: %s", name, report[name])
@@ -385,130 +189,23 @@ class LocalPlatform:
             return {p.pid for svc in self._services.values() for p in [svc.gateway, *(r.proc for r in svc.replicas.values())]
                     if p.poll() is None}
 
-    # -- supervision -----------------------------------------------------------------------------
-    def _owns(self, svc: _Service) -> bool:
-        """`svc` is still deployed here (not deleted, platform not closed). Caller holds the lock."""
-        return not self._closed.is_set() and self._services.get(svc.spec.name) is svc
-
-    def _start_supervisor(self, svc: _Service) -> None:
-        """One supervisor thread per service (caller holds the lock), so a slow probe or gateway
-        update of one service never delays another's crash restarts."""
-        svc.supervisor = threading.Thread(
-            target=self._supervise, args=(svc,), name=f"scanflow-supervisor-{svc.spec.name}", daemon=True
-        )
-        svc.supervisor.start()
-
-    def _supervise(self, svc: _Service) -> None:
-        """The service's supervisor: a tick per interval until it is deleted or the platform closed."""
-        while not self._closed.wait(self._interval):
-            try:
-                if not self._tick(svc):
-                    return
-            except Exception:  # never let the supervisor die
-                log.exception("supervisor tick failed for %s", svc.spec.name)
-
-    def _observe(self, svc: _Service, now: float) -> _Observed:
-        """A tick's first step (caller holds the lock; local calls only): restart an exited gateway,
-        mark exited replicas dead, respawn dead ones whose backoff is over, and say what to probe."""
-        if svc.gateway.poll() is not None:
-            try:
-                listener = self._gateway_listener(svc.gateway_port)
-            except PlatformError as exc:  # its port was taken meanwhile: the next tick tries again
-                note = f"gateway exited ({svc.gateway.returncode}); not restarted yet: {exc}"
-                if svc.notes.get("gateway-restart") != note:  # logged once per cause, not on every tick
-                    log.warning("service %s: %s", svc.spec.name, note)
-                svc.notes["gateway-restart"] = note  # and shown in status() while it lasts
-            else:
-                log.warning("service %s: gateway exited (%s); restarting", svc.spec.name, svc.gateway.returncode)
-                svc.notes.pop("gateway-restart", None)
-                svc.gateway = self._spawn_gateway(svc.spec, listener, svc.backup_url)
-                svc.registered = None
-        for rid, rep in list(svc.replicas.items()):
-            if rep.state != "dead" and rep.proc.poll() is not None:
-                log.warning("service %s: replica %d exited (%s)", svc.spec.name, rep.rid, rep.proc.returncode)
-                rep.state = "dead"
-                rep.restart_at = now + min(MAX_BACKOFF_S, 0.5 * 2 ** rep.restarts)
-            if rep.state == "dead" and now >= rep.restart_at:
-                self._cg.remove(f"{svc.spec.name}-{rid}")
-                svc.replicas[rid] = self._spawn_replica(svc, rid, restarts=rep.restarts + 1)
-        starting = tuple(r for r in svc.replicas.values() if r.state == "starting")
-        return _Observed(gateway=svc.gateway, endpoint=svc.endpoint, probe_gateway=svc.registered is None,
-                         starting=starting)
-
-    def _promote(self, svc: _Service, probed: list[tuple[_Replica, bool]], now: float) -> list[_Replica]:
-        """A tick's third step (caller holds the lock): a replica that answered /ready is placed and
-        joins the ready set; one past its deadline is marked dead (returned, to stop outside the lock).
-        A replica retired (scale) or replaced meanwhile is not this service's any more: left alone."""
-        overdue = []
-        for rep, ready in probed:
-            if svc.replicas.get(rep.rid) is not rep or rep.state != "starting":
-                continue
-            if ready:
-                svc.notes.update({f"replica-{rep.rid}-{i}": n for i, n in enumerate(self._apply_to_replica(svc, rep))})
-                rep.state = "ready"
-            elif now - rep.started_at > READY_DEADLINE_S:
-                rep.state = "dead"
-                rep.restart_at = now + min(MAX_BACKOFF_S, 0.5 * 2 ** rep.restarts)
-                svc.notes[f"replica-{rep.rid}-ready"] = f"replica {rep.rid} not ready in {READY_DEADLINE_S:.0f}s"
-                overdue.append(rep)
-        return overdue
-
-    def _tick(self, svc: _Service) -> bool:
-        """One reconciliation step: observe (under the lock) -> probe (outside it) -> promote (under
-        it, re-checking each replica is still the one probed) -> update the gateway (outside it).
-        So status(), the public calls and other services never wait on a probe. Only the service's
-        own supervisor thread calls it, so ticks of one service never overlap. False: service gone."""
-        with self._lock:
-            if not self._owns(svc):
-                return False
-            obs = self._observe(svc, time.monotonic())
-            self._persist()
-        gateway_up = not obs.probe_gateway or procs.is_ready(f"{obs.endpoint}/health", 1.0)
-        probed = [(rep, procs.is_ready(f"{rep.url}/ready", 1.0)) for rep in obs.starting]
-        with self._lock:
-            if not self._owns(svc):
-                return False
-            overdue = self._promote(svc, probed, time.monotonic())
-            self._persist()
-        for rep in overdue:  # the next tick (same thread) restarts the slot once this one is gone
-            procs.stop(rep.proc, 2.0)
-        if gateway_up:
-            self._sync_gateway(svc, obs.gateway)
-        return True
-
-    def _wait_ready(self, name: str, deadline_s: float = READY_DEADLINE_S) -> None:
-        """Wait (polling state under the lock, no HTTP) until the supervisor has every replica of
-        `name` ready and the gateway holds exactly them."""
-        def done() -> bool:
-            with self._lock:
-                svc = self._services.get(name)
-                if svc is None:
-                    return True
-                ready = all(r.state == "ready" for r in svc.replicas.values())
-                return ready and svc.registered == self._ready_urls(svc)
-
-        if not procs.wait_until(done, deadline_s, 0.1):
-            raise PlatformError(
-                f"service {name!r}: replicas not ready within {deadline_s:.0f}s (logs in {self.home / 'logs'})",
-                retryable=True,
-            )
-
     # -- Platform --------------------------------------------------------------------------------
     def deploy(self, service: Service) -> ServiceStatus:
         """Create the service, or apply what changed (replicas, model, resources, backup)."""
         with self._lock:
             svc = self._services.get(service.name)
             if svc is None:
-                listener = self._gateway_listener(service.port)
+                listener = self._launch.gateway_listener(service.port)
                 port = int(listener.getsockname()[1])
                 backup = self._services.get(service.backup) if service.backup else None
-                svc = _Service(spec=service, gateway=self._spawn_gateway(service, listener, None), gateway_port=port)
+                gateway = self._launch.spawn_gateway(service, listener, None)
+                svc = _Service(spec=service, gateway=gateway, gateway_port=port)
                 svc.backup_url = backup.endpoint if backup else None
                 if service.backup and backup is None:
                     svc.notes["backup"] = f"backup {service.backup!r} not deployed yet; wired when it is"
                 self._services[service.name] = svc
                 for rid in range(1, service.replicas + 1):
-                    svc.replicas[rid] = self._spawn_replica(svc, rid)
+                    svc.replicas[rid] = self._launch.spawn_replica(svc, rid)
                 tell: list[tuple[_Service, str]] = []  # services that named this one as backup
                 for other in self._services.values():
                     if other is not svc and other.spec.backup == service.name:
@@ -517,19 +214,19 @@ class LocalPlatform:
                         if other.registered is not None:  # else its next re-feed sends it
                             tell.append((other, other.endpoint))
                 self._persist()
-                self._start_supervisor(svc)  # it re-feeds the gateway (replicas, backup) once /health answers
+                self._supervisor.start(svc)  # it re-feeds the gateway (replicas, backup) once /health answers
                 new = True
             else:
                 new = False
         if new:  # HTTP from here on, outside the lock
             for other, endpoint in tell:
-                error = self._send_backup(endpoint, svc.endpoint)
+                error = send_backup(endpoint, svc.endpoint, self._headers())
                 if error is not None:
                     with self._lock:
                         other.notes["backup"] = error
             if not procs.wait_until(lambda: procs.is_ready(f"{svc.endpoint}/health", 1.0), 60.0, 0.2):
                 raise PlatformError(f"service {service.name!r}: gateway not healthy within 60s", retryable=True)
-            self._wait_ready(service.name)
+            self._supervisor.wait_ready(service.name)
             self._persist()
             return self.status(service.name)
         return self._update(svc, service)
@@ -547,7 +244,7 @@ class LocalPlatform:
                 target = self._services.get(new.backup) if new.backup else None
                 svc.backup_url = target.endpoint if target else None
                 endpoint, url = svc.endpoint, svc.backup_url
-            error = self._send_backup(endpoint, url)  # outside the lock: an HTTP call
+            error = send_backup(endpoint, url, self._headers())  # outside the lock: an HTTP call
             with self._lock:
                 if error is not None:
                     svc.notes["backup"] = error
@@ -561,14 +258,6 @@ class LocalPlatform:
                 svc.notes["restart"] = f"{changed} apply to replicas started from now on (scale or restart)"
         self._persist()
         return self.status(new.name)
-
-    def _send_backup(self, endpoint: str, url: str | None) -> str | None:
-        """Tell a gateway its backup; a note on failure, or None. Touches no state (no lock needed)."""
-        try:
-            procs.call("PUT", f"{endpoint}/admin/backup", json={"url": url}, headers=self._headers())
-            return None
-        except procs.HttpError as exc:
-            return f"backup not set on gateway: {exc}"
 
     def scale(self, service: str, replicas: int) -> ServiceStatus:
         """Add replicas (ready before they join) or remove them (leave gateway, drain, stop)."""
@@ -586,15 +275,15 @@ class LocalPlatform:
             if replicas > len(current):
                 free = [i for i in range(1, replicas + 1) if i not in svc.replicas]
                 for rid in free[: replicas - len(current)]:
-                    svc.replicas[rid] = self._spawn_replica(svc, rid)
+                    svc.replicas[rid] = self._launch.spawn_replica(svc, rid)
             victims = [svc.replicas.pop(rid) for rid in current[replicas:]] if replicas < len(current) else []
             svc.spec = svc.spec.model_copy(update={"replicas": replicas})
             self._persist()
         if victims:  # out of rotation first (every later update leaves them out too: they are popped)
-            self._sync_gateway(svc)
+            self._supervisor.sync_gateway(svc)
         for rep in victims:
             self._retire(svc, rep)
-        self._wait_ready(service)
+        self._supervisor.wait_ready(service)
         self._persist()
         return self.status(service)
 
@@ -605,7 +294,7 @@ class LocalPlatform:
             except procs.HttpError as exc:
                 log.info("drain of replica %d failed (%s); stopping anyway", rep.rid, exc)
         procs.stop(rep.proc, STOP_GRACE_S)
-        self._cg.remove(f"{svc.spec.name}-{rep.rid}")
+        self._launch.cg.remove(f"{svc.spec.name}-{rep.rid}")
 
     def set_resources(
         self, service: str, resources: Resources, affinity: Affinity | None = None,
@@ -626,8 +315,8 @@ class LocalPlatform:
                 for rep in sorted(svc.replicas.values(), key=lambda r: r.rid):
                     if rep.state != "ready":
                         continue  # it gets the new settings when it becomes ready
-                    notes += self._apply_to_replica(svc, rep)
-                    place = self._placement(svc.spec, rep.rid)
+                    notes += self._launch.apply_to_replica(svc, rep)
+                    place = self._launch.placement(svc.spec, rep.rid)
                     n = default_threads(svc.spec, place, self.topology.total)
                     resize.append((rep.rid, rep.url, n))
                     applied[f"{service}-{rep.rid}"] = {"cpus": list(place.cpus), "threads": n}
@@ -710,7 +399,7 @@ class LocalPlatform:
         for rep in reps:
             alive = rep.proc.poll() is None
             info = procs.read_proc_status(rep.proc.pid) if alive else None
-            limits = self._cg.read(f"{spec.name}-{rep.rid}")
+            limits = self._launch.cg.read(f"{spec.name}-{rep.rid}")
             version = threads = None
             if alive and rep.state == "ready":
                 try:
@@ -752,7 +441,7 @@ class LocalPlatform:
         procs.stop(svc.gateway, STOP_GRACE_S)
         for rep in svc.replicas.values():
             procs.stop(rep.proc, STOP_GRACE_S)
-            self._cg.remove(f"{svc.spec.name}-{rep.rid}")
+            self._launch.cg.remove(f"{svc.spec.name}-{rep.rid}")
 
     def close(self) -> None:
         """Stop the supervisor, every service and remove our cgroups. Idempotent; also runs at exit."""
@@ -761,15 +450,13 @@ class LocalPlatform:
         self._closed.set()
         with self._lock:
             supervisors = [s.supervisor for s in self._services.values() if s.supervisor is not None]
-        deadline = time.monotonic() + 5.0  # one bound for all: a tick still in HTTP changes nothing once closed (_owns)
+        deadline = time.monotonic() + 5.0  # one bound for all: a tick still in HTTP changes nothing once closed (owns)
         for thread in supervisors:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         for name in list(self._services):
             self.delete(name)
-        self._cg.remove_all()
-        for sock in self._handed.values():
-            sock.close()
-        self._handed.clear()
+        self._launch.cg.remove_all()
+        self._launch.close()
         self.state_path.unlink(missing_ok=True)  # nothing left to adopt
         atexit.unregister(self.close)
 
@@ -784,4 +471,4 @@ class LocalPlatform:
         """Run a job to completion or timeout as a child process, inside an MLflow run holding its log
         (scanflow.platform.local_jobs)."""
         return run_local_job(job, params, tracking_uri=self.tracking_uri, experiment=self.experiment,
-                             jobs_dir=self.home / "jobs", env=self._env("job"), python=self.python)
+                             jobs_dir=self.home / "jobs", env=self._launch.env("job"), python=self.python)

@@ -3,14 +3,17 @@
 Everything here is a pure function of its arguments: no client, no I/O. `KubernetesPlatform` applies
 what these functions build, `scanflow deploy --dry-run` prints it, and the tests validate it against
 the Kubernetes 1.33+ JSON schemas. Keeping the shape of every object in one module means the
-platform, the CLI and the kustomize base cannot drift apart silently.
+platform, the CLI and the kustomize base cannot drift apart silently. The rules the objects follow
+live beside it: container resources, QoS and the resize decision in `k8s_resources`, pod confinement
+and credentials in `k8s_security`.
 
 Conventions (also used by deploy/base):
 - one Deployment and one Service per workflow service, both named after the service; pods carry
   `scanflow.io/service=<name>`; the Service selects on that single label, so failover is a selector
   switch to the backup's label;
 - containers are named `replica` (services) and `job` (jobs); port 8080 named `http`;
-- non-root (uid 10001), read-only root filesystem with an emptyDir on /tmp, no capabilities;
+- non-root (uid 10001), read-only root filesystem with an emptyDir on /tmp, no capabilities
+  (k8s_security);
 - secrets only by `secretKeyRef` (Secret `scanflow-secrets`), never as literal values; each component
   its own (scanflow.deploy_secrets): a replica holds the replica's token (it can only append prediction
   records) and a read-only MLflow login, a Job only the `job` MLflow login (it cannot move `champion`).
@@ -20,20 +23,17 @@ from __future__ import annotations
 
 import json
 import math
-import re
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from scanflow.deploy_secrets import AUTH_TOKENS_KEY, mlflow_password_key, token_key
+from scanflow.platform.k8s_resources import default_threads, normalise, resources_block
+from scanflow.platform.k8s_security import container_security_context, credential_env, pod_security_context
 from scanflow.secrets import public_params  # params minus secrets: the only ones in a Job's env
 from scanflow.spec import Affinity, Job, Resources, Service, Workflow
 
 Manifest = dict[str, Any]
-QoS = Literal["Guaranteed", "Burstable", "BestEffort"]
 
 DEFAULT_IMAGE = "scanflow:0.1.0"
 DEFAULT_NAMESPACE = "scanflow"
-SECRET_NAME = "scanflow-secrets"  # keys: scanflow.deploy_secrets
 HTTP_PORT = 8080
 HEALTH_PATH = "/health"  # liveness: the process answers (replicas, gateways, agents)
 READY_PATH = "/ready"  # readiness: a replica's model is loaded / a gateway has a healthy replica
@@ -48,147 +48,6 @@ AFFINITY_ANNOTATION = "scanflow.io/affinity"
 ROUTED_TO_ANNOTATION = "scanflow.io/routed-to"
 REPLICA_CONTAINER = "replica"
 JOB_CONTAINER = "job"
-RUN_AS_USER = 10001
-
-
-# -- resources and QoS -------------------------------------------------------------------------------
-
-
-def cpu_quantity(cores: float) -> str:
-    """1.0 -> '1', 0.5 -> '500m', 2.25 -> '2250m' (millicores, rounded up: never less than asked)."""
-    milli = math.ceil(round(cores * 1000, 6))
-    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
-
-
-def resources_block(resources: Resources, affinity: Affinity | None = None) -> dict[str, dict[str, str]]:
-    """The container `resources` for a replica.
-
-    affinity none: a CPU limit equal to the request, because the replica sizes its thread pool from
-    its cgroup CPU limit (scanflow.serving.replica): without a limit the pool never follows a resize.
-    That makes the pod Guaranteed; with a fractional CPU no CPU manager pins it, and a kubelet with
-    the static policy that refuses to resize an integer-CPU pod in place reports it Infeasible, which
-    set_resources turns into a rolling update. pinned / numa: Guaranteed with integer CPUs (requests
-    == limits, cpu rounded up to whole cores), the only pods the static CPU manager gives exclusive
-    cores to.
-    """
-    memory = resources.memory
-    if affinity is not None and affinity.policy in ("pinned", "numa"):
-        cores = str(max(1, math.ceil(resources.cpu - 1e-9)))
-        both = {"cpu": cores, "memory": memory}
-        return {"requests": dict(both), "limits": dict(both)}
-    both = {"cpu": cpu_quantity(resources.cpu), "memory": memory}
-    return {"requests": dict(both), "limits": dict(both)}
-
-
-def qos_class(containers_resources: list[dict[str, Any]]) -> QoS:
-    """The QoS class Kubernetes would give a pod with these container `resources` blocks."""
-    any_set = False
-    guaranteed = True
-    for res in containers_resources:
-        requests = dict(res.get("requests") or {})
-        limits = dict(res.get("limits") or {})
-        if requests or limits:
-            any_set = True
-        for kind in ("cpu", "memory"):
-            # a missing request defaults to the limit
-            differs = kind in requests and kind in limits and (
-                _normalise(kind, requests[kind]) != _normalise(kind, limits[kind]))
-            if kind not in limits or differs:
-                guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-def _normalise(kind: str, value: Any) -> float:
-    text = str(value)
-    if kind == "cpu":
-        return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
-    from scanflow.spec import parse_memory
-
-    return float(parse_memory(text))
-
-
-def has_integer_cpus(res: dict[str, Any]) -> bool:
-    """True when the container asks whole cores with requests == limits (static CPU manager pins it)."""
-    limits = res.get("limits") or {}
-    requests = res.get("requests") or {}
-    if "cpu" not in limits:
-        return False
-    cpu = _normalise("cpu", limits["cpu"])
-    return cpu == int(cpu) and _normalise("cpu", requests.get("cpu", limits["cpu"])) == cpu
-
-
-def default_threads(resources: Resources) -> int:
-    """Intra-op threads when the spec leaves them unset: one per whole core given, at least one."""
-    return max(1, math.floor(resources.cpu + 1e-9))
-
-
-# -- resize decision ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ResizePlan:
-    """How a CPU/memory change should be applied, and why (the why goes into ResourceChange.notes)."""
-
-    method: Literal["in-place", "rolling-update"]
-    reason: str
-
-
-def choose_resize_method(
-    server_version: tuple[int, int],
-    current: dict[str, Any],
-    desired: dict[str, Any],
-    current_policy: str,
-    desired_policy: str,
-    placement_changed: bool = False,
-) -> ResizePlan:
-    """Pick in-place (pods/resize) or a rolling update; pure, so the Planner and tests can ask too.
-
-    In-place needs K8s >= 1.33 (pods/resize beta, on by default), the same QoS class before and after,
-    and no pod pinned by the static CPU manager (exclusive cores cannot be resized in place).
-    A placement change (node affinity, spread) needs new pods anyway.
-    """
-    if server_version < (1, 33):
-        return ResizePlan("rolling-update", f"cluster v{server_version[0]}.{server_version[1]} < 1.33 has no "
-                          "in-place resize (pods/resize)")
-    before, after = qos_class([current]), qos_class([desired])
-    if before != after:
-        return ResizePlan("rolling-update", f"QoS class would change {before} -> {after}; Kubernetes "
-                          "forbids that in place")
-    pinned = {"pinned", "numa"}
-    if (current_policy in pinned and has_integer_cpus(current)) or (
-        desired_policy in pinned and has_integer_cpus(desired)
-    ):
-        return ResizePlan("rolling-update", "pods pinned by the static CPU manager (Guaranteed, integer "
-                          "CPUs) cannot be resized in place")
-    if placement_changed:
-        return ResizePlan("rolling-update", "node affinity / topology spread changed: pods must be "
-                          "rescheduled")
-    if server_version < (1, 35) and memory_limit_decreases(current, desired):
-        return ResizePlan("rolling-update", f"cluster v{server_version[0]}.{server_version[1]} < 1.35 refuses "
-                          "an in-place memory-limit decrease with restartPolicy NotRequired")
-    return ResizePlan("in-place", f"cluster v{server_version[0]}.{server_version[1]} supports pods/resize")
-
-
-def memory_limit_decreases(current: dict[str, Any], desired: dict[str, Any]) -> bool:
-    """True when the desired memory limit is below the current one (a missing limit is unbounded)."""
-    cur = (current.get("limits") or {}).get("memory")
-    new = (desired.get("limits") or {}).get("memory")
-    if new is None:
-        return False
-    return cur is None or _normalise("memory", new) < _normalise("memory", cur)
-
-
-def parse_server_version(major: str, minor: str) -> tuple[int, int]:
-    """VersionInfo fields ('1', '34+' on some providers) -> (1, 34)."""
-    def num(text: str) -> int:
-        m = re.match(r"\d+", text or "")
-        if not m:
-            raise ValueError(f"cannot read a Kubernetes version number from {text!r}")
-        return int(m.group(0))
-
-    return num(major), num(minor)
 
 
 # -- pod template pieces ------------------------------------------------------------------------------
@@ -236,41 +95,6 @@ def placement(service: str, affinity: Affinity) -> dict[str, Any]:
         ]
     return spec
 
-
-def pod_security_context() -> dict[str, Any]:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS_USER,
-        "runAsGroup": RUN_AS_USER,
-        "fsGroup": RUN_AS_USER,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
-def container_security_context() -> dict[str, Any]:
-    return {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-    }
-
-
-def secret_env(name: str, key: str, *, optional: bool = False) -> dict[str, Any]:
-    """An env var read from the Secret `scanflow-secrets` (the only way secrets enter a pod)."""
-    return {"name": name, "valueFrom": {"secretKeyRef": {"name": SECRET_NAME, "key": key, "optional": optional}}}
-
-
-def credential_env(component: str, *, token: bool = True, mlflow: bool = True) -> list[dict[str, Any]]:
-    """A component's own credentials, by reference: its Scanflow token (SCANFLOW_TOKEN), the accepted
-    tokens' digests (SCANFLOW_AUTH_TOKENS: what its own endpoints check), its MLflow login."""
-    env: list[dict[str, Any]] = []
-    if token:
-        env += [secret_env("SCANFLOW_TOKEN", token_key(component)),
-                secret_env("SCANFLOW_AUTH_TOKENS", AUTH_TOKENS_KEY)]
-    if mlflow:
-        env += [{"name": "MLFLOW_TRACKING_USERNAME", "value": component},
-                secret_env("MLFLOW_TRACKING_PASSWORD", mlflow_password_key(component))]
-    return env
 
 
 def probes(ready: str = READY_PATH, alive: str = HEALTH_PATH, startup_s: int = 300) -> dict[str, Any]:
@@ -513,7 +337,7 @@ def running_service(dep: Manifest) -> dict[str, Any]:
     mem = (res.get("limits") or {}).get("memory") or (res.get("requests") or {}).get("memory")
     if cpu is not None and mem is not None:
         parse_memory(str(mem))  # a quantity the spec cannot read raises here, naming it
-        out["resources"] = {"cpu": _normalise("cpu", cpu), "memory": str(mem)}
+        out["resources"] = {"cpu": normalise("cpu", cpu), "memory": str(mem)}
     policy = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(AFFINITY_ANNOTATION)
     if policy:
         out["affinity"] = {"policy": policy}

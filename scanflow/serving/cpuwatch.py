@@ -46,7 +46,7 @@ def cores_from_cfs(quota_text: str, period_text: str) -> float | None:
 def threads_for_cores(cores: float | None, available: int) -> int:
     """Threads for a CPU limit: one per whole core (at least 1), never more than the CPUs we may run on.
 
-    Same rule as `scanflow.platform.manifests.default_threads`, so a pod resized in place ends up with
+    Same rule as `scanflow.platform.k8s_resources.default_threads`, so a pod resized in place ends up with
     the thread count a freshly created pod of that size would get. No limit -> every available CPU.
     """
     available = max(1, available)

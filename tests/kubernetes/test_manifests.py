@@ -16,6 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from scanflow.cli import app
+from scanflow.platform import k8s_resources as kr
 from scanflow.platform import manifests as mf
 from scanflow.spec import Affinity, Job, Resources, load_workflow
 
@@ -31,18 +32,18 @@ def validate_all(docs: list[dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize(("cores", "qty"), [(1.0, "1"), (0.5, "500m"), (2.25, "2250m"), (0.0011, "2m")])
 def test_cpu_quantity_never_rounds_down(cores: float, qty: str) -> None:
-    assert mf.cpu_quantity(cores) == qty
+    assert kr.cpu_quantity(cores) == qty
 
 
 def test_pinned_is_guaranteed_with_integer_cpus() -> None:
-    block = mf.resources_block(Resources(cpu=1.2, memory="1Gi"), Affinity(policy="pinned"))
+    block = kr.resources_block(Resources(cpu=1.2, memory="1Gi"), Affinity(policy="pinned"))
     assert block == {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
-    assert mf.qos_class([block]) == "Guaranteed" and mf.has_integer_cpus(block)
+    assert kr.qos_class([block]) == "Guaranteed" and kr.has_integer_cpus(block)
     # policy none: a CPU limit too, so the replica's thread pool follows its cgroup limit
-    assert mf.resources_block(Resources(cpu=1.5))["limits"]["cpu"] == "1500m"
-    assert mf.qos_class([mf.resources_block(Resources(cpu=1.5))]) == "Guaranteed"
-    assert mf.qos_class([{"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}]) == "Burstable"
-    assert mf.qos_class([{}]) == "BestEffort"
+    assert kr.resources_block(Resources(cpu=1.5))["limits"]["cpu"] == "1500m"
+    assert kr.qos_class([kr.resources_block(Resources(cpu=1.5))]) == "Guaranteed"
+    assert kr.qos_class([{"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}]) == "Burstable"
+    assert kr.qos_class([{}]) == "BestEffort"
 
 
 @pytest.mark.parametrize(
@@ -55,9 +56,9 @@ def test_pinned_is_guaranteed_with_integer_cpus() -> None:
     ],
 )
 def test_choose_resize_method(version, cur_policy, new_cpu, new_policy, method, why) -> None:
-    cur = mf.resources_block(Resources(cpu=1), Affinity(policy=cur_policy))
-    new = mf.resources_block(Resources(cpu=new_cpu), Affinity(policy=new_policy))
-    plan = mf.choose_resize_method(version, cur, new, cur_policy, new_policy)
+    cur = kr.resources_block(Resources(cpu=1), Affinity(policy=cur_policy))
+    new = kr.resources_block(Resources(cpu=new_cpu), Affinity(policy=new_policy))
+    plan = kr.choose_resize_method(version, cur, new, cur_policy, new_policy)
     assert plan.method == method and why in plan.reason
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from scanflow.platform import k8s_resources as kr
 from scanflow.platform import manifests as mf
 from scanflow.platform.adoption import adopt_running
 from scanflow.spec import Affinity, Job, Resources, Service
@@ -167,9 +168,9 @@ def test_hpa_rule_refuses_zero() -> None:
     (34, "1Gi", "in-place", "supports"),  # an increase is fine from 1.33
 ])
 def test_resize_choice_knows_the_memory_decrease_rule(minor, new_memory, method, why) -> None:
-    cur = mf.resources_block(Resources(cpu=1, memory="512Mi"))
-    new = mf.resources_block(Resources(cpu=1, memory=new_memory))
-    plan = mf.choose_resize_method((1, minor), cur, new, "none", "none")
+    cur = kr.resources_block(Resources(cpu=1, memory="512Mi"))
+    new = kr.resources_block(Resources(cpu=1, memory=new_memory))
+    plan = kr.choose_resize_method((1, minor), cur, new, "none", "none")
     assert plan.method == method and why in plan.reason
 
 

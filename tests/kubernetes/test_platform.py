@@ -20,7 +20,8 @@ import kmock
 import pytest
 
 from scanflow.platform.base import PlatformError
-from scanflow.platform.kubernetes import KubernetesForbidden, KubernetesNotFound, KubernetesPlatform
+from scanflow.platform.k8s_api import KubernetesForbidden, KubernetesNotFound
+from scanflow.platform.kubernetes import KubernetesPlatform
 from scanflow.spec import Affinity, Job, Resources, Service
 
 NS = "scanflow"

@@ -1,10 +1,10 @@
 """The read-back comparison the Executor runs after a resources plan (scanflow.platform.readback), and
-the Kubernetes platform's statement of what a pod's status must show (kubernetes.wanted_resources)."""
+the Kubernetes platform's statement of what a pod's status must show (k8s_resize.wanted_resources)."""
 
 from __future__ import annotations
 
 from scanflow.platform.base import ReplicaStatus, ServiceStatus
-from scanflow.platform.kubernetes import wanted_resources
+from scanflow.platform.k8s_resize import wanted_resources
 from scanflow.platform.readback import Wanted, compare
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from scanflow.platform import processes as procs
-from scanflow.platform.local import LocalPlatform, _Replica, _Service
+from scanflow.platform.local import LocalPlatform
+from scanflow.platform.local_state import _Replica, _Service
 from scanflow.spec import Service
 
 
@@ -35,7 +36,7 @@ def test_a_replica_retired_or_replaced_during_the_probe_is_left_alone(plat: Loca
     retired = _Replica(rid=2, port=11, proc=_me())
     svc.replicas[1] = new  # slot 1 was replaced, slot 2 scaled away, while the probes ran
     with plat._lock:
-        overdue = plat._promote(svc, [(old, True), (retired, True)], now=1e9)
+        overdue = plat._supervisor.promote(svc, [(old, True), (retired, True)], now=1e9)
     assert overdue == []
     assert (old.state, new.state, retired.state) == ("starting", "starting", "starting")
     assert svc.notes == {}  # nothing placed or pinned
@@ -48,11 +49,11 @@ def test_a_deleted_service_is_not_ticked(plat: LocalPlatform, monkeypatch: pytes
     monkeypatch.setattr(procs, "is_ready", no_probe)
     svc = _Service(spec=Service(name="gone", model_uri="models:/m/1"), gateway=_me(), gateway_port=9)
     svc.replicas[1] = _Replica(rid=1, port=9, proc=_me())
-    assert plat._tick(svc) is False  # never registered (or deleted): the supervisor thread ends
+    assert plat._supervisor.tick(svc) is False  # never registered (or deleted): the supervisor thread ends
     plat._services["gone"] = svc
     plat._closed.set()  # what close() does first (close() itself would stop the "processes": this test)
     try:
-        assert plat._tick(svc) is False  # closed: nothing more happens either
+        assert plat._supervisor.tick(svc) is False  # closed: nothing more happens either
     finally:
         plat._services.clear()
 
@@ -68,9 +69,9 @@ def test_a_gateway_whose_port_was_taken_while_it_was_down_waits_for_the_next_tic
         port = other.getsockname()[1]
         dead = procs.Adopted(os.getpid(), -1)  # a start time no process has: reads as exited
         svc = _Service(spec=Service(name="t", model_uri="models:/m/1"), gateway=dead, gateway_port=port)
-        with caplog.at_level(logging.WARNING, logger="scanflow.platform.local"), plat._lock:
+        with caplog.at_level(logging.WARNING, logger="scanflow.platform.local_supervisor"), plat._lock:
             for tick in range(3):
-                plat._observe(svc, now=float(tick))  # no exception: the tick goes on with the replicas
+                plat._supervisor.observe(svc, now=float(tick))  # no exception: the tick goes on with the replicas
         assert svc.gateway is dead  # not restarted on another port, nor spawned to fail its bind
         assert "not restarted yet" in svc.notes["gateway-restart"]  # status() says why while it lasts
         assert len([r for r in caplog.records if "not restarted yet" in r.getMessage()]) == 1  # once, not per tick

@@ -1,0 +1,177 @@
+"""Changing a Kubernetes service's CPU and memory: in place (pods/resize) where it can, else by rolling.
+
+`resize_service` (KubernetesPlatform.set_resources) reads the Deployment, picks the method
+(k8s_resources.choose_resize_method), patches every pod's `resize` subresource and waits until the
+kubelet applied it (`resize_pods`, which says why to roll the pods instead when it cannot), then
+brings the pod template in line (`template_patch`: resources, thread env, placement). `resources_patch`
+turns a container's `resources` into the wanted ones (keys no longer wanted become null), and
+`wanted_resources` is what a pod's status must show afterwards (scanflow.platform.readback). Separate
+from `KubernetesPlatform` (which passes itself in for its API calls) because the resize is the one
+operation that acts on pods one by one and waits on the kubelet.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from scanflow.platform import manifests as mf
+from scanflow.platform.base import PlatformError, ResourceChange
+from scanflow.platform.k8s_api import STRATEGIC_PATCH, KubernetesInvalid, KubernetesNotFound
+from scanflow.platform.k8s_resources import (
+    ResizePlan,
+    choose_resize_method,
+    default_threads,
+    normalise,
+    resources_block,
+)
+from scanflow.platform.readback import Wanted
+from scanflow.spec import Affinity, Resources, parse_memory
+
+if TYPE_CHECKING:
+    from scanflow.platform.kubernetes import KubernetesPlatform
+
+
+def resize_service(
+    plat: KubernetesPlatform, service: str, resources: Resources, affinity: Affinity | None = None,
+    threads: int | None = None,
+) -> ResourceChange:
+    """`KubernetesPlatform.set_resources`: resize in place where the cluster allows it, else roll the
+    pods (maxUnavailable 0)."""
+    dep = plat._read_deployment(service)
+    tmpl = (dep.get("spec") or {}).get("template") or {}
+    pod_spec = tmpl.get("spec") or {}
+    container = next((c for c in pod_spec.get("containers") or [] if c.get("name") == mf.REPLICA_CONTAINER),
+                     None)
+    if container is None:
+        raise PlatformError(f"deployment {service!r} has no container {mf.REPLICA_CONTAINER!r}: not a "
+                            "scanflow service")
+    current_policy = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(mf.AFFINITY_ANNOTATION, "none")
+    aff = affinity or Affinity(policy=current_policy)  # type: ignore[arg-type]
+    current_res = container.get("resources") or {}
+    desired_res = resources_block(resources, aff)
+    want_placement = mf.placement(service, aff)
+    placement_changed = affinity is not None and (
+        pod_spec.get("affinity") != want_placement.get("affinity")
+        or pod_spec.get("topologySpreadConstraints") != want_placement.get("topologySpreadConstraints")
+    )
+    n_threads = threads or default_threads(resources)
+    plan = choose_resize_method(plat.server_version(), current_res, desired_res, current_policy,
+                                aff.policy, placement_changed)
+    applied = {"resources": desired_res, "affinity": aff.policy, "threads": n_threads}
+    notes = [plan.reason]
+    if plan.method == "in-place":
+        fallback = resize_pods(plat, service, current_res, desired_res, notes)
+        if fallback:
+            plan = ResizePlan("rolling-update", fallback)
+            notes.append(fallback)
+        elif plat.sync_template_after_resize:
+            notes.append("Deployment template brought in line so new pods get the same resources")
+    if plan.method == "in-place" and not plat.sync_template_after_resize:
+        return ResourceChange(service, "in-place", applied, tuple(notes), wanted_resources(desired_res, None))
+    body = template_patch(service, current_res, desired_res, aff, want_placement, pod_spec, n_threads)
+    plat._patch_deployment(service, body)
+    if plan.method == "rolling-update":
+        plat._wait_ready(service)
+    # a rolled pod starts with the new SCANFLOW_THREADS; one resized in place keeps its env (its
+    # replica follows the new CPU limit by itself), so its threads are not checked
+    return ResourceChange(service, plan.method, applied, tuple(notes),
+                          wanted_resources(desired_res, n_threads if plan.method == "rolling-update" else None))
+
+
+def resources_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """A `resources` patch that turns `current` into `desired`: keys no longer wanted become null."""
+    out: dict[str, Any] = {}
+    for section in ("requests", "limits"):
+        cur = dict(current.get(section) or {})
+        want = dict(desired.get(section) or {})
+        patch: dict[str, Any] = dict(want)
+        for key in cur:
+            if key not in want:
+                patch[key] = None
+        if patch:
+            out[section] = patch
+    return out
+
+
+def wanted_resources(desired: dict[str, Any], threads: int | None) -> Wanted:
+    """Pure: what a pod's status must show once `desired` (a container `resources` block) took effect:
+    its CPU limit (None: a Burstable pod has none) and memory limit, as the kubelet reports them in
+    status.containerStatuses[].resources."""
+    limits = desired.get("limits") or {}
+    return Wanted(cpu_quota=normalise("cpu", limits["cpu"]) if "cpu" in limits else None,
+                  memory_limit=parse_memory(str(limits["memory"])) if "memory" in limits else None,
+                  threads=threads)
+
+
+def template_patch(
+    service: str, current_res: dict[str, Any], desired_res: dict[str, Any], aff: Affinity,
+    want_placement: dict[str, Any], pod_spec: dict[str, Any], threads: int,
+) -> dict[str, Any]:
+    """Strategic merge patch of the pod template: resources, thread env, placement, annotation."""
+    spec: dict[str, Any] = {
+        "containers": [{
+            "name": mf.REPLICA_CONTAINER,
+            "resources": resources_patch(current_res, desired_res),
+            "env": [{"name": "SCANFLOW_THREADS", "value": str(threads)},
+                    {"name": "OMP_NUM_THREADS", "value": str(threads)}],
+        }],
+    }
+    for key in ("affinity", "topologySpreadConstraints"):
+        if key in want_placement:
+            spec[key] = want_placement[key]
+        elif key in pod_spec:
+            spec[key] = None  # delete: placement no longer wanted
+    return {
+        "spec": {
+            "strategy": mf.rolling_strategy(),
+            "template": {"metadata": {"annotations": {mf.AFFINITY_ANNOTATION: aff.policy}}, "spec": spec},
+        }
+    }
+
+
+def resize_pods(
+    plat: KubernetesPlatform, service: str, current: dict[str, Any], desired: dict[str, Any], notes: list[str]
+) -> str | None:
+    """Patch every pod's `resize` subresource and wait for it; return a reason to fall back, or None."""
+    body = {"spec": {"containers": [{"name": mf.REPLICA_CONTAINER,
+                                     "resources": resources_patch(current, desired)}]}}
+    pods = [p for p in plat._pods(service) if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        try:
+            plat._call("patch", "pods/resize", plat.core.patch_namespaced_pod_resize, name, plat.namespace,
+                       body, _content_type=STRATEGIC_PATCH)
+        except (KubernetesInvalid, KubernetesNotFound) as exc:
+            if isinstance(exc, KubernetesNotFound) and "pods/resize" not in str(exc):
+                continue  # the pod went away meanwhile
+            return f"in-place resize refused on pod {name!r}: {exc}; falling back to a rolling update"
+    deadline = time.monotonic() + plat.resize_timeout_s
+    pending = {p["metadata"]["name"] for p in pods}
+    while pending:
+        for name in sorted(pending):
+            try:
+                pod = plat._dict(plat._call("get", "pods", plat.core.read_namespaced_pod, name, plat.namespace))
+            except KubernetesNotFound:
+                pending.discard(name)
+                continue
+            conds = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []
+                     if c.get("status") == "True"}
+            waiting = conds.get("PodResizePending")
+            if waiting is not None and waiting.get("reason") == "Infeasible":
+                return (f"pod {name!r}: resize infeasible on its node ({waiting.get('message', '')}); "
+                        "falling back to a rolling update")
+            if waiting is None and "PodResizeInProgress" not in conds:
+                pending.discard(name)
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            # not done is not success: the caller reports the plan as failed (and may try again)
+            # instead of a resize the pods do not have; nothing else was changed yet
+            raise PlatformError(
+                f"in-place resize of {service!r} still pending after {plat.resize_timeout_s:.0f}s on pods "
+                f"{sorted(pending)} (PodResizePending / PodResizeInProgress); the Deployment was not changed",
+                retryable=True)
+        time.sleep(plat.poll_interval_s)
+    notes.append(f"resized {len(pods)} pod(s) in place")
+    return None
