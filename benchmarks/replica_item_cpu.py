@@ -32,7 +32,7 @@ import orjson
 
 from scanflow.serving import batchwire
 from scanflow.serving.model import LoadedModel
-from scanflow.serving.replica import ReplicaConfig, create_app
+from scanflow.serving.replica_server import ReplicaConfig, create_app
 
 N_FEATURES = 64
 

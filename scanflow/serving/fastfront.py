@@ -46,7 +46,7 @@ from scanflow.serving.corked import CorkedHttpToolsProtocol
 from scanflow.serving.outcomes import final
 
 if TYPE_CHECKING:
-    from scanflow.serving.gateway import Gateway
+    from scanflow.serving.gateway_server import Gateway
     from scanflow.serving.outcomes import Outcome
 
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in http.HTTPStatus}

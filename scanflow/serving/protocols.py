@@ -10,7 +10,7 @@ Gateway: protocol requests are forwarded unchanged, one by one (not coalesced: `
 native bodies only), to the replica the balancer picks, with the same retries and failover to the
 backup as `/predict` (`forward`); the replica that answers does the protocol work and the record.
 Metadata and model-ready GETs go to a healthy replica (then the backup). Who calls: `create_app` of
-scanflow.serving.replica and scanflow.serving.gateway (`install_replica`, `install_gateway`).
+scanflow.serving.replica_server and scanflow.serving.gateway_server (`install_replica`, `install_gateway`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from scanflow.serving.oip import ModelMeta, OipError
 from scanflow.serving.routing import MAX_ATTEMPTS, choose_attempt
 
 if TYPE_CHECKING:
-    from scanflow.serving.gateway import Gateway
-    from scanflow.serving.replica import Replica
+    from scanflow.serving.gateway_server import Gateway
+    from scanflow.serving.replica_server import Replica
 
 NativeHandler = Callable[[Any, Any, Any], Awaitable[None]]
 _RETRY_STATUSES = frozenset({502, 503})  # as the gateway's /predict: another upstream can answer

@@ -3,7 +3,8 @@ FastAPI, the FastAPI app with /health and /metrics, a cached labelled counter, a
 
 Why one module: both servers are built the same way (raw ASGI handlers for the few POSTs that carry
 traffic, FastAPI for everything else, one uvicorn process each), and two copies of that drifted.
-Who calls: scanflow.serving.replica and scanflow.serving.gateway (`create_app`, `main`), and
+Who calls: scanflow.serving.replica_server and scanflow.serving.gateway_server (`create_app`),
+scanflow.serving.replica and scanflow.serving.gateway (`main`), and
 benchmarks/serving.py (its empty endpoint runs on `run_server`, the same HTTP stack).
 """
 

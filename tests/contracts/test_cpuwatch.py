@@ -100,7 +100,7 @@ async def _until(cond: object, timeout_s: float = 5.0) -> None:
 async def test_replica_resizes_pool_on_limit_change_until_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
-    from scanflow.serving import replica as rep
+    from scanflow.serving import replica_server as rep
 
     monkeypatch.setattr(rep, "available_cpus", lambda: list(range(8)))
     r = rep.Replica(rep.ReplicaConfig(model_uri="models:/m@champion", threads=1, cpu_watch_s=0.01))
@@ -129,7 +129,7 @@ async def test_replica_resizes_pool_on_limit_change_until_pinned(monkeypatch: py
 
 
 def test_pinned_replica_does_not_watch() -> None:
-    from scanflow.serving import replica as rep
+    from scanflow.serving import replica_server as rep
 
     r = rep.Replica(rep.ReplicaConfig(model_uri="m", threads=2, threads_pinned=True))
     assert r.cpu_reader is None and r.threads == 2 and r.threads_pinned

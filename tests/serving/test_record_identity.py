@@ -18,7 +18,7 @@ import orjson
 
 from scanflow.serving import batchwire
 from scanflow.serving.model import LoadedModel
-from scanflow.serving.replica import ReplicaConfig, create_app
+from scanflow.serving.replica_server import ReplicaConfig, create_app
 from scanflow.tracking.predictions import PredictionLog, PredictionRecord
 
 

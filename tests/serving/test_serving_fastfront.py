@@ -20,7 +20,7 @@ import uvicorn
 
 from scanflow.serving import batchwire
 from scanflow.serving.fastfront import protocol_for
-from scanflow.serving.gateway import GatewayConfig, create_app
+from scanflow.serving.gateway_server import GatewayConfig, create_app
 
 
 async def _replica(scope: dict[str, Any], receive: Any, send: Any) -> None:

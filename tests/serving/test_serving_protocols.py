@@ -18,7 +18,7 @@ import pytest
 from serving_helpers import free_port, wait_for
 from test_serving_replica import TrackerStub, _serve_in_thread
 
-from scanflow.serving import gateway, invocations, oip, replica
+from scanflow.serving import gateway_server, invocations, oip, replica_server
 from scanflow.serving.invocations import ScoringError, parse_invocation
 from scanflow.serving.model import as_probabilities
 
@@ -289,11 +289,12 @@ async def test_mlflow_scoring_format_probabilities_and_openapi(digits_models, la
 
 
 def _replica_app() -> Any:
-    return replica.create_app(replica.ReplicaConfig(model_uri=f"models:/{DIGITS}/1", service="digits"))
+    config = replica_server.ReplicaConfig(model_uri=f"models:/{DIGITS}/1", service="digits")
+    return replica_server.create_app(config)
 
 
 def _gateway_app() -> Any:
-    return gateway.create_app(gateway.GatewayConfig(service="digits"))
+    return gateway_server.create_app(gateway_server.GatewayConfig(service="digits"))
 
 
 def _routes(app: Any) -> set[tuple[str, str]]:

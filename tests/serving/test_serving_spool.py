@@ -132,7 +132,7 @@ async def test_a_model_failure_on_a_batch_is_retried_item_by_item() -> None:
 
     from scanflow.serving import batchwire
     from scanflow.serving.model import LoadedModel
-    from scanflow.serving.replica import ReplicaConfig, create_app
+    from scanflow.serving.replica_server import ReplicaConfig, create_app
 
     def predict(x: np.ndarray) -> tuple[list, np.ndarray | None]:
         if (x[:, 0] > 0.9).any():
