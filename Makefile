@@ -107,8 +107,8 @@ bench: setup-test bench-peers
 	for b in $(BENCH_TOOLS); do $(BIN)/python benchmarks/$$b.py --quick || exit 1; done
 
 lint: setup-test
-	$(BIN)/ruff check scanflow agents workflows tests benchmarks
-	$(BIN)/mypy scanflow agents workflows
+	$(BIN)/ruff check scanflow workflows tests benchmarks
+	$(BIN)/mypy scanflow workflows
 
 clean:
 	rm -rf $(VENV) .scanflow

@@ -14,7 +14,7 @@
 
 Decorators only build frozen specs (scanflow.agent.types) and return the function unchanged; the
 runtime (scanflow.agent.runtime) and the app factory (scanflow.agent.app) bring them to life.
-Who calls: agent authors (agents/*.py, examples, tests), `scanflow agent run FILE`.
+Who calls: agent authors (scanflow/standard/*.py, examples, tests), `scanflow agent run FILE`.
 """
 
 from __future__ import annotations

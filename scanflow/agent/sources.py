@@ -47,13 +47,21 @@ def module_file(ref: str) -> Path:
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError) as exc:  # a parent package is missing or broken
-        raise AgentModuleError(f"agent module {module!r} cannot be found: {exc}") from None
+        raise AgentModuleError(f"agent module {module!r} cannot be found: {exc}{_moved(module)}") from None
     if spec is None:
-        raise AgentModuleError(f"agent module {module!r} cannot be found on the Python path")
+        raise AgentModuleError(f"agent module {module!r} cannot be found on the Python path{_moved(module)}")
     origin = spec.origin
     if not origin or not origin.endswith(".py"):
         raise AgentModuleError(f"agent module {module!r} has no Python source file (found {origin!r})")
     return Path(origin).resolve()
+
+
+def _moved(module: str) -> str:
+    """A hint for a workflow written before the standard agents moved into the package."""
+    head, _, role = module.partition(".")
+    if head == "agents" and role in ("tracker", "checker", "planner", "executor"):
+        return f" (the standard agents are now scanflow.standard.{role}: write 'scanflow.standard.{role}:agent')"
+    return ""
 
 
 def is_module_ref(source: str | Path) -> bool:

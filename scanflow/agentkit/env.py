@@ -5,7 +5,7 @@ port fixed, to a YAML file and names it in SCANFLOW_WORKFLOW; each agent reads i
 add its declared strategies and settings. Where things are (peers, services, the Tracker) comes from
 scanflow.settings (SCANFLOW_PEERS, SCANFLOW_SERVICE_URLS, SCANFLOW_TRACKER_URL), never from here. Without the variable an
 agent cannot know its workflow: run one by hand with SCANFLOW_WORKFLOW=path/to/workflow.py (or .yaml).
-Who calls: agents/*.py.
+Who calls: scanflow/standard/*.py.
 """
 
 from __future__ import annotations

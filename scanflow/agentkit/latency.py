@@ -4,7 +4,7 @@ Why its own module: the Checker's `watch` sensor judges the SLO with it, and the
 a JSON number. A percentile that falls in the top (+Inf) bucket is only known to be above the largest
 finite bound, so it is reported as that bound with `above=True` (never `inf`, which JSON cannot carry:
 an event holding it could not be stored or forwarded to the Planner).
-Who calls: agents/checker.py; tests.
+Who calls: scanflow/standard/checker.py; tests.
 """
 
 from __future__ import annotations

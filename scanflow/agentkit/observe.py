@@ -8,7 +8,7 @@ throttling, node idle seconds, requests, model time; scanflow.serving.cpustat). 
 over the interval (delta / dt); a counter that went backwards (a restarted replica) gives no rate for
 that replica this tick rather than a negative one.
 
-Who calls: agents/checker.py (`watch`); tests; benchmarks/scaling.py documents the same fields.
+Who calls: scanflow/standard/checker.py (`watch`); tests; benchmarks/scaling.py documents the same fields.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ What the peer can never take (a payload JSON cannot carry, such as NaN; or a 400
 to a dead-letter map in the store (key `outbox_dead`, with the reason) so it never blocks the queue
 and stays visible. A rejected token (401/403) is an operator's problem, not the message's: the message
 is kept and retried with backoff, and every refusal is logged loudly.
-Who calls: agents/checker.py (`forward`), agents/planner.py (plans for the Executor).
+Who calls: scanflow/standard/checker.py (`forward`), scanflow/standard/planner.py (plans for the Executor).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Label-free accuracy estimate for classifiers: confidence-based performance estimation (as NannyML's CBPE).
 
-Who calls it: the Checker agent (agents/checker.py `check_drift`) reports an estimate with every drift
+Who calls it: the Checker agent (scanflow/standard/checker.py `check_drift`) reports an estimate with every drift
 check, and compares it with the accuracy measured from feedback labels once they arrive; tests and
 benchmarks. Pure numpy at estimate time; scikit-learn's isotonic regression at fit time.
 

@@ -107,7 +107,7 @@ class EmbeddedStack:
         self.home = Path(home).resolve()
         self.token = token or secrets.token_urlsafe(24)
         self.quick = quick
-        self.agents_dir = Path(agents_dir or REPO_ROOT / "agents").resolve()
+        self.agents_dir = Path(agents_dir or Path(__file__).resolve().parents[1] / "standard").resolve()
         self.python = python
         self.ready_timeout_s = ready_timeout_s
         self.extra_env = dict(extra_env or {})

@@ -5,7 +5,7 @@ would undo what the loop decided since (a scale-out, a resize, a promoted model,
 rolled), every time the Executor restarts. So for the fields actuations change, what runs wins; the
 declaration keeps the rest (backup, SLO, batching). Same rule on every platform: LocalPlatform and
 KubernetesPlatform both answer `services()` with what runs now.
-Who calls: agents/executor.py (start_platform), tests.
+Who calls: scanflow/standard/executor.py (start_platform), tests.
 """
 
 from __future__ import annotations

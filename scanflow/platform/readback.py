@@ -7,7 +7,7 @@ old thread pool. The Executor reports a resources plan as done only after the pl
 the pod's status resources, what the kubelet applied) shows what the plan asked for; otherwise it
 says what differs.
 
-Pure: `compare(wanted, status)` -> `Readback`. Who calls: agents/executor.py (`set_resources`);
+Pure: `compare(wanted, status)` -> `Readback`. Who calls: scanflow/standard/executor.py (`set_resources`);
 the platforms build the `Wanted` (scanflow.platform.local / kubernetes `set_resources`).
 """
 

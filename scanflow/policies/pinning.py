@@ -16,7 +16,7 @@ with integer CPU requests == limits, which the kubelet's static CPU manager pins
 the kubelet chooses the cores).
 
 Inputs are the Planner's own decision (cores per replica, replicas) and the Checker's observation of
-the node (`node_cpus`, as the replicas read it). Who calls: agents/planner.py (`plan_scale`), tests.
+the node (`node_cpus`, as the replicas read it). Who calls: scanflow/standard/planner.py (`plan_scale`), tests.
 """
 
 from __future__ import annotations

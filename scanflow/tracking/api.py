@@ -35,7 +35,7 @@ class PredictionStore(Protocol):
     def stats(self) -> LogStats: ...
 
 
-MAX_BODY_BYTES = 8 * 1024 * 1024  # the Tracker agent raises its app's limit to this (agents/tracker.py)
+MAX_BODY_BYTES = 8 * 1024 * 1024  # the Tracker agent raises its app's limit to this (scanflow/standard/tracker.py)
 
 _records_adapter: TypeAdapter[list[PredictionRecord]] = TypeAdapter(list[PredictionRecord])
 

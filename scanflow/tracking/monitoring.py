@@ -12,7 +12,7 @@ scanflow.tracking.run_notes); the few blocking functions do the MLflow calls. Tw
   (`MonitorWriter`, a background thread, so a slow MLflow never holds up a sensor tick);
 - a failed write is never silently dropped: each is logged and counted in the agent's state
   (`mlflow_failures` for direct writes, `mlflow_monitor` for the writer's queue).
-Who calls: the four agents (agents/*.py), the bootstrap, the registry (experiment kind).
+Who calls: the four agents (scanflow/standard/*.py), the bootstrap, the registry (experiment kind).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def package(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.parametrize(("source", "expected"), [
-    ("scanflow.standard.planner:agent", True), ("pkg.mod", True), ("agents/planner.py", False),
+    ("scanflow.standard.planner:agent", True), ("pkg.mod", True), ("scanflow/standard/planner.py", False),
     ("planner.py", False), ("./x", False), ("a b:c", False), ("pkg.mod:1x", False),
 ])
 def test_what_reads_as_a_module_reference(source: str, expected: bool) -> None:
@@ -58,3 +58,8 @@ def test_a_wrong_reference_says_what_is_wrong(package: Path) -> None:
         load_agents("sourcespkg.missing:agent")
     with pytest.raises(AgentDefinitionError, match="does not exist"):
         load_agents("sourcespkg/pair.py")
+
+
+def test_a_workflow_naming_the_old_agents_package_is_told_the_new_name() -> None:
+    with pytest.raises(AgentModuleError, match="write 'scanflow.standard.planner:agent'"):
+        load_agents("agents.planner:agent")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from agents.checker import latency_event
 from scanflow.agentkit.latency import Percentile
+from scanflow.standard.checker import latency_event
 
 SEEN = {"service": "digits", "replicas": 1, "healthy_replicas": 1, "in_flight": 3}
 
@@ -38,7 +38,7 @@ def test_a_lower_bound_at_the_slo_is_a_breach() -> None:
 
 
 def test_the_slo_override_wins_over_the_declared_one() -> None:
-    from agents.checker import slo_latency_ms
+    from scanflow.standard.checker import slo_latency_ms
 
     assert slo_latency_ms(None, 50.0) == 50.0 and slo_latency_ms(200.0, 50.0) == 200.0
     assert slo_latency_ms(None, None) is None
@@ -49,7 +49,7 @@ def _gateway_p99(latencies_s: list[float]) -> Percentile | None:
     from prometheus_client import generate_latest
 
     from scanflow.agentkit.latency import histogram, percentile_ms
-    from scanflow.serving.gateway import _Metrics
+    from scanflow.serving.gateway_server import _Metrics
 
     m = _Metrics()
     for v in latencies_s:

@@ -1,4 +1,4 @@
-"""The Checker's accuracy estimate per drift check (agents/checker.py `_performance`), model and Tracker stubbed."""
+"""The Checker's accuracy estimate per drift check (scanflow/standard/checker.py `_performance`), model and Tracker stubbed."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _estimator() -> PerformanceEstimator:
 
 
 def test_estimate_now_and_measured_accuracy_once_labels_arrive(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agents import checker
+    from scanflow.standard import checker
     from scanflow.tracking import feedback_client
 
     monkeypatch.setattr(checker, "_current_estimator", lambda version: _estimator())
@@ -54,7 +54,7 @@ def test_estimate_now_and_measured_accuracy_once_labels_arrive(monkeypatch: pyte
 
 
 def test_no_estimate_for_models_without_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agents import checker
+    from scanflow.standard import checker
 
     monkeypatch.setattr(checker, "_current_estimator", lambda version: None)
     assert checker._performance(Ctx(), "1", np.zeros((5, 3), np.float32), ["a"] * 5, 5) is None

@@ -1,4 +1,4 @@
-"""The Checker validates the Tracker's window against its drift detector's `min_window` (agents/checker.py
+"""The Checker validates the Tracker's window against its drift detector's `min_window` (scanflow/standard/checker.py
 `configured_window`, `window_check`, `check_drift`): a real fitted detector and a real MLflow server for
 the monitoring run; the prediction log's reads are stubbed (rows handed over as the Tracker's log would)."""
 
@@ -55,7 +55,7 @@ def _workflow(window: int, min_rows: int | None = None) -> Workflow:
 
 
 def test_window_check_names_both_numbers() -> None:
-    from agents import checker
+    from scanflow.standard import checker
 
     assert checker.window_check(500, 20, 250)["status"] == "ok"
     bad = checker.window_check(200, 20, 250)
@@ -67,7 +67,7 @@ def test_window_check_names_both_numbers() -> None:
 
 
 def test_configured_window_reads_the_trackers_settings() -> None:
-    from agents import checker
+    from scanflow.standard import checker
 
     wf = current_workflow()  # the digits example: window 500, quick_window 200, check_drift args {}
     assert checker.configured_window(wf, False) == (500, checker.MIN_ROWS)
@@ -79,7 +79,7 @@ def test_configured_window_reads_the_trackers_settings() -> None:
 def test_a_window_below_min_window_is_reported_then_tested_when_rows_suffice(
         mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, detector: Any,
         caplog: pytest.LogCaptureFixture) -> None:
-    from agents import checker
+    from scanflow.standard import checker
     from scanflow.tracking import predictions
 
     m = int(detector.min_window)
@@ -128,7 +128,7 @@ def test_a_window_below_min_window_is_reported_then_tested_when_rows_suffice(
 
 
 def test_a_window_at_min_window_is_ok(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, detector: Any) -> None:
-    from agents import checker
+    from scanflow.standard import checker
 
     monkeypatch.setattr(checker, "current_workflow", lambda: _workflow(int(detector.min_window)))
     ctx: Any = FakeContext("checker", tmp_path)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents.executor import _once
+from scanflow.standard.executor import _once
 
 
 def test_once_runs_a_key_once_and_shares_the_result() -> None:

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from agents import executor
 from scanflow.agent import PermanentError
 from scanflow.platform.base import ReplicaStatus, ResourceChange, ServiceStatus
 from scanflow.platform.readback import Wanted
+from scanflow.standard import executor
 
 
 class FakePlatform:

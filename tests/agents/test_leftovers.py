@@ -20,7 +20,7 @@ def test_ours_for_this_home_only() -> None:
     assert not matches(replica, env, "/s/agents")
     assert not matches(replica, _nul("PATH=/usr/bin"), "/s/agents/executor")
     # an agent process (same home variable) is not a leftover: it is not a serving or job module
-    agent = _nul("/venv/bin/python", "-m", "scanflow.cli", "agent", "run", "agents/executor.py")
+    agent = _nul("/venv/bin/python", "-m", "scanflow.cli", "agent", "run", "scanflow/standard/executor.py")
     assert not matches(agent, env, "/s/agents/executor")
     # the module name must be an argument of its own, not part of another one
     assert not matches(_nul("python", "-c", "import scanflow.serving.replica"), env, "/s/agents/executor")

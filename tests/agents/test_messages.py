@@ -32,7 +32,7 @@ def test_every_event_the_standard_agents_send_a_peer_has_a_model() -> None:
 
 
 def test_the_checkers_latency_payload_is_a_latency_checked() -> None:
-    from agents.checker import latency_event
+    from scanflow.standard.checker import latency_event
 
     seen = messages.ServiceChecked(service="digits", replicas=2, healthy_replicas=2, in_flight=3).payload()
     obs = messages.Observations(arrival_rate=120.0, cpu_limit_cores=0.5, threads=1, node_cpus=2).payload()
@@ -43,9 +43,9 @@ def test_the_checkers_latency_payload_is_a_latency_checked() -> None:
 
 
 def test_the_planners_resources_plan_is_a_plan_the_executor_takes() -> None:
-    from agents.planner import resources_plan
     from scanflow.policies import pinning
     from scanflow.spec import Service
+    from scanflow.standard.planner import resources_plan
 
     svc = Service(name="digits", model_uri="models:/m@champion")
     on = pinning.PinConfig(mode="numa")
@@ -73,7 +73,7 @@ def test_fields_a_newer_sender_adds_are_ignored() -> None:
 
 @pytest.fixture(scope="module")
 def planner_and_executor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, TestClient]]:
-    """The reference Planner and Executor apps, loaded from agents/*.py, without the hooks that need the
+    """The reference Planner and Executor apps, loaded from scanflow/standard/*.py, without the hooks that need the
     rest of a stack (MLflow, the platform): their door, POST /events, is what is under test."""
     from contextlib import ExitStack
 
@@ -89,7 +89,7 @@ def planner_and_executor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
     with ExitStack() as stack:
         stack.callback(mp.undo)
         for role in ("planner", "executor"):
-            agent = load_python_file(ROOT / "agents" / f"{role}.py").agent
+            agent = load_python_file(ROOT / "scanflow" / "standard" / f"{role}.py").agent
             agent.sensors.clear()
             agent.startup_hooks.clear()
             agent.shutdown_hooks.clear()

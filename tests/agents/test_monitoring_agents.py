@@ -94,21 +94,19 @@ def _window(after: int, size: int = 200) -> Any:
 @pytest.fixture
 def workflow_name(monkeypatch: pytest.MonkeyPatch) -> str:
     """The agents supervise the digits example under a name of this test's own (its own experiment)."""
-    import agents.checker
-    import agents.planner
-    import agents.tracker
     from scanflow.agentkit.env import current_workflow
+    from scanflow.standard import checker, planner, tracker
 
     name = f"mon-{uuid.uuid4().hex[:8]}"
     wf = current_workflow().model_copy(update={"name": name})
-    for mod in (agents.checker, agents.planner, agents.tracker):
+    for mod in (checker, planner, tracker):
         monkeypatch.setattr(mod, "current_workflow", lambda: wf)
     return name
 
 
 def test_drift_checks_decisions_and_the_retrain_chain(mlflow_server: str, tmp_path: Path, workflow_name: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from agents import checker, planner
+    from scanflow.standard import checker, planner
     from scanflow.tracking import predictions
 
     client = MlflowClient()
@@ -216,7 +214,7 @@ def test_drift_checks_decisions_and_the_retrain_chain(mlflow_server: str, tmp_pa
 
 def test_the_predictions_run_ends_with_the_tracker_and_resumes(mlflow_server: str, tmp_path: Path,
                                                                workflow_name: str) -> None:
-    from agents import tracker
+    from scanflow.standard import tracker
     from scanflow.tracking.predictions import PredictionRecord
 
     client = MlflowClient()
@@ -258,8 +256,8 @@ def test_latency_checks_carry_the_replicas_cpu(mlflow_server: str, tmp_path: Pat
     """The Checker's real watch sensor scrapes a gateway and its replica over loopback HTTP (their
     /admin/state and /metrics, the gateway's from its real metrics registry); each latency check it logs
     carries the replicas' CPU use against their limit and their throttling."""
-    from agents import checker
-    from scanflow.serving.gateway import _Metrics
+    from scanflow.serving.gateway_server import _Metrics
+    from scanflow.standard import checker
 
     gw = _Metrics()
     scrape: dict[str, str] = {}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from agents.planner import gate_on_points
 from scanflow.policies import autoscale, retrain
 from scanflow.policies.types import state_from_json, state_to_json
+from scanflow.standard.planner import gate_on_points
 
 CFG = retrain.RetrainConfig(k=2, m=3, cooldown_s=600.0, rule="k_of_m")
 
@@ -58,7 +58,7 @@ def test_autoscale_state_survives_the_json_round_trip_between_ticks() -> None:
 
 
 def test_scale_view_trusts_the_observed_count() -> None:
-    from agents.planner import scale_view
+    from scanflow.standard.planner import scale_view
 
     # nothing asked: what the gateway serves
     assert scale_view(3, 3, None, None, 100.0, 60.0, 1) == (3, 3)
@@ -75,7 +75,7 @@ def test_scale_view_trusts_the_observed_count() -> None:
 
 
 def test_scale_view_counts_a_recent_ask_as_replicas_starting() -> None:
-    from agents.planner import scale_view
+    from scanflow.standard.planner import scale_view
 
     # asked for 3 five seconds ago, one serves: 3 current, 1 ready (the policy waits for them)
     assert scale_view(1, 1, 3, 95.0, 100.0, 60.0, 1) == (3, 1)
@@ -86,7 +86,7 @@ def test_scale_view_counts_a_recent_ask_as_replicas_starting() -> None:
 def test_plan_from_observed_replicas_waits_for_a_starting_scale_then_trusts_the_gateway() -> None:
     """Scripted ticks through scale_view + the policy, as plan_scale runs them: overload asks for more;
     while those start, nothing more is asked; after pending_s the observed count rules again."""
-    from agents.planner import scale_view
+    from scanflow.standard.planner import scale_view
 
     cfg = autoscale.AutoscaleConfig()
     st, asked, asked_at = autoscale.AutoscaleState(), None, None
@@ -106,8 +106,8 @@ def test_plan_from_observed_replicas_waits_for_a_starting_scale_then_trusts_the_
 
 
 def test_autoscale_config_reads_time_scale_guardrails_and_bounds() -> None:
-    from agents.planner import autoscale_config
     from scanflow.spec import Service
+    from scanflow.standard.planner import autoscale_config
 
     svc = Service(name="s", model_uri="models:/m@champion", min_replicas=1, max_replicas=3)
     cfg, pending = autoscale_config({"time_scale": 10.0, "latency_low": 0.4, "pending_s": 50.0,
@@ -120,8 +120,8 @@ def test_autoscale_config_reads_time_scale_guardrails_and_bounds() -> None:
 
 
 def test_elastic_state_survives_the_json_round_trip_between_ticks() -> None:
-    from agents.planner import scale_state
     from scanflow.policies import elastic
+    from scanflow.standard.planner import scale_state
 
     cfg = elastic.ElasticConfig()
     st = elastic.ElasticState()
@@ -138,8 +138,8 @@ def test_elastic_state_survives_the_json_round_trip_between_ticks() -> None:
 
 
 def test_elastic_config_mode_and_vertical_knobs() -> None:
-    from agents.planner import elastic_config
     from scanflow.spec import Service
+    from scanflow.standard.planner import elastic_config
 
     svc = Service(name="s", model_uri="models:/m@champion", min_replicas=1, max_replicas=3)
     cfg, pending = elastic_config({"mode": "vertical-first", "min_cpu": 0.5, "max_cpu": 4, "cpu_step": 0.5,
@@ -152,7 +152,7 @@ def test_elastic_config_mode_and_vertical_knobs() -> None:
 
 
 def test_cpu_view_trusts_what_the_replicas_report_except_a_resize_in_flight() -> None:
-    from agents.planner import cpu_view
+    from scanflow.standard.planner import cpu_view
 
     assert cpu_view(0.3, None, None, 100.0, 60.0, 1.0) == 0.3  # what the replicas report wins
     assert cpu_view(None, None, None, 100.0, 60.0, 1.0) == 1.0  # nothing reported: the declared cores
@@ -177,7 +177,7 @@ def test_resources_plan_payload_is_what_the_executor_accepts() -> None:
 def test_pin_config_is_off_unless_the_workflow_asks() -> None:
     import pytest
 
-    from agents.planner import pin_config
+    from scanflow.standard.planner import pin_config
 
     assert pin_config({}).mode == "none" and pin_config({}).reserved_cores == 1.0
     cfg = pin_config({"pin": "numa", "pin_reserved_cores": 2})
@@ -187,9 +187,9 @@ def test_pin_config_is_off_unless_the_workflow_asks() -> None:
 
 
 def test_resources_plan_carries_the_pinning_with_the_declared_placement_kept() -> None:
-    from agents.planner import resources_plan
     from scanflow.policies import pinning
     from scanflow.spec import Affinity, Resources, Service
+    from scanflow.standard.planner import resources_plan
 
     svc = Service(name="digits", model_uri="models:/m@champion", resources=Resources(cpu=0.5, memory="1Gi"),
                   affinity=Affinity(node_selector={"pool": "inference"}, spread_across_nodes=True))
@@ -206,9 +206,9 @@ def test_resources_plan_carries_the_pinning_with_the_declared_placement_kept() -
 
 
 def test_plan_resources_on_a_resize_or_a_change_of_pinning_only() -> None:
-    from agents.planner import plan_resources
     from scanflow.policies import elastic, pinning
     from scanflow.spec import Service
+    from scanflow.standard.planner import plan_resources
 
     svc = Service(name="digits", model_uri="models:/m@champion", max_replicas=8)
     on, off = pinning.PinConfig(mode="numa"), pinning.PinConfig()
@@ -237,8 +237,8 @@ def test_policy_states_written_by_older_or_newer_versions_are_read_back() -> Non
     import pytest
     from pydantic import ValidationError
 
-    from agents.planner import FIRST_TICKS_SINCE_RESIZE, scale_state
     from scanflow.policies import failover
+    from scanflow.standard.planner import FIRST_TICKS_SINCE_RESIZE, scale_state
 
     first = scale_state({}, {})
     assert first.ticks_since_cpu_change == FIRST_TICKS_SINCE_RESIZE and first.scale == autoscale.AutoscaleState()

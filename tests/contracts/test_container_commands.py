@@ -17,8 +17,9 @@ import pytest
 import typer
 import yaml
 
+from scanflow.agent.sources import is_module_ref, module_file
 from scanflow.platform import manifests as mf
-from scanflow.serving import gateway, replica
+from scanflow.serving import gateway, gateway_server, replica, replica_server
 from scanflow.settings import Settings
 from scanflow.spec import Job, Resources, load_workflow
 
@@ -99,7 +100,9 @@ def check_container(name: str, command: list[str], env: dict[str, str], monkeypa
         return "job"
     if command[:3] == ["scanflow", "agent", "run"]:
         ctx = _parse_cli(command[1:])
-        assert (ROOT / str(ctx.params["file"])).is_file(), f"{name}: {ctx.params['file']} is not in the repo"
+        source = str(ctx.params["file"])  # a module of the installed package: the image has no source tree
+        assert is_module_ref(source), f"{name}: {source} names a path; the image serves the installed package"
+        assert module_file(source).is_relative_to(ROOT / "scanflow"), f"{name}: {source} is not scanflow's"
         assert ctx.params["port"] == 8080, name
         for key in list(Settings.model_fields):
             monkeypatch.delenv(f"SCANFLOW_{key.upper()}", raising=False)
@@ -110,7 +113,7 @@ def check_container(name: str, command: list[str], env: dict[str, str], monkeypa
         assert settings.peers and all("127.0.0.1" not in u for u in settings.peers.values()), name
         workflow = env.get("SCANFLOW_WORKFLOW", "").removeprefix("/app/")
         assert workflow and (ROOT / workflow).is_file(), f"{name}: SCANFLOW_WORKFLOW is not in the image"
-        if str(ctx.params["file"]).endswith("executor.py"):
+        if source.startswith("scanflow.standard.executor"):
             assert settings.platform == env.get("SCANFLOW_PLATFORM", "local"), name
             assert env.get("SCANFLOW_PLATFORM") != "kubernetes" or settings.namespace, name
         return "agent"
@@ -166,8 +169,8 @@ def test_probes_are_truthful_on_the_http_port() -> None:
             start = "/health" if agent else "/ready"
             for probe, path in (("readinessProbe", "/ready"), ("startupProbe", start), ("livenessProbe", "/health")):
                 assert c[probe]["httpGet"] == {"path": path, "port": "http"}, (doc["metadata"]["name"], probe)
-    rep = replica.create_app(replica.ReplicaConfig(model_uri="models:/x@champion", cpu_watch_s=0))
-    gw = gateway.create_app(gateway.GatewayConfig())
+    rep = replica_server.create_app(replica_server.ReplicaConfig(model_uri="models:/x@champion", cpu_watch_s=0))
+    gw = gateway_server.create_app(gateway_server.GatewayConfig())
     for api in (rep.api, gw.api):
         assert {"/health", "/ready"} <= {getattr(r, "path", "") for r in api.routes}
 

@@ -36,9 +36,9 @@ def _family_samples(registry: CollectorRegistry) -> set[str]:
 
 
 def exported_names() -> set[str]:
-    from scanflow.agent.runtime import Metrics
-    from scanflow.serving.gateway import _Metrics as GatewayMetrics
-    from scanflow.serving.replica import _Metrics as ReplicaMetrics
+    from scanflow.agent.metrics import Metrics
+    from scanflow.serving.gateway_server import _Metrics as GatewayMetrics
+    from scanflow.serving.replica_server import _Metrics as ReplicaMetrics
 
     names = _family_samples(Metrics().registry) | _family_samples(GatewayMetrics().registry)
     names |= _family_samples(ReplicaMetrics().registry)
@@ -49,7 +49,7 @@ def exported_names() -> set[str]:
     keys |= set(monitoring.retrain_decision_metrics(True, [True], 3, 2))
     keys |= set(monitoring.resource_metrics({"cpu_used_cores": 1.0, "cpu_limit_cores": 1.0, "cpu_utilization": 0.5,
                                              "throttled_ratio": 0.1, "threads": 1}))
-    for source in (ROOT / "agents").glob("*.py"):
+    for source in (ROOT / "scanflow" / "standard").glob("*.py"):
         keys |= set(re.findall(r'"((?:plan|action|drift|latency|accuracy|performance|resources)/[a-z0-9_]+)"', source.read_text()))
     return names | {metric_name(k) for k in keys}
 
@@ -89,7 +89,7 @@ def test_monitoring_values_become_prometheus_gauges() -> None:
 def test_the_monitor_writer_feeds_the_agents_metrics_endpoint(monkeypatch) -> None:
     """What an agent submits for MLflow shows on its /metrics registry (the MLflow write itself is
     covered by tests/tracking; here it is replaced so no server is needed)."""
-    from scanflow.agent.runtime import Metrics
+    from scanflow.agent.metrics import Metrics
     from scanflow.tracking.latest import LATEST
 
     monkeypatch.setattr(monitoring, "ensure_monitor_run", lambda target: "run-id")

@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.contracts.import_graph import cycles, import_graph, modules
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("scanflow", "agents")
+PRODUCT = ("scanflow",)
 
 
 def _graph() -> dict[str, set[str]]:

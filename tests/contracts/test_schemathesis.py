@@ -1,4 +1,4 @@
-"""schemathesis over the OpenAPI of the four reference agents (the apps built from agents/*.py), a
+"""schemathesis over the OpenAPI of the four reference agents (the apps built from scanflow/standard/*.py), a
 replica and a gateway (behind its fast front, as served by default), in both generation modes (positive: valid data; negative: data the schema
 forbids): no generated request may get a 5xx (issue #15). Every other check of `--checks all`
 (undocumented status, response schema, content type, negative data accepted, ...) runs too; a finding
@@ -77,7 +77,7 @@ def _predict(x: np.ndarray) -> tuple[list, np.ndarray | None]:
 
 ROLES = ("tracker", "checker", "planner", "executor")
 ROOT = Path(__file__).resolve().parents[2]
-AGENTS_DIR = ROOT / "agents"
+AGENTS_DIR = ROOT / "scanflow" / "standard"
 SECURITY_MD = ROOT / "docs/security.md"
 
 
@@ -125,7 +125,7 @@ def agent_urls(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pyt
 def _replica(mp: pytest.MonkeyPatch) -> Iterator[str]:
     from pydantic import SecretStr
 
-    from scanflow.serving import replica as replica_mod
+    from scanflow.serving import replica_server as replica_mod
     from scanflow.serving.model import LoadedModel
 
     mp.setattr(replica_mod, "load_model", lambda uri: LoadedModel("m", uri, "1", 4, _predict))
@@ -147,7 +147,7 @@ def gateway_url(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[str]:
 
     from scanflow.httpdeadline import with_head_timeout
     from scanflow.serving.fastfront import protocol_for
-    from scanflow.serving.gateway import GatewayConfig, create_app
+    from scanflow.serving.gateway_server import GatewayConfig, create_app
 
     for upstream in _replica(monkeypatch_module):
         # /ready checks get 5 s: the replica runs in this process and the fuzz can hold it for over the default

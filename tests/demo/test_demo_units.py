@@ -224,14 +224,14 @@ def test_plots_render_to_png(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_demo_autoscale_keeps_the_replica_through_a_calm_step_and_removes_it_after() -> None:
-    """The Planner's policy with the demo's settings (runner.DEMO_AUTOSCALE, as agents/planner.py reads
+    """The Planner's policy with the demo's settings (runner.DEMO_AUTOSCALE, as scanflow/standard/planner.py reads
     them): after a breach added a replica, low-p99 ticks (the gateway batches, so two replicas at twice one's
     capacity can look calm) keep it while the observed rate needs it, and remove it only once the 10 s down
     window holds no tick that needed it."""
-    from agents.planner import autoscale_config
     from scanflow.agentkit.env import primary_service
     from scanflow.demo.runner import DEMO_AUTOSCALE, demo_workflow
     from scanflow.policies.autoscale import AutoscaleContext, AutoscaleState, decide
+    from scanflow.standard.planner import autoscale_config
 
     cfg, _ = autoscale_config(dict(DEMO_AUTOSCALE), primary_service(demo_workflow()))
     state, replicas, moves = AutoscaleState(), 1, []

@@ -112,13 +112,13 @@ def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
 
 
 # -- AgentSpec.module -> file --------------------------------------------------------------------------
-@pytest.mark.parametrize(("ref", "parts"), [("agents.tracker:agent", ("agents.tracker", "agent")),
+@pytest.mark.parametrize(("ref", "parts"), [("scanflow.standard.tracker:agent", ("scanflow.standard.tracker", "agent")),
                                             ("pkg.mod", ("pkg.mod", None)), (" a:b ", ("a", "b"))])
 def test_split_module_ref(ref: str, parts: tuple[str, str | None]) -> None:
     assert split_module_ref(ref) == parts
 
 
-@pytest.mark.parametrize("ref", ["", ":agent", "agents.tracker:", "agents tracker:agent", "a.b:c.d", "1a:b"])
+@pytest.mark.parametrize("ref", ["", ":agent", "scanflow.standard.tracker:", "agents tracker:agent", "a.b:c.d", "1a:b"])
 def test_split_module_ref_refuses_malformed_refs(ref: str) -> None:
     with pytest.raises(AgentModuleError, match="package.module:attr"):
         split_module_ref(ref)
@@ -127,9 +127,9 @@ def test_split_module_ref_refuses_malformed_refs(ref: str) -> None:
 def test_module_file_finds_the_source_without_importing_it() -> None:
     import sys
 
-    sys.modules.pop("agents.checker", None)
-    assert module_file("agents.checker:agent") == REPO / "agents" / "checker.py"
-    assert "agents.checker" not in sys.modules  # found, not imported (it would read the workflow)
+    sys.modules.pop("scanflow.standard.checker", None)
+    assert module_file("scanflow.standard.checker:agent") == REPO / "scanflow" / "standard" / "checker.py"
+    assert "scanflow.standard.checker" not in sys.modules  # found, not imported (it would read the workflow)
 
 
 @pytest.mark.parametrize(("ref", "why"), [("agents.nope:agent", "cannot be found"),
@@ -144,8 +144,8 @@ def test_agent_target_falls_back_to_the_agents_dir(tmp_path: Path) -> None:
     assert agent_target("planner", None, tmp_path) == (tmp_path / "planner.py", None)
     spec = AgentSpec(name="plan-b", role="planner")
     assert agent_target("planner", spec, tmp_path) == (tmp_path / "planner.py", None)
-    spec = AgentSpec(name="plan-b", role="planner", module="agents.planner:agent")
-    assert agent_target("planner", spec, tmp_path) == (REPO / "agents" / "planner.py", "plan-b")
+    spec = AgentSpec(name="plan-b", role="planner", module="scanflow.standard.planner:agent")
+    assert agent_target("planner", spec, tmp_path) == (REPO / "scanflow" / "standard" / "planner.py", "plan-b")
 
 
 def test_the_stack_runs_the_declared_module_on_the_declared_port(tmp_path: Path) -> None:
@@ -154,7 +154,7 @@ def test_the_stack_runs_the_declared_module_on_the_declared_port(tmp_path: Path)
     stack = EmbeddedStack(tmp_path, wf.model_copy(update={"agents": agents}))
     assert stack.ports["checker"] == 18765
     argv = stack._argv("checker")
-    assert argv[argv.index("run") + 1] == str(REPO / "agents" / "checker.py")
+    assert argv[argv.index("run") + 1] == str(REPO / "scanflow" / "standard" / "checker.py")
     assert argv[argv.index("--name") + 1] == "checker" and argv[argv.index("--port") + 1] == "18765"
 
 

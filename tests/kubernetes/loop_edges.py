@@ -6,7 +6,7 @@ replica CPU). Here every address a container is configured with (env values, com
 MLflow, the stores, the Tracker, the gateway's upstreams, the watched services) becomes an edge to the
 pods its Service selects, on the Service's target port. One edge is behaviour, not an address, and is
 added by rule: whoever watches a service through SCANFLOW_SERVICE_URLS also reads /metrics of that
-gateway's upstreams, at the addresses the gateway reports (agents/checker.py `watch`).
+gateway's upstreams, at the addresses the gateway reports (scanflow/standard/checker.py `watch`).
 """
 
 from __future__ import annotations

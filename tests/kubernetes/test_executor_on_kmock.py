@@ -1,4 +1,4 @@
-"""The Executor agent itself (a real `scanflow agent run agents/executor.py` process) on the Kubernetes
+"""The Executor agent itself (a real `scanflow agent run scanflow/standard/executor.py` process) on the Kubernetes
 platform, against kmock: it takes namespace, image and the Tracker from configuration, creates what it
 owns, and after a SIGKILL and restart adopts what runs instead of resetting it.
 
@@ -61,7 +61,7 @@ def start_executor(tmp_path: Path, kubeconfig: Path, port: int) -> subprocess.Po
     for key in ("SCANFLOW_SERVICE_URLS", "SCANFLOW_CONFIG", "SCANFLOW_STORE_URL", "SCANFLOW_IMAGE"):
         env.pop(key, None)
     log = open(tmp_path / f"executor-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
-    return subprocess.Popen([sys.executable, "-m", "scanflow.cli", "agent", "run", "agents/executor.py",
+    return subprocess.Popen([sys.executable, "-m", "scanflow.cli", "agent", "run", "scanflow/standard/executor.py",
                              "--port", str(port)], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 

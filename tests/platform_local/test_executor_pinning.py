@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from agents import executor
-from agents.planner import plan_resources
 from scanflow.agent import PermanentError
 from scanflow.platform.topology import parse_cpu_list
 from scanflow.policies import elastic, pinning
 from scanflow.spec import Resources, Service
+from scanflow.standard import executor
+from scanflow.standard.planner import plan_resources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

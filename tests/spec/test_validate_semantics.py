@@ -88,13 +88,13 @@ def test_digits_workflow_validates(name: str) -> None:
 
 def test_validation_leaves_the_environment_as_it_found_it() -> None:
     before_env = os.environ.get("SCANFLOW_WORKFLOW")
-    had = "agents.checker" in sys.modules
-    previous = sys.modules.get("agents.checker")
+    had = "scanflow.standard.checker" in sys.modules
+    previous = sys.modules.get("scanflow.standard.checker")
     wf = Workflow.from_yaml(DIGITS_YAML.read_text())
     assert validate_workflow(wf) == []
     assert os.environ.get("SCANFLOW_WORKFLOW") == before_env
-    assert ("agents.checker" in sys.modules) == had
-    assert sys.modules.get("agents.checker") is previous
+    assert ("scanflow.standard.checker" in sys.modules) == had
+    assert sys.modules.get("scanflow.standard.checker") is previous
 
 
 # -- one line per broken case, through the CLI ----------------------------------------------------
@@ -163,10 +163,10 @@ def test_agent_module_that_does_not_import(tmp_path: Path) -> None:
 
 def test_agent_module_attribute_that_is_not_an_agent(tmp_path: Path) -> None:
     def change(d: dict[str, Any]) -> None:
-        agent_of(d, "checker")["module"] = "agents.checker:SPEC"
+        agent_of(d, "checker")["module"] = "scanflow.standard.checker:SPEC"
 
     rc, lines = broken(tmp_path, change)
-    assert_one_line(rc, lines, 'agents.checker.module = "agents.checker:SPEC": ',
+    assert_one_line(rc, lines, 'agents.checker.module = "scanflow.standard.checker:SPEC": ',
                     "is a AgentSpec, not a scanflow.agent.Agent")
 
 

@@ -2,7 +2,7 @@
 
 `workflow` is what `scanflow validate workflows/digits/workflow.py` and `scanflow deploy` read;
 workflow.yaml beside it is its exact YAML form (regenerate it with `python -m workflows.digits.workflow`;
-a test checks the two are equal). The agents' behaviour lives in agents/*.py (`module`); the
+a test checks the two are equal). The agents' behaviour lives in scanflow/standard/*.py (`module`); the
 strategies declared here are the MAPE-K chain of docs/architecture.md, and `settings` hold the
 parameters of the Planner's policies (scanflow/policies).
 """
@@ -48,14 +48,14 @@ backup_service = Service(
     slo=SLO_DIGITS,
 )
 
-# The MAPE-K chain (agents/*.py implement the actuators; docs/scenarios.md walks through it):
+# The MAPE-K chain (scanflow/standard/*.py implement the actuators; docs/scenarios.md walks through it):
 # Tracker predictions.logged -> Checker.check_drift -> drift.checked -> Planner.plan_retrain ->
 # drift.detected -> Planner.submit_plan -> Executor plan.approved -> retrain, evaluate_and_promote,
 # swap_model. Events cross agents through `forward` / `submit_plan` (the receiver's durable inbox).
 tracker = AgentSpec(
     name="tracker",
     role="tracker",
-    module="agents.tracker:agent",
+    module="scanflow.standard.tracker:agent",
     strategies=[
         StrategySpec(
             name="check-drift",
@@ -70,7 +70,7 @@ tracker = AgentSpec(
 checker = AgentSpec(
     name="checker",
     role="checker",
-    module="agents.checker:agent",
+    module="scanflow.standard.checker:agent",
     strategies=[
         # every verdict goes on: the Planner's policy needs the clean windows too (its CUSUM falls on them)
         StrategySpec(
@@ -100,7 +100,7 @@ checker = AgentSpec(
 planner = AgentSpec(
     name="planner",
     role="planner",
-    module="agents.planner:agent",
+    module="scanflow.standard.planner:agent",
     strategies=[
         StrategySpec(name="assess-drift", event="drift.checked", actions=[ActionSpec(actuator="plan_retrain")]),
         StrategySpec(
@@ -127,7 +127,7 @@ planner = AgentSpec(
 executor = AgentSpec(
     name="executor",
     role="executor",
-    module="agents.executor:agent",
+    module="scanflow.standard.executor:agent",
     # the traffic replays digits through one scanner: copies differ by read noise (RMS 0.028, at most 0.036
     # over S1's pool) while distinct digits are >= 0.042 apart, so 0.04 counts each digit once
     settings={"duplicate_tolerance": 0.04, "holdout_fraction": 0.3},

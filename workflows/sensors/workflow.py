@@ -48,7 +48,7 @@ backup_service = Service(
     slo=SLO_SENSORS,
 )
 
-# The MAPE-K chain of the four reference agents (scanflow.standard spells it out; agents/*.py implement
+# The MAPE-K chain of the four reference agents (scanflow.standard spells it out; scanflow/standard/*.py implement
 # the actuators). The Executor's duplicate check gets no tolerance: readings differ by any amount or
 # not at all. The gate may give up 2 points of clean accuracy (default 1): a recalibrated sensor moves
 # every later reading, and a retrain on ~80 labelled recalibrated readings measured 0.9-1.0 points

@@ -1,6 +1,6 @@
 """The four standard agents' declarations for a workflow: the MAPE-K chain, with its settings.
 
-A team that supervises one service with the reference agents (agents/tracker.py, checker.py, planner.py,
+A team that supervises one service with the reference agents (scanflow/standard/tracker.py, checker.py, planner.py,
 executor.py) declares the same strategies every time: the Tracker asks for a drift check at each full
 window, the Checker forwards its verdicts and observations to the Planner, the Planner plans retrains,
 failovers and scaling, the Executor carries out plans. `standard_agents(service)` builds those
@@ -56,14 +56,14 @@ def standard_agents(
     if window < 1 or quick_window < 1:
         raise ValueError(f"window and quick_window must be >= 1, got {window}, {quick_window}")
     tracker = AgentSpec(
-        name="tracker", role="tracker", module="agents.tracker:agent",
+        name="tracker", role="tracker", module="scanflow.standard.tracker:agent",
         strategies=[StrategySpec(name="check-drift", event="predictions.logged",
                                  constraint="event.count_since_check >= event.window",
                                  actions=[ActionSpec(actuator="check_drift", agent="checker")])],
         settings={"service": service, "window": window, "quick_window": quick_window},
     )
     checker = AgentSpec(
-        name="checker", role="checker", module="agents.checker:agent",
+        name="checker", role="checker", module="scanflow.standard.checker:agent",
         strategies=[_forward("drift-to-planner", "drift.checked"), _forward("latency-to-planner", "latency.checked"),
                     _forward("health-to-planner", "service.checked")],
         settings={"fpr": fpr, **({} if copy_tolerance is None else {"copy_tolerance": copy_tolerance})},
@@ -80,7 +80,7 @@ def standard_agents(
         planner_strategies.append(StrategySpec(name="autoscale", event="latency.checked",
                                                actions=[ActionSpec(actuator="plan_scale")]))
     planner = AgentSpec(
-        name="planner", role="planner", module="agents.planner:agent", strategies=planner_strategies,
+        name="planner", role="planner", module="scanflow.standard.planner:agent", strategies=planner_strategies,
         settings={"retrain": {**RETRAIN, **(retrain or {})}, "promotion": {**PROMOTION, **(promotion or {})},
                   "autoscale": {**AUTOSCALE, **(autoscale if isinstance(autoscale, dict) else {})},
                   "failover": {**FAILOVER, **(failover or {})}},
@@ -88,7 +88,7 @@ def standard_agents(
     plans = ("retrain", "route", "scale", "resources")
     actuators = {"route": "route", "scale": "scale", "resources": "set_resources"}
     executor_spec = AgentSpec(
-        name="executor", role="executor", module="agents.executor:agent",
+        name="executor", role="executor", module="scanflow.standard.executor:agent",
         strategies=[
             StrategySpec(name="execute-retrain", event="plan.approved", constraint="event.plan == 'retrain'",
                          actions=[ActionSpec(actuator="retrain"), ActionSpec(actuator="evaluate_and_promote"),

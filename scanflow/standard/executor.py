@@ -22,7 +22,7 @@ crash re-runs and finds its own earlier effects). At startup (local platform) it
 previous, SIGKILLed incarnation left running (they never stop serving), kills the rest of what it left
 (a cut training job re-runs), and deploys only what is missing.
 `GET /services` shows what the platform runs.
-Run: `scanflow agent run agents/executor.py --port 8004 --peer tracker=http://127.0.0.1:8001`.
+Run: `scanflow agent run scanflow/standard/executor.py --port 8004 --peer tracker=http://127.0.0.1:8001`.
 """
 
 from __future__ import annotations
