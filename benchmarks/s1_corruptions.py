@@ -81,10 +81,10 @@ def critical_rows(detector: object, x: np.ndarray, window: int, rng: np.random.G
 
 
 def executor_pick(x: np.ndarray, rows: list[int], seed: int, holdout: float | None = None) -> list[int]:
-    """The rows the Executor trains on: each input once (scanflow.standard.executor.distinct_rows), minus its
-    holdout (`holdout`, default scanflow.standard.executor.HOLDOUT_FRACTION; a seeded permutation, as the
+    """The rows the Executor trains on: each input once (scanflow.standard.retraining.distinct_rows), minus its
+    holdout (`holdout`, default scanflow.standard.retraining.HOLDOUT_FRACTION; a seeded permutation, as the
     Executor's per plan)."""
-    from scanflow.standard.executor import HOLDOUT_FRACTION, distinct_rows
+    from scanflow.standard.retraining import HOLDOUT_FRACTION, distinct_rows
 
     frac = HOLDOUT_FRACTION if holdout is None else holdout
     kept = [rows[i] for i in distinct_rows(x[rows])]
@@ -151,7 +151,7 @@ def main() -> int:
                          "(workflows.digits.s1.CALIBRATION_TRAFFIC_FRACTION; default: that constant)")
     ap.add_argument("--holdout", default=None,
                     help="with --as-executor: comma-separated holdout fractions to compare "
-                         "(default: scanflow.standard.executor.HOLDOUT_FRACTION)")
+                         "(default: scanflow.standard.retraining.HOLDOUT_FRACTION)")
     ap.add_argument("--adapt", default="moments",
                     help="comma-separated retrain recipes to compare: moments (synthetic drifted copies of the "
                          "clean rows, the job's default) and/or none (workflows.digits.train.training_rows)")

@@ -23,7 +23,7 @@
   left on their nodes; the Planner's policies read nothing else.
 - `forward`: the workflow's strategies send these events on to the Planner's inbox, through a durable
   outbox delivered by the `deliver` sensor (scanflow/agentkit/outbox.py).
-Run: `scanflow agent run scanflow/standard/checker.py --port 8002 --peer planner=http://127.0.0.1:8003`.
+Run: `scanflow agent run scanflow.standard.checker:agent --port 8002 --peer planner=http://127.0.0.1:8003`.
 """
 
 from __future__ import annotations

@@ -22,16 +22,15 @@ crash re-runs and finds its own earlier effects). At startup (local platform) it
 previous, SIGKILLed incarnation left running (they never stop serving), kills the rest of what it left
 (a cut training job re-runs), and deploys only what is missing.
 `GET /services` shows what the platform runs.
-Run: `scanflow agent run scanflow/standard/executor.py --port 8004 --peer tracker=http://127.0.0.1:8001`.
+Run: `scanflow agent run scanflow.standard.executor:agent --port 8004 --peer tracker=http://127.0.0.1:8001`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +41,18 @@ from scanflow.agent import Agent, Context, PermanentError, TemporaryError
 from scanflow.agentkit.env import agent_spec, current_workflow, primary_service
 from scanflow.platform.adoption import adopt_running, at_configured_port
 from scanflow.platform.base import PlatformError
+from scanflow.standard.model_loads import ModelLoads
+from scanflow.standard.retraining import (
+    DRIFT_PARAM,
+    HOLDOUT_FRACTION,
+    PATH_PARAM,
+    VALIDATION_PARAM,
+    distinct_rows,
+    train_once,
+)
 from scanflow.tracking import monitoring
 
 SPEC = agent_spec("executor")
-HOLDOUT_FRACTION = 0.3
 CHAMPION_ALIAS = "champion"
 agent = Agent(SPEC.name, role="executor", description="runs jobs, promotes models, scales, routes",
               settings_keys=("holdout_fraction", "duplicate_tolerance", "reference_rows", "serving_wait_s", "promotion",
@@ -81,6 +88,9 @@ def _typed_plan(ctx: Context, args: dict[str, Any], model: Any, actuator: str) -
 def _model_name() -> str:
     job = current_workflow().jobs[0]
     return str(job.params.get("model_name", current_workflow().name))
+
+
+_loads = ModelLoads(lambda: _model_name())  # the gate's models, loaded ahead (model_loads.py)
 
 
 @agent.on_startup
@@ -203,113 +213,6 @@ def _drift_rows(ctx: Context, critical_ids: set[str], from_seq: int, task: str) 
                      len(critical), sum(r.request_id in labels for r in critical))
 
 
-# A retried `retrain` must not train (and register) a second model for the same plan. The platform
-# opens the training job's MLflow run inside run_job, so the Executor can tag the run only once the job
-# is over; a crash between the job's end and the tag is covered by the plan's own training-data path,
-# which the job runner logs as the param `extra_points_path` when the job starts. On retry a FINISHED
-# run found either way that registered a version is reused; an unfinished one (cut with the Executor)
-# is trained again.
-PLAN_TAG = "scanflow.plan"
-KEY_TAG = "scanflow.idempotency_key"
-PATH_PARAM = "extra_points_path"
-# The plan's holdout of labelled drifted rows (never trained on): the promotion gate's drifted part,
-# also passed to the training job, which may log its score on it.
-VALIDATION_PARAM = "validation_points_path"
-# The recent unlabelled inputs since the drift, for jobs that adapt to them (e.g. re-standardising).
-DRIFT_PARAM = "drift_inputs_path"
-
-
-@dataclasses.dataclass(frozen=True)
-class PlanRun:
-    """What the lookup saw of one training run of a plan."""
-
-    run_id: str
-    status: str  # MLflow run status: RUNNING, FINISHED, FAILED, KILLED, SCHEDULED
-    start_time: int  # ms since the epoch
-    version: str | None  # the model version this run registered, if any
-
-
-def reusable_run(runs: list[PlanRun]) -> PlanRun | None:
-    """Pure: the newest FINISHED run of the plan that registered a version (None: train, again or first).
-    A run still RUNNING was cut with a crashed Executor (its job was killed at restart): not reusable."""
-    done = [r for r in runs if r.status == "FINISHED" and r.version is not None]
-    return max(done, key=lambda r: r.start_time) if done else None
-
-
-def _filter_literal(value: str) -> str | None:
-    """`value` quoted for an MLflow filter string, or None when it cannot be (a quote in it)."""
-    return None if "'" in value or "\\" in value else f"'{value}'"
-
-
-def plan_runs(client: Any, model_name: str, plan_key: str, train_path: str) -> list[PlanRun]:
-    """Every training run of this plan (tagged with `plan_key`, or logged with `train_path` as its
-    extra points), with the version of `model_name` it registered. Blocking (MLflow)."""
-    exp_ids = [e.experiment_id for e in client.search_experiments()]
-    if not exp_ids:
-        return []
-    found: dict[str, Any] = {}
-    for field, value in ((f"tags.`{PLAN_TAG}`", plan_key), (f"params.{PATH_PARAM}", train_path)):
-        lit = _filter_literal(value)
-        if lit is not None:
-            for run in client.search_runs(exp_ids, f"{field} = {lit}", max_results=100):
-                found[run.info.run_id] = run
-    out = []
-    for run_id, run in found.items():
-        versions = [v for v in client.search_model_versions(f"run_id = '{run_id}'") if v.name == model_name]
-        version = str(max(int(v.version) for v in versions)) if versions else None
-        out.append(PlanRun(run_id, str(run.info.status), int(run.info.start_time or 0), version))
-    return out
-
-
-def train_once(plat: Any, job: Any, params: dict[str, Any], plan_key: str, idem_key: str | None,
-               tracking_uri: str, model_name: str) -> tuple[str, str | None, dict[str, Any], bool]:
-    """Run the training job for a plan unless a finished run of it already registered a model version.
-
-    Returns (version, run_id, outputs, reused). `params[PATH_PARAM]` is the plan's training data.
-    Raises PermanentError when the job fails. Blocking (MLflow, the job).
-    """
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    earlier = reusable_run(plan_runs(client, model_name, plan_key, str(params[PATH_PARAM])))
-    if earlier is not None and earlier.version is not None:
-        run = client.get_run(earlier.run_id)
-        return earlier.version, earlier.run_id, dict(run.data.metrics), True
-    result = plat.run_job(job, params)
-    if result.run_id:
-        client.set_tag(result.run_id, PLAN_TAG, plan_key)
-        if idem_key:
-            client.set_tag(result.run_id, KEY_TAG, idem_key)
-    if not result.succeeded:
-        raise PermanentError(f"training job failed: {result.message} (MLflow run {result.run_id})")
-    version = result.outputs.get("version")
-    if version is None:
-        raise PermanentError(f"training job returned {sorted(result.outputs)} without 'version' (MLflow run "
-                             f"{result.run_id}): it must register the model and return its version")
-    return str(version), result.run_id, dict(result.outputs), False
-
-
-def distinct_rows(x: np.ndarray, tolerance: float = 0.0) -> np.ndarray:
-    """Pure: indices of the first row of each group of near-identical rows (RMS difference <= tolerance;
-    0: exact duplicates only), in order.
-
-    Why: traffic may replay inputs, so the critical points can hold several copies of one input.
-    Copies overweight it in training, and a copy in the holdout of an input in training makes the
-    holdout measure memory, not the drift. The tolerance is the workflow's (Executor setting
-    `duplicate_tolerance`): what counts as "the same input seen again" depends on its data.
-    Greedy, O(n^2 * f) when tolerance > 0: ~0.1 s for 1,000 rows of 64."""
-    if len(x) == 0:
-        return np.zeros(0, dtype=np.int64)
-    if tolerance <= 0:
-        _, first = np.unique(x, axis=0, return_index=True)
-        return np.sort(first).astype(np.int64)
-    keep: list[int] = []
-    for i in range(len(x)):
-        if not keep or float(np.sqrt(((x[keep] - x[i]) ** 2).mean(axis=1)).min()) > tolerance:
-            keep.append(i)
-    return np.asarray(keep, dtype=np.int64)
-
-
 @agent.actuator("retrain", max_attempts=3)
 def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Train a challenger on the plan's critical points that feedback labelled, once per plan (`train_once`).
@@ -318,8 +221,8 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     pid = _plan(ctx, args)[0]
     plan: messages.RetrainPlan = _typed_plan(ctx, args, messages.RetrainPlan, "retrain")
     ids = set(plan.critical_ids)
-    _prefetch_champion()  # the champion's model and reference: the schema now, the gate next
-    ref = _champion_reference()
+    _loads.prefetch_champion()  # the champion's model and reference: the schema now, the gate next
+    ref = _loads.champion_reference()
     rows = _drift_rows(ctx, ids, plan.from_seq or 0, ref.schema.task)
     distinct = distinct_rows(rows.x_labelled, float(_setting("duplicate_tolerance", 0.0)))
     x, y = rows.x_labelled[distinct], rows.y_labelled[distinct]
@@ -355,84 +258,6 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return {"plan": pid, "version": version, "run_id": run_id, "reused_run": reused, "n_extra": len(fit),
             "n_holdout": len(hold), "labelled_requests": rows.labelled_requests,
             "critical_requests": rows.critical_requests, "recent_rows": len(rows.x_recent), "job_scores": scores}
-
-
-# Models and the champion's reference for evaluate_and_promote, loaded ahead: `retrain` starts loading
-# the champion on a background thread while the training job runs in its own process, so evaluation
-# after the job only loads the challenger (imports and model loads are most of an evaluation's time).
-_prefetch = ThreadPoolExecutor(2, thread_name_prefix="prefetch")
-_lock = threading.Lock()
-_models: dict[str, Future[Any]] = {}  # model version -> its loading (scanflow.serving.model.LoadedModel)
-_references: dict[str, Future[Any]] = {}  # model version -> its reference (scanflow.tracking.reference)
-
-
-def _load_version(version: str) -> Any:
-    from scanflow.serving.model import load_model
-
-    return load_model(f"models:/{_model_name()}/{version}")
-
-
-def _load_reference(version: str) -> Any:
-    """The reference data of a model version: its schema, and clean labelled rows it never trained on
-    (the promotion gate's clean part). Read from MLflow, where the training job logged it."""
-    from scanflow.tracking.reference import reference_for_version
-
-    return reference_for_version(_model_name(), version)
-
-
-def _once(cache: dict[str, Future[Any]], key: str, fn: Any, *args: Any) -> Future[Any]:
-    """fn(*args) on the prefetch pool, once per key; a failed one is tried again on the next call."""
-    with _lock:
-        fut = cache.get(key)
-        if fut is None or (fut.done() and fut.exception() is not None):
-            fut = cache[key] = _prefetch.submit(fn, *args)
-        return fut
-
-
-def _model(version: str) -> Future[Any]:
-    return _once(_models, version, _load_version, version)
-
-
-def _champion() -> str:
-    from scanflow.tracking.registry import CHAMPION, get_alias_version
-
-    champion = get_alias_version(_model_name(), CHAMPION)
-    if champion is None:
-        raise TemporaryError(f"no champion of {_model_name()!r} yet", delay_s=2.0)
-    return champion
-
-
-def _champion_reference() -> Any:
-    """The serving champion's reference (ReferenceError, permanent: its training job logged none)."""
-    from scanflow.tracking.reference import ReferenceError
-
-    champion = _champion()
-    try:
-        return _once(_references, champion, _load_reference, champion).result()
-    except ReferenceError as exc:
-        raise PermanentError(str(exc)) from None
-
-
-def _prefetch_champion() -> None:
-    """Background: start loading the current champion's model. Best effort: evaluation loads whatever
-    this did not (an error here only costs the time it would have saved)."""
-    def run() -> None:
-        _model(_champion())
-
-    _prefetch.submit(run)
-
-
-def _evaluate(version: str, x_clean: np.ndarray, y_clean: np.ndarray, x_d: np.ndarray, y_d: np.ndarray,
-              task: str) -> Any:
-    from scanflow.policies.retrain import Evaluation, score
-
-    m = _model(version).result()
-    metric = "r2" if task == "regression" else "accuracy"
-
-    def on(x: np.ndarray, y: np.ndarray) -> float:
-        return score(task, y, m.predict(np.ascontiguousarray(x, dtype=np.float32))[0])
-
-    return Evaluation(on(x_clean, y_clean), on(x_d, y_d), version, metric)
 
 
 MIN_SERVING_ROWS = 500  # fresh rows after the plan's windows that stand for what the new model serves
@@ -504,18 +329,18 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if rec is None:
         raise PermanentError(f"plan {pid}: no trained challenger (retrain did not succeed)")
     name, challenger = _model_name(), rec["version"]
-    champion = _champion()
+    champion = _loads.champion()
     if champion == challenger:  # promoted by an earlier attempt of this very step
         rec["promoted"] = True
         return {"plan": pid, "promoted": True, "version": challenger, "reason": "already champion"}
     for v in (challenger, champion):  # both load at once (the champion most likely already loaded)
-        _model(v)
-    ref = _champion_reference()
+        _loads.model(v)
+    ref = _loads.champion_reference()
     with np.load(rec["holdout"]) as h:
         x_d, y_d = h["x"], h["y"]
     task = ref.schema.task
-    ch = _evaluate(challenger, ref.x_holdout, ref.y_holdout, x_d, y_d, task)
-    cur = _evaluate(champion, ref.x_holdout, ref.y_holdout, x_d, y_d, task)
+    ch = _loads.evaluate(challenger, ref.x_holdout, ref.y_holdout, x_d, y_d, task)
+    cur = _loads.evaluate(champion, ref.x_holdout, ref.y_holdout, x_d, y_d, task)
     c = dict(_setting("promotion", agent_spec("planner").settings.get("promotion", {})))
     decision = decide_promotion(ch, cur, PromotionConfig(float(c.get("min_gain_drifted", 0.0)),
                                                          float(c.get("clean_tolerance", 0.01))))
@@ -533,9 +358,7 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     monitoring.WRITER.submit(ctx.state, _primary_monitor(ctx), {"action/promoted": float(decision.promote),
                                                                 **{f"gate/{k}": v for k, v in metrics.items()}},
                              monitoring.plan_step(pid))
-    with _lock:
-        for v in [v for v in _models if v != (challenger if decision.promote else champion)]:
-            _models.pop(v, None)  # keep only the champion's model: the next retrain's evaluation needs it
+    _loads.keep_only(challenger if decision.promote else champion)
     return {"plan": pid, "promoted": decision.promote, "version": challenger, "previous": champion,
             "reason": decision.reason, "metric": metric, **metrics}
 

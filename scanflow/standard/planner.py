@@ -22,7 +22,7 @@ Policy states live in the agent's persisted state, so a restarted Planner keeps 
 Plans for the Executor go through a durable outbox (scanflow/agentkit/outbox.py): the actuator
 queues them and returns, the `deliver` sensor posts them, so a restarting Executor never holds up
 this agent's inbox (failover decisions keep coming while a retrain plan waits).
-Run: `scanflow agent run scanflow/standard/planner.py --port 8003 --peer executor=http://127.0.0.1:8004`.
+Run: `scanflow agent run scanflow.standard.planner:agent --port 8003 --peer executor=http://127.0.0.1:8004`.
 """
 
 from __future__ import annotations

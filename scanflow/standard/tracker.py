@@ -6,7 +6,7 @@ The replicas POST their prediction records (inputs, outputs, model version, late
 records to MLflow as Parquet batches (advancing a watermark; crash-safe) and emits
 `predictions.logged` with `count_since_check`, the records flushed since it last announced a full
 window; the workflow's strategy `check-drift` then calls the Checker's `check_drift`.
-Run: `scanflow agent run scanflow/standard/tracker.py --port 8001 --peer checker=http://127.0.0.1:8002`.
+Run: `scanflow agent run scanflow.standard.tracker:agent --port 8001 --peer checker=http://127.0.0.1:8002`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scanflow.standard.executor import distinct_rows
+from scanflow.standard.retraining import distinct_rows
 
 DIGITS_TOLERANCE = 0.04  # the digits workflow's `duplicate_tolerance` (workflows/digits/workflow.py)
 

@@ -1,4 +1,4 @@
-"""The Executor's load-once cache (`_once`): what `retrain` starts loading while the training job runs
+"""The Executor's load-once cache (`ModelLoads.once`): what `retrain` starts loading while the training job runs
 (the champion, the clean splits) is what `evaluate_and_promote` gets, and a failed load is retried."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scanflow.standard.executor import _once
+from scanflow.standard.model_loads import ModelLoads
 
 
 def test_once_runs_a_key_once_and_shares_the_result() -> None:
@@ -22,6 +22,7 @@ def test_once_runs_a_key_once_and_shares_the_result() -> None:
         return f"model {v}"
 
     cache: dict[str, Future[Any]] = {}
+    _once = ModelLoads(lambda: "m").once
     first = _once(cache, "3", load, "3")
     second = _once(cache, "3", load, "3")  # asked again while the first load still runs
     gate.set()
@@ -41,7 +42,16 @@ def test_once_retries_a_failed_load() -> None:
         return "loaded"
 
     cache: dict[str, Future[Any]] = {}
+    _once = ModelLoads(lambda: "m").once
     with pytest.raises(OSError, match="unreachable"):
         _once(cache, "k", flaky).result(5.0)
     assert _once(cache, "k", flaky).result(5.0) == "loaded"
     assert _once(cache, "k", flaky).result(5.0) == "loaded" and len(attempts) == 2
+
+
+def test_keep_only_forgets_every_other_version() -> None:
+    loads = ModelLoads(lambda: "m")
+    for v in ("1", "2", "3"):
+        loads.once(loads._models, v, str, v).result(5.0)
+    loads.keep_only("2")
+    assert list(loads._models) == ["2"]

@@ -11,7 +11,7 @@ import pytest
 
 from scanflow.platform.local import LocalPlatform
 from scanflow.spec import Job
-from scanflow.standard.executor import PATH_PARAM, PLAN_TAG, PlanRun, plan_runs, reusable_run, train_once
+from scanflow.standard.retraining import PATH_PARAM, PLAN_TAG, PlanRun, plan_runs, reusable_run, train_once
 
 pytestmark = pytest.mark.timeout(300)
 
