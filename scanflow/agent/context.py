@@ -17,7 +17,8 @@ import copy
 import logging
 import math
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from scanflow.agent.client import AgentClient, AgentHTTPError
@@ -28,6 +29,22 @@ if TYPE_CHECKING:
     from scanflow.agent.runtime import Runtime
     from scanflow.agent.store import Store
 
+
+
+@contextmanager
+def peer_errors(agent: str) -> Iterator[None]:
+    """A failure to reach peer `agent` as the runtime's errors: TemporaryError (peer down, 5xx, 429,
+    timeouts: retried) or PermanentError (4xx, or the peer's actuator failed permanently)."""
+    try:
+        yield
+    except AgentHTTPError as exc:
+        if exc.retryable:
+            raise TemporaryError(f"peer {agent!r}: {exc}", delay_s=1.0) from None
+        raise PermanentError(f"peer {agent!r}: {exc}") from None
+    except (TemporaryError, PermanentError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any other failure to reach the peer is temporary
+        raise TemporaryError(f"peer {agent!r} unreachable: {type(exc).__name__}: {exc}") from None
 
 class Context:
     """Handed to handlers. Prefer `await ctx.emit(...)`; sync handlers (run in threads) use `emit_sync`."""
@@ -116,17 +133,9 @@ class Context:
         PermanentError (4xx, or the peer's actuator failed permanently).
         """
         k = self._derive_key("call", key) or f"{self.name}:call:{uuid.uuid4().hex}"
-        try:
-            event = self.event.to_ref() if self.event is not None else None
+        event = self.event.to_ref() if self.event is not None else None
+        with peer_errors(agent):
             body = await self.client(agent).call_actuator(actuator, dict(args or {}), key=k, event=event)
-        except AgentHTTPError as exc:
-            if exc.retryable:
-                raise TemporaryError(f"peer {agent!r}: {exc}", delay_s=1.0) from None
-            raise PermanentError(f"peer {agent!r}: {exc}") from None
-        except (TemporaryError, PermanentError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - any other failure to reach the peer is temporary
-            raise TemporaryError(f"peer {agent!r} unreachable: {type(exc).__name__}: {exc}") from None
         return dict(body.get("result") or {})
 
     async def send_event(
@@ -134,13 +143,5 @@ class Context:
     ) -> dict[str, Any]:
         """Post an event into peer `agent`'s inbox -> {"id", "duplicate"}; errors as in `call`."""
         k = self._derive_key("send", key)
-        try:
+        with peer_errors(agent):
             return await self.client(agent).post_event(name, dict(payload or {}), key=k, source=self.name)
-        except AgentHTTPError as exc:
-            if exc.retryable:
-                raise TemporaryError(f"peer {agent!r}: {exc}", delay_s=1.0) from None
-            raise PermanentError(f"peer {agent!r}: {exc}") from None
-        except (TemporaryError, PermanentError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - any other failure to reach the peer is temporary
-            raise TemporaryError(f"peer {agent!r} unreachable: {type(exc).__name__}: {exc}") from None

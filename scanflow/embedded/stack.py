@@ -54,7 +54,7 @@ from scanflow.credentials import kind_vars
 from scanflow.embedded.agentfiles import agent_target
 from scanflow.embedded.leftovers import kill_leftovers
 from scanflow.handoff import listen_host
-from scanflow.platform.processes import PortInUse, reserve_port, spawn
+from scanflow.platform.processes import PortInUse, reserve_port, signal_group, spawn
 from scanflow.private_files import PRIVATE_UMASK, open_private_log, private_dir, write_private
 from scanflow.spec import AgentSpec, Workflow
 from scanflow.tracking.record_ids import RECORD_KEY_ENV, new_record_key
@@ -272,7 +272,7 @@ class EmbeddedStack:
         """SIGKILL MLflow's process group, as a crash would (the watch restarts it)."""
         srv = self.mlflow
         if srv is not None and srv._proc is not None:
-            _signal_group(srv._proc, signal.SIGKILL)
+            signal_group(srv._proc, signal.SIGKILL)
 
     def stop(self) -> None:
         """Stop agents (SIGTERM, then SIGKILL), sweep leftovers, stop MLflow. Idempotent."""
@@ -283,7 +283,7 @@ class EmbeddedStack:
         for role in reversed(ROLES):
             p = self.procs.get(role)
             if p is not None and p.poll() is None:
-                _signal_group(p, signal.SIGTERM)
+                signal_group(p, signal.SIGTERM)
         for role in reversed(ROLES):
             p = self.procs.pop(role, None)
             if p is None:
@@ -291,7 +291,7 @@ class EmbeddedStack:
             try:
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                _signal_group(p, signal.SIGKILL)
+                signal_group(p, signal.SIGKILL)
                 p.wait(timeout=10)
         kill_leftovers(self.agent_home("executor"))
         self._release_ports()
@@ -414,7 +414,7 @@ class EmbeddedStack:
     def kill_agent(self, role: str) -> None:
         """SIGKILL the agent's process group, as a crash would (its store stays as it was)."""
         p = self.procs[role]
-        _signal_group(p, signal.SIGKILL)
+        signal_group(p, signal.SIGKILL)
         p.wait(timeout=10)
 
     def restart_agent(self, role: str, wait: bool = True) -> None:
@@ -447,16 +447,6 @@ class EmbeddedStack:
 
     def events(self, role: str, limit: int = 1000) -> list[dict[str, Any]]:
         return list(self.get(role, "/events", limit=limit))
-
-
-def _signal_group(p: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.killpg(p.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        try:
-            p.send_signal(sig)
-        except ProcessLookupError:
-            pass
 
 
 def _foreign(answered: str | None, expected: str | None) -> str:

@@ -264,18 +264,20 @@ def stop(proc: Proc, grace_s: float = 10.0) -> int | None:
     """SIGTERM the process group, SIGKILL it after `grace_s`; returns the exit code."""
     if proc.poll() is not None:
         return proc.returncode
-    _signal_group(proc, signal.SIGTERM)
+    signal_group(proc, signal.SIGTERM)
     try:
         return proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        _signal_group(proc, signal.SIGKILL)
+        signal_group(proc, signal.SIGKILL)
         try:
             return proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             return None
 
 
-def _signal_group(proc: Proc, sig: int) -> None:
+def signal_group(proc: Proc, sig: int) -> None:
+    """`sig` to the process group `proc` leads (its children too); to `proc` alone where the group is
+    gone or not ours; nothing when the process is already gone."""
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):

@@ -12,12 +12,13 @@ request_id once. Large calls are cut into chunks within the router's limits.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import httpx
 from pydantic import SecretStr
-from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from scanflow.agent.client import AgentHTTPError, raise_for_status
 from scanflow.auth import bearer_header
@@ -63,13 +64,6 @@ def _post_sync(http: httpx.Client, url: str, body: Any, headers: dict[str, str],
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def _post_async(http: httpx.AsyncClient, url: str, body: Any, retries: int, backoff_s: float) -> Any:
-    async for attempt in AsyncRetrying(**_policy(retries, backoff_s)):
-        with attempt:
-            return _checked(await http.post(url, json=body), f"POST {url}")
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 def lookup_feedback(
     tracker_url: str,
     token: SecretStr | str | None,
@@ -101,16 +95,10 @@ async def alookup_feedback(
     retries: int = RETRIES,
     backoff_s: float = BACKOFF_S,
 ) -> dict[str, list[Any]]:
-    """`lookup_feedback` for async callers (actuators, strategies): same answer, same errors."""
-    ids = list(dict.fromkeys(request_ids))
-    url = f"{tracker_url.rstrip('/')}/feedback/lookup"
-    out: dict[str, list[Any]] = {}
-    if not ids:
-        return out
-    async with httpx.AsyncClient(headers=bearer_header(token), timeout=timeout_s) as http:
-        for chunk in _chunks(ids, LOOKUP_CHUNK):
-            out.update((await _post_async(http, url, {"request_ids": list(chunk)}, retries, backoff_s))["labels"])
-    return out
+    """`lookup_feedback` for async callers (actuators, strategies): the same call on a worker thread, so
+    the same answer and the same errors, without blocking the event loop."""
+    return await asyncio.to_thread(lookup_feedback, tracker_url, token, list(request_ids), timeout_s=timeout_s,
+                                   retries=retries, backoff_s=backoff_s)
 
 
 def post_feedback(
