@@ -24,6 +24,7 @@ import os
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Header, HTTPException, status
 from pydantic import SecretStr
@@ -54,6 +55,33 @@ COMPONENT_SCOPES: dict[str, frozenset[str]] = {
     "replica": frozenset({"predictions:write"}),
     "feedback": frozenset({"feedback:write"}),
 }
+
+
+def env_records(text: str, env: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The JSON list of objects, each with exactly `keys`, that variable `env` holds; ValueError naming the
+    variable and the entry at fault, never a value (they hold credential digests)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise ValueError(f"{env} is not JSON") from None
+    shape = ", ".join(f'"{k}"' for k in keys)
+    if not isinstance(doc, list):
+        raise ValueError(f"{env} must be a JSON list of {{{shape}}}")  # noqa: TRY004
+    for i, e in enumerate(doc):
+        if not isinstance(e, dict) or set(e) != set(keys):
+            raise ValueError(f"{env}[{i}] must have exactly {shape}")
+    return doc
+
+
+def sha256_digest(value: Any, where: str) -> bytes:
+    """The 32 bytes of a SHA-256 digest written as 64 hex digits; ValueError naming `where` otherwise."""
+    try:
+        raw = bytes.fromhex(value) if isinstance(value, str) else b""
+    except ValueError:
+        raw = b""
+    if len(raw) != 32:
+        raise ValueError(f"{where} must be 64 hex digits")
+    return raw
 
 
 def _secret(token: SecretStr | str) -> str:
@@ -96,25 +124,12 @@ class TokenTable:
     @classmethod
     def parse(cls, text: str) -> TokenTable:
         """From the JSON of SCANFLOW_AUTH_TOKENS; ValueError naming what is wrong (never a token)."""
-        try:
-            doc = json.loads(text)
-        except ValueError:
-            raise ValueError(f"{AUTH_TOKENS_ENV} is not JSON") from None
-        if not isinstance(doc, list):
-            raise ValueError(f'{AUTH_TOKENS_ENV} must be a JSON list of {{"name", "sha256", "scopes"}}')  # noqa: TRY004
         out = []
-        for i, e in enumerate(doc):
-            if not isinstance(e, dict) or set(e) != {"name", "sha256", "scopes"}:
-                raise ValueError(f'{AUTH_TOKENS_ENV}[{i}] must have exactly "name", "sha256" and "scopes"')
-            name, digest, scopes = e["name"], e["sha256"], e["scopes"]
+        for i, e in enumerate(env_records(text, AUTH_TOKENS_ENV, ("name", "sha256", "scopes"))):
+            name, scopes = e["name"], e["scopes"]
             if not isinstance(name, str) or not name:
                 raise ValueError(f"{AUTH_TOKENS_ENV}[{i}].name must be a non-empty string")
-            if not isinstance(digest, str) or len(digest) != 64:
-                raise ValueError(f"{AUTH_TOKENS_ENV}[{i}].sha256 must be 64 hex digits")
-            try:
-                raw = bytes.fromhex(digest)
-            except ValueError:
-                raise ValueError(f"{AUTH_TOKENS_ENV}[{i}].sha256 must be 64 hex digits") from None
+            raw = sha256_digest(e["sha256"], f"{AUTH_TOKENS_ENV}[{i}].sha256")
             if not isinstance(scopes, list) or not all(isinstance(s, str) and s in SCOPES for s in scopes):
                 raise ValueError(f"{AUTH_TOKENS_ENV}[{i}].scopes must be a list of: {', '.join(SCOPES)}")
             out.append((name, raw, Principal(name, frozenset(scopes))))

@@ -42,6 +42,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from scanflow.auth import env_records, sha256_digest
 from scanflow.tracking.mlflow_routes import (
     ROLE_GROUPS,
     ROLES,
@@ -75,26 +76,13 @@ def password_digest(password: str) -> str:
 
 def parse_users(text: str) -> list[tuple[str, bytes, Role]]:
     """SCANFLOW_MLFLOW_USERS -> (name, digest, role); ValueError naming what is wrong (never a secret)."""
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        raise ValueError(f"{USERS_ENV} is not JSON") from None
-    if not isinstance(doc, list):
-        raise ValueError(f'{USERS_ENV} must be a JSON list of {{"name", "sha256", "role"}}')  # noqa: TRY004
     out: list[tuple[str, bytes, Role]] = []
-    for i, e in enumerate(doc):
-        if not isinstance(e, dict) or set(e) != {"name", "sha256", "role"}:
-            raise ValueError(f'{USERS_ENV}[{i}] must have exactly "name", "sha256" and "role"')
+    for i, e in enumerate(env_records(text, USERS_ENV, ("name", "sha256", "role"))):
         if not isinstance(e["name"], str) or not e["name"] or ":" in e["name"]:
             raise ValueError(f"{USERS_ENV}[{i}].name must be a non-empty string without ':'")
         if e["role"] not in ROLES:
             raise ValueError(f"{USERS_ENV}[{i}].role must be one of {', '.join(ROLES)}")
-        try:
-            digest = bytes.fromhex(e["sha256"]) if isinstance(e["sha256"], str) else b""
-        except ValueError:
-            digest = b""
-        if len(digest) != 32:
-            raise ValueError(f"{USERS_ENV}[{i}].sha256 must be 64 hex digits")
+        digest = sha256_digest(e["sha256"], f"{USERS_ENV}[{i}].sha256")
         out.append((e["name"], digest, e["role"]))
     return out
 

@@ -146,6 +146,18 @@ def test_logins_are_digests_and_checked_by_name_and_password() -> None:
         parse_users('[{"name": "a", "sha256": "' + "0" * 64 + '", "role": "root"}]')
 
 
+@pytest.mark.parametrize("text, fragment", [
+    ("[", "SCANFLOW_MLFLOW_USERS is not JSON"), ("{}", "JSON list"), ('[{"name": "a"}]', r"\[0\] must have exactly"),
+    ('[{"name": "a:b", "sha256": "' + "0" * 64 + '", "role": "reader"}]', "without ':'"),
+    ('[{"name": "a", "sha256": "' + "0" * 63 + '", "role": "reader"}]', r"\[0\].sha256 must be 64 hex digits"),
+    ('[{"name": "a", "sha256": 7, "role": "reader"}]', "64 hex digits"),
+])
+def test_a_bad_users_table_is_refused_naming_the_entry_never_a_digest(text: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment) as caught:
+        parse_users(text)
+    assert "0" * 32 not in str(caught.value)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
     srv = MlflowServer(tmp_path_factory.mktemp("mlflow-auth"), users=USERS, startup_timeout_s=240)
