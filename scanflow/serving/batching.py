@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import collections.abc
+import contextlib
 import queue
 import threading
 import time
@@ -134,10 +135,8 @@ class MicroBatcher:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task  # its own cancellation: expected
         for p in self._queue:
             if not p.future.done():
                 p.future.set_exception(ModelNotReady("replica is shutting down"))

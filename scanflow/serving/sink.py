@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,10 +134,8 @@ class TrackerSink:
         """Try to deliver what is buffered (bounded time), then close; what is left is logged."""
         if self._task is not None:
             self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task  # its own cancellation: expected
         try:
             await asyncio.wait_for(self._flush_all(), flush_timeout_s)
         except (TimeoutError, httpx.HTTPError):
