@@ -24,6 +24,14 @@ log = logging.getLogger(__name__)
 DURATION_METRIC = "job_duration_s"
 EXIT_CODE_TAG = "scanflow.job.exit_code"
 Outcome = Literal["FINISHED", "FAILED", "KILLED"]
+JOBS_EXPERIMENT = "scanflow-jobs"
+
+
+def jobs_experiment(workflow: str | None = None) -> str:
+    """The MLflow experiment of a workflow's job runs, the same on every platform: `scanflow-jobs/<workflow>`
+    (`scanflow-jobs` for a platform used without a workflow). One name, so a team finds its training runs
+    in the same place whether they ran as local processes or as Kubernetes Jobs."""
+    return f"{JOBS_EXPERIMENT}/{workflow}" if workflow else JOBS_EXPERIMENT
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from scanflow.platform import manifests as mf
 from scanflow.platform.base import JobResult, PlatformError
-from scanflow.platform.jobruns import JobRun
+from scanflow.platform.jobruns import JobRun, jobs_experiment
 from scanflow.spec import Job
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def open_job_run(plat: KubernetesPlatform, job: Job, run_name: str, params: dict
     if not plat.tracking_uri:
         return None
     try:
-        return JobRun.open(plat.tracking_uri, f"scanflow-jobs/{plat.workflow or plat.namespace}", job, run_name,
+        return JobRun.open(plat.tracking_uri, jobs_experiment(plat.workflow or plat.namespace), job, run_name,
                            params, tags={"scanflow.k8s_job": run_name, "scanflow.namespace": plat.namespace})
     except Exception as exc:  # noqa: BLE001  # tracking down must not stop the job
         log.warning("no MLflow run for job %s: %s", run_name, type(exc).__name__)

@@ -52,6 +52,7 @@ from scanflow.platform.base import (
     ServiceStatus,
 )
 from scanflow.platform.cgroups import CgroupManager, CgroupSupport, detect
+from scanflow.platform.jobruns import JOBS_EXPERIMENT
 from scanflow.platform.local_adopt import rebuild, take_over_services
 from scanflow.platform.local_jobs import run_local_job
 from scanflow.platform.local_launch import HOME_ENV, MODULES, Launcher, default_threads
@@ -82,7 +83,7 @@ class LocalPlatform:
         topology: Topology | None = None,
         cgroups: CgroupSupport | None = None,
         supervise_interval_s: float = 0.25,
-        experiment: str = "scanflow-jobs",
+        experiment: str = JOBS_EXPERIMENT,
     ) -> None:
         self.home = Path(home)
         self.home.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ import json
 import math
 from typing import Any
 
+from scanflow.platform.jobruns import jobs_experiment
 from scanflow.platform.k8s_resources import default_threads, normalise, resources_block
 from scanflow.platform.k8s_security import container_security_context, credential_env, pod_security_context
 from scanflow.secrets import public_params  # params minus secrets: the only ones in a Job's env
@@ -389,7 +390,7 @@ def batch_job(
             {"name": "SCANFLOW_JOB_NAME", "value": job.name},
             {"name": "SCANFLOW_JOB_PARAMS", "value": json.dumps(merged, sort_keys=True)},
             {"name": "MLFLOW_TRACKING_URI", "value": tracking_uri or "http://mlflow:5000"},
-            {"name": "MLFLOW_EXPERIMENT_NAME", "value": f"scanflow-jobs/{workflow or namespace}"},
+            {"name": "MLFLOW_EXPERIMENT_NAME", "value": jobs_experiment(workflow or namespace)},
             {"name": "OMP_NUM_THREADS", "value": str(default_threads(job.resources))},
             *credential_env("job", token=False),
             *([{"name": "MLFLOW_RUN_ID", "value": run_id}] if run_id else []),

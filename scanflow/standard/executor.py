@@ -41,6 +41,7 @@ from scanflow.agent import Agent, Context, PermanentError, TemporaryError
 from scanflow.agentkit.env import agent_spec, current_workflow, primary_service
 from scanflow.platform.adoption import adopt_running, at_configured_port
 from scanflow.platform.base import PlatformError
+from scanflow.platform.jobruns import jobs_experiment
 from scanflow.standard.model_loads import ModelLoads
 from scanflow.standard.retraining import (
     DRIFT_PARAM,
@@ -128,7 +129,7 @@ def start_platform(ctx: Context) -> None:
         home = Path(ctx.settings.home).resolve()
         token = ctx.settings.token.get_secret_value() if ctx.settings.token else None
         plat = LocalPlatform(home / "platform", tracking_uri, tracker_url=tracker_url, token=token,
-                             experiment=f"{wf.name}-jobs")
+                             experiment=jobs_experiment(wf.name))
         # also kills what the predecessor's platform left and no one adopts (stray replicas, cut jobs)
         adopted = plat.adopt()
         if adopted:

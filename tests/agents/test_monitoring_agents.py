@@ -24,6 +24,7 @@ from fastapi.responses import PlainTextResponse
 from mlflow import MlflowClient
 from prometheus_client import generate_latest
 
+from scanflow.platform.jobruns import jobs_experiment
 from scanflow.settings import Settings
 from scanflow.tracking import monitoring, registry
 
@@ -168,7 +169,7 @@ def test_drift_checks_decisions_and_the_retrain_chain(mlflow_server: str, tmp_pa
     assert name == "drift.detected" and detected["drift_steps"] == [400, 600] and detected["from_seq"] == 200
     plan = {**detected, "plan": "retrain"}
     model = f"mon-{uuid.uuid4().hex[:8]}"
-    exp_id = registry.ensure_experiment(f"{workflow_name}-jobs")
+    exp_id = registry.ensure_experiment(jobs_experiment(workflow_name))
     client.create_registered_model(model)
     runs, versions = [], []
     for _ in range(2):

@@ -20,6 +20,7 @@ import kmock
 import pytest
 
 from scanflow.platform.base import PlatformError
+from scanflow.platform.jobruns import jobs_experiment
 from scanflow.platform.k8s_api import KubernetesForbidden, KubernetesNotFound
 from scanflow.platform.kubernetes import KubernetesPlatform
 from scanflow.spec import Affinity, Job, Resources, Service
@@ -347,6 +348,9 @@ def test_run_job_is_one_mlflow_run_with_the_functions_outputs_and_the_pod_logs(k
     assert run.data.params == {"epochs": "3", "lr": "0.01"} and run.info.status == "FINISHED"
     assert "job_duration_s" in run.data.metrics  # the same bookkeeping as a local job (scanflow.platform.jobruns)
     assert len(client.search_runs([run.info.experiment_id])) == 1  # one run per Job
+    # the experiment the local platform uses too when the Executor runs it (jobruns.jobs_experiment)
+    assert client.get_experiment(run.info.experiment_id).name == jobs_experiment(plat.workflow or plat.namespace)
+    assert env["MLFLOW_EXPERIMENT_NAME"] == jobs_experiment(plat.workflow or plat.namespace)
     local = client.download_artifacts(result.run_id, f"logs/{result.name}.log", str(tmp_path))
     assert "epoch 1 loss 0.42" in Path(local).read_text()
 
