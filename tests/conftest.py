@@ -6,19 +6,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import uvicorn
 
-from scanflow.agentkit.env import WORKFLOW_ENV
 from scanflow.platform.processes import free_port
 
-# The reference agents read their workflow from SCANFLOW_WORKFLOW when imported; tests that import them
-# (tests/agents, ...) supervise the digits example unless they say otherwise.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no progress bars in test output
-os.environ.setdefault(WORKFLOW_ENV, str(Path(__file__).resolve().parents[1] / "workflows" / "digits" / "workflow.yaml"))
 
 
 @pytest.fixture

@@ -37,13 +37,15 @@ from scanflow.agent.types import (
     Strategy,
 )
 from scanflow.expressions import ExpressionError, compile_expression
-from scanflow.spec import NAME_RE, ActionSpec, StrategySpec
+from scanflow.spec import NAME_RE, ActionSpec, AgentSpec, StrategySpec, Workflow
 
 F = TypeVar("F", bound=Callable[..., Any])
 Role = Literal["tracker", "checker", "planner", "executor", "custom"]
 _HANDLER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _EVENT_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$")
 ActionLike = Action | ActionSpec | str | dict[str, Any]
+# builds routes once the app's settings are known: (settings, the runtime's resources) -> router
+RouterFactory = Callable[[Any, dict[str, Any]], APIRouter]
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +134,7 @@ class Agent:
         emits: Iterable[str] = (),
         settings_keys: Iterable[str] | None = None,
         messages: Mapping[str, Any] | None = None,
+        needs_workflow: bool = False,
     ) -> None:
         """`max_body_bytes`: the largest request body the app accepts (default 1 MiB); an agent whose
         router takes big uploads (the Tracker's /predictions) raises it here, where its code lives.
@@ -145,7 +148,11 @@ class Agent:
         receives from its peers (scanflow.messages for the standard agents). POST /events validates each
         such event and answers a payload that does not fit with a 422 naming the field; an agent that
         declares messages takes only those by POST (any other is a 422 naming the ones it takes), and
-        its OpenAPI document describes each. Events it emits itself are not affected."""
+        its OpenAPI document describes each. Events it emits itself are not affected.
+
+        `needs_workflow`: its handlers read `ctx.workflow` / `ctx.spec`, so it serves only once bound to
+        a workflow (`bound`; `scanflow agent run` binds it to SCANFLOW_WORKFLOW). Nothing is read from
+        the workflow when the module is imported: one process can load it for several workflows."""
         if not re.match(NAME_RE, name) or len(name) > 63:
             raise AgentDefinitionError(
                 f"agent name {name!r} must be a DNS label: lowercase letters, digits and '-', "
@@ -167,8 +174,49 @@ class Agent:
         self.actuators: dict[str, ActuatorSpec] = {}
         self.strategies: dict[str, Strategy] = {}
         self.router = APIRouter()
+        self.router_factories: list[RouterFactory] = []
         self.startup_hooks: list[Hook] = []
         self.shutdown_hooks: list[Hook] = []
+        self.needs_workflow = needs_workflow
+        self.workflow: Workflow | None = None
+        self.spec: AgentSpec | None = None
+
+    def bound(self, workflow: Workflow, spec: AgentSpec | None = None) -> Agent:
+        """A copy of this agent serving `workflow` as `spec` (default: the workflow's agent of this name,
+        else the only one of this role): named after the spec, with the spec's strategies added after the
+        code's own. Handlers see both as `ctx.workflow` and `ctx.spec`. This agent is left unchanged, so
+        one imported module can be bound to several workflows (validation does so).
+
+        Raises AgentDefinitionError when the workflow declares no such agent, or a strategy of the spec
+        clashes with one of the code's."""
+        spec = spec or self._spec_in(workflow)
+        copy = Agent.__new__(Agent)
+        copy.__dict__.update(self.__dict__)
+        copy.name, copy.workflow, copy.spec = spec.name, workflow, spec
+        copy.strategies = dict(self.strategies)
+        for strategy in spec.strategies:
+            copy.add_strategy(strategy)
+        return copy
+
+    def _spec_in(self, workflow: Workflow) -> AgentSpec:
+        by_name = [a for a in workflow.agents if a.name == self.name]
+        by_role = [a for a in workflow.agents if self.role != "custom" and a.role == self.role]
+        found = by_name or by_role
+        if len(found) != 1:
+            why = "several" if found else "no"
+            raise AgentDefinitionError(
+                f"workflow {workflow.name!r} declares {why} agent named {self.name!r}"
+                + (f" or with role {self.role!r}" if self.role != "custom" else "")
+                + f" (it has {[a.name for a in workflow.agents]})"
+            )
+        return found[0]
+
+    def routes(self, factory: RouterFactory) -> RouterFactory:
+        """Register `factory(settings, resources) -> APIRouter`, called when the app is built: for routes
+        that need the app's settings (a token) or objects opened at startup (kept in `resources`, the
+        same dict handlers see as `ctx.resources`), so that importing the module reads nothing."""
+        self.router_factories.append(factory)
+        return factory
 
     def __repr__(self) -> str:
         return (
@@ -266,7 +314,13 @@ class Agent:
         return fn
 
     def check(self) -> None:
-        """Every local action names a registered actuator (called at startup, when all are known)."""
+        """Every local action names a registered actuator (called at startup, when all are known), and
+        an agent that needs its workflow has one."""
+        if self.needs_workflow and self.workflow is None:
+            raise AgentDefinitionError(
+                f"agent {self.name!r} needs the workflow it supervises: set SCANFLOW_WORKFLOW to the workflow "
+                "file (scanflow agent run binds it), or serve agent.bound(workflow)"
+            )
         for s in self.strategies.values():
             for a in s.actions:
                 if a.agent in (None, self.name) and a.actuator not in self.actuators:

@@ -373,8 +373,10 @@ def create_app(
         return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     # any accepted token; a route that needs more names its scope itself (the Tracker's do)
-    app.include_router(agent.router, dependencies=[Depends(_unsafe_methods_only(
-        require_token(tokens, allow_anonymous=allow_anonymous)))])
+    guarded = [Depends(_unsafe_methods_only(require_token(tokens, allow_anonymous=allow_anonymous)))]
+    app.include_router(agent.router, dependencies=guarded)
+    for factory in agent.router_factories:
+        app.include_router(factory(settings, runtime.resources), dependencies=guarded)
     return app
 
 

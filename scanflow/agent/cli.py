@@ -29,12 +29,19 @@ def run(
         bool,
         typer.Option("--allow-anonymous", help="accept mutating calls without a token (one laptop, tests)"),
     ] = False,
+    workflow: Annotated[
+        str | None,
+        typer.Option("--workflow", envvar="SCANFLOW_WORKFLOW",
+                     help="the workflow file (.py, .yaml) the agent serves in: its name, settings and strategies "
+                     "come from the workflow's agent of that name (or role)"),
+    ] = None,
 ) -> None:
     """Serve one agent from FILE (or MODULE:ATTR) on HOST:PORT (token from SCANFLOW_TOKEN; store in SCANFLOW_HOME; peers from
-    SCANFLOW_PEERS and --peer)."""
+    SCANFLOW_PEERS and --peer; workflow from SCANFLOW_WORKFLOW or --workflow)."""
     from scanflow.agent.agent import AgentDefinitionError
     from scanflow.agent.serve import load_agents, parse_peers, serve
     from scanflow.settings import Settings
+    from scanflow.spec import SpecError, load_workflow
 
     try:
         agents = load_agents(file)
@@ -55,8 +62,10 @@ def run(
         typer.echo(f"error: no agent {name!r} in {file} (found {sorted(agents)})", err=True)
         raise typer.Exit(2)
     try:
+        if workflow:
+            agent = agent.bound(load_workflow(workflow))
         agent.check()
-    except AgentDefinitionError as exc:
+    except (AgentDefinitionError, SpecError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     try:

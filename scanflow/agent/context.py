@@ -28,6 +28,7 @@ from scanflow.settings import Settings
 if TYPE_CHECKING:
     from scanflow.agent.runtime import Runtime
     from scanflow.agent.store import Store
+    from scanflow.spec import AgentSpec, Workflow
 
 
 
@@ -45,6 +46,11 @@ def peer_errors(agent: str) -> Iterator[None]:
         raise
     except Exception as exc:  # noqa: BLE001 - any other failure to reach the peer is temporary
         raise TemporaryError(f"peer {agent!r} unreachable: {type(exc).__name__}: {exc}") from None
+
+def _unbound(agent: str) -> str:
+    return (f"agent {agent!r} was started without a workflow (Agent.bound; scanflow agent run binds the "
+            "workflow file SCANFLOW_WORKFLOW names)")
+
 
 class Context:
     """Handed to handlers. Prefer `await ctx.emit(...)`; sync handlers (run in threads) use `emit_sync`."""
@@ -72,6 +78,28 @@ class Context:
     @property
     def store(self) -> Store:
         return self._runtime.store
+
+    @property
+    def workflow(self) -> Workflow:
+        """The workflow this agent was bound to at start (Agent.bound); LookupError when it was not."""
+        wf = self._runtime.agent.workflow
+        if wf is None:
+            raise LookupError(_unbound(self.name))
+        return wf
+
+    @property
+    def spec(self) -> AgentSpec:
+        """This agent's declaration in its workflow (its settings and strategies); LookupError unbound."""
+        spec = self._runtime.agent.spec
+        if spec is None:
+            raise LookupError(_unbound(self.name))
+        return spec
+
+    @property
+    def resources(self) -> dict[str, Any]:
+        """Objects this agent's process opened (logs, clients, caches): shared by its handlers and
+        routes (Agent.routes), never persisted; one dict per running agent, not per module."""
+        return self._runtime.resources
 
     @property
     def state(self) -> dict[str, Any]:

@@ -72,6 +72,7 @@ class Runtime:
         self.log = logging.getLogger(f"scanflow.agent.{agent.name}")
         self.metrics = Metrics()
         self.state: dict[str, Any] = {}
+        self.resources: dict[str, Any] = {}  # Context.resources
         self.last_success: dict[str, float] = {}
         self.strategy_states: dict[str, StrategyState] = {}
         self.strategies: dict[str, Strategy] = dict(agent.strategies)

@@ -1,18 +1,15 @@
-"""What an agent process of the embedded stack learns from its environment: the workflow and its peers.
+"""What an agent process learns from its environment and its workflow: sizes, windows, the watched service.
 
-The stack (scanflow/embedded/stack.py) writes the workflow it runs, with every service's gateway
-port fixed, to a YAML file and names it in SCANFLOW_WORKFLOW; each agent reads it at import time to
-add its declared strategies and settings. Where things are (peers, services, the Tracker) comes from
-scanflow.settings (SCANFLOW_PEERS, SCANFLOW_SERVICE_URLS, SCANFLOW_TRACKER_URL), never from here. Without the variable an
-agent cannot know its workflow: run one by hand with SCANFLOW_WORKFLOW=path/to/workflow.py (or .yaml).
-Who calls: scanflow/standard/*.py.
+The workflow itself is not read here: `scanflow agent run` loads the file SCANFLOW_WORKFLOW (or
+--workflow) names and binds the agent to it at start (Agent.bound), and handlers read it as
+`ctx.workflow` / `ctx.spec`. The helpers below are pure over a workflow or an AgentSpec. Where things
+are (peers, services, the Tracker) comes from scanflow.settings (SCANFLOW_PEERS, SCANFLOW_SERVICE_URLS,
+SCANFLOW_TRACKER_URL). Who calls: scanflow/standard/*.py, the embedded stack (it sets both variables).
 """
 
 from __future__ import annotations
 
 import os
-from functools import lru_cache
-from typing import Any
 
 from scanflow.spec import AgentSpec, Service, Workflow
 
@@ -20,31 +17,9 @@ WORKFLOW_ENV = "SCANFLOW_WORKFLOW"
 QUICK_ENV = "SCANFLOW_QUICK"
 
 
-@lru_cache(maxsize=1)
-def current_workflow() -> Workflow:
-    """The workflow named by SCANFLOW_WORKFLOW (YAML or .py); LookupError saying so when it is not set."""
-    from scanflow.spec import load_workflow
-
-    path = os.environ.get(WORKFLOW_ENV)
-    if not path:
-        raise LookupError(f"{WORKFLOW_ENV} is not set: point it at the workflow file (.py or .yaml) these agents "
-                          "supervise (scanflow up and the embedded stack set it)")
-    return load_workflow(path)
-
-
 def quick() -> bool:
     """Small sizes for tests, benchmarks and the demo (fewer epochs, smaller windows)."""
     return os.environ.get(QUICK_ENV, "").lower() in ("1", "true", "yes")
-
-
-def agent_spec(role: str) -> AgentSpec:
-    """The workflow's AgentSpec with this role (or name); a clear error naming what exists."""
-    wf = current_workflow()
-    for a in wf.agents:
-        if a.role == role or a.name == role:
-            return a
-    raise LookupError(f"workflow {wf.name!r} declares no agent with role {role!r} "
-                      f"(has {[a.name for a in wf.agents]})")
 
 
 DRIFT_WINDOW, QUICK_DRIFT_WINDOW = 500, 200  # rows per drift check when the Tracker's settings name none
@@ -56,10 +31,9 @@ def drift_window(tracker: AgentSpec, quick: bool) -> int:
     return int(tracker.settings.get("quick_window" if quick else "window", QUICK_DRIFT_WINDOW if quick else DRIFT_WINDOW))
 
 
-def primary_service(wf: Workflow | None = None) -> Service:
+def primary_service(wf: Workflow) -> Service:
     """The service the agents watch: the one the Tracker's `service` setting names, else the first one
     that names a backup, else the first one."""
-    wf = wf or current_workflow()
     if not wf.services:
         raise LookupError(f"workflow {wf.name!r} has no service")
     tracker = next((a for a in wf.agents if a.role == "tracker"), None)
@@ -92,7 +66,3 @@ def loopback_url(service: Service) -> str:
     if service.port is None:
         raise LookupError(f"service {service.name!r} has no fixed port; run it through EmbeddedStack")
     return f"http://127.0.0.1:{service.port}"
-
-
-def settings_of(role: str) -> dict[str, Any]:
-    return dict(agent_spec(role).settings)

@@ -11,8 +11,8 @@
 
 On enter: a local MLflow server (knowledge base) in `home/mlflow`; the bootstrap (first champion,
 drift detector) as its own process; then the four agents as OS processes
-(`python -m scanflow.cli agent run FILE --name NAME --port P`, peers in SCANFLOW_PEERS, FILE being the source of the
-AgentSpec's `module`, else `agents/<role>.py`; P its `port`, else a free one), each with its own
+(`python -m scanflow.cli agent run TARGET --port P`, peers in SCANFLOW_PEERS, the workflow in SCANFLOW_WORKFLOW,
+TARGET being the AgentSpec's `module`, else `scanflow/standard/<role>.py`; P its `port`, else a free one), each with its own
 SCANFLOW_HOME (its durable store), its own token (scopes: scanflow.auth.COMPONENT_SCOPES; `token`
 is the operator's, an all-scopes admin), the accepted tokens' digests (SCANFLOW_AUTH_TOKENS), its own
 MLflow login and MLFLOW_TRACKING_URI; the Executor also gets the replicas' and Jobs' credentials
@@ -358,11 +358,8 @@ class EmbeddedStack:
         self.bootstrap_result = json.loads(lines[-1]) if lines else {}
 
     def _argv(self, role: str) -> list[str]:
-        file, name = self.targets[role]
-        argv = [self.python, "-m", "scanflow.cli", "agent", "run", str(file), "--port", str(self.ports[role])]
-        if name is not None:
-            argv += ["--name", name]
-        return argv  # peers come from SCANFLOW_PEERS (_env), as in a pod
+        # peers come from SCANFLOW_PEERS and the workflow from SCANFLOW_WORKFLOW (_env), as in a pod
+        return [self.python, "-m", "scanflow.cli", "agent", "run", self.targets[role], "--port", str(self.ports[role])]
 
     def _spawn(self, role: str) -> None:
         """Start the agent on its reserved port; a restarted one reserves the port again first (its

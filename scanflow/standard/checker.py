@@ -38,66 +38,65 @@ import httpx
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
 from scanflow.agentkit import observe, outbox
-from scanflow.agentkit.env import (
-    agent_spec,
-    current_workflow,
-    drift_window,
-    primary_service,
-    quick,
-    service_url,
-)
+from scanflow.agentkit.env import drift_window, primary_service, quick, service_url
 from scanflow.agentkit.latency import Percentile, histogram, percentile_ms
 from scanflow.messages import DriftChecked, LatencyChecked, ServiceChecked
 from scanflow.policies.types import slo_breached
 from scanflow.tracking import monitoring
 
-SPEC = agent_spec("checker")
 log = logging.getLogger(__name__)
 MAX_CRITICAL_IDS = 2000
 MIN_ROWS = 20  # check_drift's `min_rows` when the strategy's args name none
 WATCH_TIMEOUT_S = 8.0
-agent = Agent(SPEC.name, role="checker", description="drift, SLO and availability analysis",
-              settings_keys=("fpr", "epochs", "copy_tolerance"))
-for _s in SPEC.strategies:
-    agent.add_strategy(_s)
-
-_detector: Any = None
-_detector_version: str | None = None  # the champion version the loaded detector was fitted for
-_estimator: Any = None  # scanflow.drift.performance.PerformanceEstimator of `_estimator_version`, or None
-_estimator_version: str | None = None
+agent = Agent("checker", role="checker", description="drift, SLO and availability analysis",
+              settings_keys=("fpr", "epochs", "copy_tolerance"), needs_workflow=True)
 
 
-def _current_detector() -> tuple[Any, str]:
+@dataclasses.dataclass
+class _Loaded:
+    """The champion's detector and accuracy estimator this process loaded, each with the version it
+    belongs to (kept in ctx.resources: one per running agent)."""
+
+    detector: Any = None
+    detector_version: str | None = None
+    estimator: Any = None  # scanflow.drift.performance.PerformanceEstimator of `estimator_version`, or None
+    estimator_version: str | None = None
+
+
+def _loaded(ctx: Context) -> _Loaded:
+    return ctx.resources.setdefault("loaded", _Loaded())  # type: ignore[no-any-return]
+
+
+def _current_detector(ctx: Context) -> tuple[Any, str]:
     """The detector of the model version serving now (the `champion` alias), loaded from MLflow, or fitted
     from that version's reference and logged when none exists yet (just after a promotion). Blocking."""
     from scanflow.agentkit.detectors import detector_options, model_name_of
     from scanflow.drift.lifecycle import ensure_detector, load_detector
     from scanflow.tracking.registry import CHAMPION, get_alias_version
 
-    global _detector, _detector_version
-    wf = current_workflow()
+    wf, loaded = ctx.workflow, _loaded(ctx)
     model = model_name_of(wf)
     champion = get_alias_version(model, CHAMPION)
     if champion is None:
         raise TemporaryError(f"no champion of {model!r} yet (bootstrap not done)", delay_s=2.0)
-    if _detector is None or _detector_version != champion:
+    if loaded.detector is None or loaded.detector_version != champion:
         uri = ensure_detector(wf.name, model, champion, detector_options(wf, quick()))
-        _detector, _detector_version = load_detector(uri), champion
-        for warning in _detector.metadata().get("warnings") or []:  # e.g. a reference of a few rows replayed
+        loaded.detector, loaded.detector_version = load_detector(uri), champion
+        for warning in loaded.detector.metadata().get("warnings") or []:  # e.g. a reference of a few rows replayed
             log.warning("drift detector of %s v%s: %s", model, champion, warning)
-    return _detector, champion
+    return loaded.detector, champion
 
 
 def _monitor(ctx: Context) -> monitoring.MonitorTarget:
     """The primary service's monitoring run in MLflow, where the checks are logged for the UI."""
-    return monitoring.monitor_target(current_workflow().name, primary_service().name, ctx.settings.home)
+    return monitoring.monitor_target(ctx.workflow.name, primary_service(ctx.workflow).name, ctx.settings.home)
 
 
 @agent.on_startup
 def load_detector(ctx: Context) -> None:
     monitoring.start_monitoring(ctx.state, [_monitor(ctx)])
     try:
-        detector, version = _current_detector()
+        detector, version = _current_detector(ctx)
     except TemporaryError as exc:
         ctx.log.warning("%s; will load on first check", exc)
     else:
@@ -137,7 +136,7 @@ def window_check(window: int | None, min_rows: int, min_window: int | None) -> d
 def _validate_window(ctx: Context, detector: Any, version: str) -> dict[str, Any]:
     """The window check of the detector serving now, kept in the agent's state (shown by /status) and
     logged whenever it changes: at startup and when a new champion's detector is loaded or fitted."""
-    window, min_rows = configured_window(current_workflow(), quick())
+    window, min_rows = configured_window(ctx.workflow, quick())
     check = window_check(window, min_rows, detector.metadata().get("min_window")) | {"detector_version": version}
     if check != ctx.state.get("window_check"):
         if check["status"] != "ok":
@@ -154,21 +153,21 @@ def end_monitoring(ctx: Context) -> None:
     monitoring.stop_monitoring(ctx.state, [_monitor(ctx)])
 
 
-def _current_estimator(version: str) -> Any:
+def _current_estimator(ctx: Context, version: str) -> Any:
     """The champion's accuracy estimator (None for regression models, models without class scores, or when
     it cannot be built: the drift check goes on without it). Fitted once per version. Blocking."""
     from scanflow.agentkit.detectors import model_name_of
     from scanflow.drift.performance import estimator_for_version
 
-    global _estimator, _estimator_version
-    if _estimator_version != version:
+    loaded = _loaded(ctx)
+    if loaded.estimator_version != version:
         try:
-            _estimator = estimator_for_version(model_name_of(current_workflow()), version)
+            loaded.estimator = estimator_for_version(model_name_of(ctx.workflow), version)
         except Exception as exc:  # noqa: BLE001 - an estimate is extra information, never a reason to fail a check
             log.warning("no accuracy estimate for version %s: %s", version, exc)
-            _estimator = None
-        _estimator_version = version
-    return _estimator
+            loaded.estimator = None
+        loaded.estimator_version = version
+    return loaded.estimator
 
 
 def _performance(ctx: Context, version: str, x: Any, row_owner: list[str], to_seq: int) -> dict[str, Any] | None:
@@ -178,7 +177,7 @@ def _performance(ctx: Context, version: str, x: Any, row_owner: list[str], to_se
     from scanflow.drift.performance import compare_with_feedback, pending_window
     from scanflow.tracking.feedback_client import lookup_labels
 
-    est = _current_estimator(version)
+    est = _current_estimator(ctx, version)
     if est is None:
         return None
     try:
@@ -210,9 +209,9 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     min_rows = args.get("min_rows", MIN_ROWS)
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
         raise PermanentError(f"check_drift: min_rows must be an integer >= 1, got {min_rows!r}")
-    detector, version = await asyncio.to_thread(_current_detector)
+    detector, version = await asyncio.to_thread(_current_detector, ctx)
     window_status = _validate_window(ctx, detector, version)
-    run_id = await asyncio.to_thread(prediction_run_id, current_workflow().name, current_workflow().name)
+    run_id = await asyncio.to_thread(prediction_run_id, ctx.workflow.name, ctx.workflow.name)
     if run_id is None:
         return {"skipped": "no predictions logged yet"}
     wm = int(ctx.state.get("watermark", 0))
@@ -300,14 +299,14 @@ def set_slo(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
         raise PermanentError(f"set_slo: latency_ms must be a number > 0 or null, got {value!r}")
     ctx.state["slo_ms"] = None if value is None else float(value)
-    svc = primary_service()
+    svc = primary_service(ctx.workflow)
     declared = svc.slo.latency_ms if svc.slo else None
     return {"service": svc.name, "slo_ms": slo_latency_ms(ctx.state["slo_ms"], declared), "declared_ms": declared}
 
 
 @agent.sensor(every=1.0, emits=("service.checked", "latency.checked"))
 async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
-    svc = primary_service()
+    svc = primary_service(ctx.workflow)
     url = service_url(svc)
     events: list[tuple[str, dict[str, Any]]] = []
     replica_texts: dict[str, str] = {}

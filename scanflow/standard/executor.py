@@ -32,13 +32,15 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from fastapi import Depends
 
 from scanflow import messages
-from scanflow.agent import Agent, Context, PermanentError, TemporaryError
-from scanflow.agentkit.env import agent_spec, current_workflow, primary_service
+from scanflow.agent import Agent, Context, PermanentError, TemporaryError, get_context
+from scanflow.agentkit.detectors import model_name_of
+from scanflow.agentkit.env import primary_service
 from scanflow.platform.adoption import adopt_running, at_configured_port
 from scanflow.platform.base import PlatformError
 from scanflow.platform.jobruns import jobs_experiment
@@ -53,22 +55,19 @@ from scanflow.standard.retraining import (
 )
 from scanflow.tracking import monitoring
 
-SPEC = agent_spec("executor")
 CHAMPION_ALIAS = "champion"
-agent = Agent(SPEC.name, role="executor", description="runs jobs, promotes models, scales, routes",
+agent = Agent("executor", role="executor", description="runs jobs, promotes models, scales, routes",
               settings_keys=("holdout_fraction", "duplicate_tolerance", "reference_rows", "serving_wait_s", "promotion",
                              "readback_s"),
-              messages=messages.receiving("plan.approved"))
-for _s in SPEC.strategies:
-    agent.add_strategy(_s)
-
-_platform: Any = None
+              messages=messages.receiving("plan.approved"), needs_workflow=True)
 
 
-def platform() -> Any:
-    if _platform is None:
+def platform(ctx: Context) -> Any:
+    """The platform `start_platform` opened (kept in ctx.resources); TemporaryError while it starts."""
+    plat = ctx.resources.get("platform")
+    if plat is None:
         raise TemporaryError("the platform is still starting", delay_s=2.0)
-    return _platform
+    return plat
 
 
 def _plan(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -86,12 +85,16 @@ def _typed_plan(ctx: Context, args: dict[str, Any], model: Any, actuator: str) -
         raise PermanentError(f"{actuator}: {exc}") from None
 
 
-def _model_name() -> str:
-    job = current_workflow().jobs[0]
-    return str(job.params.get("model_name", current_workflow().name))
+def _model_name(ctx: Context) -> str:
+    return model_name_of(ctx.workflow)
 
 
-_loads = ModelLoads(lambda: _model_name())  # the gate's models, loaded ahead (model_loads.py)
+def _loads(ctx: Context) -> ModelLoads:
+    """The gate's models of this agent's workflow, loaded ahead (model_loads(ctx).py); one per running agent."""
+    loads = ctx.resources.get("loads")
+    if loads is None:
+        loads = ctx.resources.setdefault("loads", ModelLoads(_model_name(ctx)))
+    return loads  # type: ignore[no-any-return]
 
 
 @agent.on_startup
@@ -108,8 +111,7 @@ def start_platform(ctx: Context) -> None:
     Either way an adopted service is deployed with the settings it runs with now (replicas, model,
     image, resources, affinity, threads: what earlier actuations set), so deploying it changes nothing.
     """
-    global _platform
-    wf = current_workflow()
+    wf = ctx.workflow
     tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or ctx.settings.tracking_uri
     if not tracking_uri:
         raise PermanentError("MLFLOW_TRACKING_URI (or SCANFLOW_TRACKING_URI) must name the MLflow server")
@@ -134,7 +136,7 @@ def start_platform(ctx: Context) -> None:
         adopted = plat.adopt()
         if adopted:
             ctx.log.info("adopted running services: %s", adopted)
-    _platform = plat
+    ctx.resources["platform"] = plat
     # all at once: a first start (or a service that could not be adopted) waits for its replicas, and
     # one after the other doubled that (the platform wires a backup deployed second); an adopted
     # service gets the settings it runs with, so its deploy changes nothing
@@ -151,26 +153,32 @@ def start_platform(ctx: Context) -> None:
 
 @agent.on_shutdown
 def stop_platform(ctx: Context) -> None:
-    if _platform is not None:
-        _platform.close()
+    plat = ctx.resources.pop("platform", None)
+    if plat is not None:
+        plat.close()
     monitoring.stop_monitoring(ctx.state, _monitors(ctx))
 
 
 def _monitors(ctx: Context, services: list[str] | None = None) -> list[monitoring.MonitorTarget]:
     """The monitoring runs in MLflow of the workflow's services (or of `services`), for the UI."""
-    wf = current_workflow()
+    wf = ctx.workflow
     return [monitoring.monitor_target(wf.name, s.name, ctx.settings.home) for s in wf.services
             if services is None or s.name in services]
 
 
 def _primary_monitor(ctx: Context) -> monitoring.MonitorTarget:
     """The monitoring run of the service the Checker watches, where its drift checks are."""
-    return monitoring.monitor_target(current_workflow().name, primary_service().name, ctx.settings.home)
+    return monitoring.monitor_target(ctx.workflow.name, primary_service(ctx.workflow).name, ctx.settings.home)
 
 
 # -- S1 ------------------------------------------------------------------------------------------
-def _setting(key: str, default: Any) -> Any:
-    return SPEC.settings.get(key, default)
+def _planner_settings(wf: Any) -> dict[str, Any]:
+    """The settings of the workflow's Planner (the promotion keys live there; the Executor's own win)."""
+    return next((dict(a.settings) for a in wf.agents if a.role == "planner"), {})
+
+
+def _setting(ctx: Context, key: str, default: Any) -> Any:
+    return ctx.spec.settings.get(key, default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +199,7 @@ def _drift_rows(ctx: Context, critical_ids: set[str], from_seq: int, task: str) 
     from scanflow.tracking.feedback_client import lookup_labels
     from scanflow.tracking.predictions import prediction_run_id, read_since
 
-    wf = current_workflow()
+    wf = ctx.workflow
     run_id = prediction_run_id(wf.name, wf.name)
     if run_id is None:
         raise PermanentError("no prediction log in MLflow yet: nothing to retrain on")
@@ -205,7 +213,7 @@ def _drift_rows(ctx: Context, critical_ids: set[str], from_seq: int, task: str) 
         if got is not None and len(got) == len(r.inputs):
             xs.extend(r.inputs)
             ys.extend(got)
-    recent = batch.inputs()[-int(_setting("reference_rows", 2000)):]
+    recent = batch.inputs()[-int(_setting(ctx, "reference_rows", 2000)):]
     y = np.asarray(ys, dtype=np.float64 if task == "regression" else None)
     if task != "regression" and y.dtype.kind == "f" and len(y) and np.all(np.mod(y, 1) == 0):
         y = y.astype(np.int64)
@@ -222,17 +230,17 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     pid = _plan(ctx, args)[0]
     plan: messages.RetrainPlan = _typed_plan(ctx, args, messages.RetrainPlan, "retrain")
     ids = set(plan.critical_ids)
-    _loads.prefetch_champion()  # the champion's model and reference: the schema now, the gate next
-    ref = _loads.champion_reference()
+    _loads(ctx).prefetch_champion()  # the champion's model and reference: the schema now, the gate next
+    ref = _loads(ctx).champion_reference()
     rows = _drift_rows(ctx, ids, plan.from_seq or 0, ref.schema.task)
-    distinct = distinct_rows(rows.x_labelled, float(_setting("duplicate_tolerance", 0.0)))
+    distinct = distinct_rows(rows.x_labelled, float(_setting(ctx, "duplicate_tolerance", 0.0)))
     x, y = rows.x_labelled[distinct], rows.y_labelled[distinct]
     if len(x) < 10:
         raise PermanentError(f"only {len(x)} distinct labelled critical rows (feedback labelled {rows.labelled_requests} "
                              f"of {rows.critical_requests} critical requests): not retraining")
     rng = np.random.default_rng(int(pid) if pid.isdigit() else 0)
     order = rng.permutation(len(x))
-    n_hold = int(len(x) * float(_setting("holdout_fraction", HOLDOUT_FRACTION)))
+    n_hold = int(len(x) * float(_setting(ctx, "holdout_fraction", HOLDOUT_FRACTION)))
     hold, fit = order[:n_hold], order[n_hold:]
     plans_dir = Path(ctx.settings.home).resolve() / "plans"
     plans_dir.mkdir(parents=True, exist_ok=True)
@@ -240,16 +248,16 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     np.savez(extra, x=x[fit], y=y[fit])
     np.savez(holdout, x=x[hold], y=y[hold])
     np.savez(drift, x=rows.x_recent)
-    job = current_workflow().jobs[0]
+    job = ctx.workflow.jobs[0]
     tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or ctx.settings.tracking_uri or ""
     version, run_id, outputs, reused = train_once(
-        platform(), job, {PATH_PARAM: str(extra), VALIDATION_PARAM: str(holdout), DRIFT_PARAM: str(drift),
+        platform(ctx), job, {PATH_PARAM: str(extra), VALIDATION_PARAM: str(holdout), DRIFT_PARAM: str(drift),
                           "alias": "challenger"},
-        str(plans_dir / f"plan-{pid}"), ctx.key, tracking_uri, _model_name())
+        str(plans_dir / f"plan-{pid}"), ctx.key, tracking_uri, _model_name(ctx))
     ctx.state.setdefault("plans", {})[pid] = {"version": version, "run_id": run_id, "holdout": str(holdout),
                                               "drift": str(drift), "train": str(extra),
                                               "n_train_extra": len(fit), "n_holdout": len(hold)}
-    monitoring.safe(ctx.state, "link the training run", monitoring.link_retrain, _model_name(), version, run_id, pid,
+    monitoring.safe(ctx.state, "link the training run", monitoring.link_retrain, _model_name(ctx), version, run_id, pid,
                     plan, _primary_monitor(ctx), {"n_train": len(fit), "n_holdout": len(hold),
                                                   "labelled": rows.labelled_requests,
                                                   "critical": rows.critical_requests})
@@ -266,7 +274,7 @@ MIN_FRESH_ROWS = 100  # after the wait, fewer fresh rows than this: the plan's o
 SERVING_WAIT_S = 60.0  # how long evaluate_and_promote waits for them before it makes do with fewer
 
 
-def _serving_inputs(plan: messages.RetrainPlan, fallback: np.ndarray) -> np.ndarray:
+def _serving_inputs(ctx: Context, plan: messages.RetrainPlan, fallback: np.ndarray) -> np.ndarray:
     """The inputs the new champion will serve: the traffic logged after the plan's last drifted window
     (`to_seq`), the most recent `reference_rows` of it, once at least MIN_SERVING_ROWS came in (waiting
     up to `serving_wait_s`, 60 s; the training job usually takes longer than that traffic needs).
@@ -278,11 +286,11 @@ def _serving_inputs(plan: messages.RetrainPlan, fallback: np.ndarray) -> np.ndar
     stopped) the plan's own recent rows (`fallback`) stand in, which may hold some pre-onset rows."""
     from scanflow.tracking.predictions import prediction_run_id, read_since
 
-    wf = current_workflow()
-    keep = int(_setting("reference_rows", 2000))
+    wf = ctx.workflow
+    keep = int(_setting(ctx, "reference_rows", 2000))
     if plan.to_seq is None:
         return fallback
-    deadline = time.monotonic() + float(_setting("serving_wait_s", SERVING_WAIT_S))
+    deadline = time.monotonic() + float(_setting(ctx, "serving_wait_s", SERVING_WAIT_S))
     fresh = np.zeros((0, 0), np.float32)
     while True:
         run_id = prediction_run_id(wf.name, wf.name)
@@ -297,7 +305,7 @@ def _serving_inputs(plan: messages.RetrainPlan, fallback: np.ndarray) -> np.ndar
     return fresh[-keep:] if len(fresh) >= MIN_FRESH_ROWS else fallback
 
 
-def _log_serving_reference(ref: Any, rec: dict[str, Any], plan: messages.RetrainPlan) -> str | None:
+def _log_serving_reference(ctx: Context, ref: Any, rec: dict[str, Any], plan: messages.RetrainPlan) -> str | None:
     """Log, in the challenger's run, the reference of what it will serve: the recent drifted inputs
     (`_serving_inputs`: the detector's new normal) and the plan's labelled holdout (the next gate's
     clean part; with fewer than the minimum, every labelled row of the plan). Before the alias moves,
@@ -311,7 +319,7 @@ def _log_serving_reference(ref: Any, rec: dict[str, Any], plan: messages.Retrain
         if len(x_hold) < MIN_HOLDOUT_ROWS:
             x_hold, y_hold = np.concatenate([x_hold, t["x"]]), np.concatenate([y_hold, t["y"]])
     s = ref.schema
-    return log_reference(_serving_inputs(plan, x_recent), x_hold, y_hold, task=s.task, kind=s.kind,
+    return log_reference(_serving_inputs(ctx, plan, x_recent), x_hold, y_hold, task=s.task, kind=s.kind,
                          image_shape=s.image_shape, categorical=s.categorical, feature_names=s.feature_names,
                          run_id=rec["run_id"], artifact_path=SERVING_REFERENCE_DIR)
 
@@ -329,20 +337,20 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     rec = ctx.state.get("plans", {}).get(pid)
     if rec is None:
         raise PermanentError(f"plan {pid}: no trained challenger (retrain did not succeed)")
-    name, challenger = _model_name(), rec["version"]
-    champion = _loads.champion()
+    name, challenger = _model_name(ctx), rec["version"]
+    champion = _loads(ctx).champion()
     if champion == challenger:  # promoted by an earlier attempt of this very step
         rec["promoted"] = True
         return {"plan": pid, "promoted": True, "version": challenger, "reason": "already champion"}
     for v in (challenger, champion):  # both load at once (the champion most likely already loaded)
-        _loads.model(v)
-    ref = _loads.champion_reference()
+        _loads(ctx).model(v)
+    ref = _loads(ctx).champion_reference()
     with np.load(rec["holdout"]) as h:
         x_d, y_d = h["x"], h["y"]
     task = ref.schema.task
-    ch = _loads.evaluate(challenger, ref.x_holdout, ref.y_holdout, x_d, y_d, task)
-    cur = _loads.evaluate(champion, ref.x_holdout, ref.y_holdout, x_d, y_d, task)
-    c = dict(_setting("promotion", agent_spec("planner").settings.get("promotion", {})))
+    ch = _loads(ctx).evaluate(challenger, ref.x_holdout, ref.y_holdout, x_d, y_d, task)
+    cur = _loads(ctx).evaluate(champion, ref.x_holdout, ref.y_holdout, x_d, y_d, task)
+    c = dict(_setting(ctx, "promotion", _planner_settings(ctx.workflow).get("promotion", {})))
     decision = decide_promotion(ch, cur, PromotionConfig(float(c.get("min_gain_drifted", 0.0)),
                                                          float(c.get("clean_tolerance", 0.01))))
     metric = ch.metric
@@ -350,7 +358,7 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                f"champion_{metric}_clean": cur.clean, f"champion_{metric}_drifted": cur.drifted,
                "gate_rows_clean": float(len(ref.x_holdout)), "gate_rows_drifted": float(len(x_d))}
     if decision.promote:
-        rec["serving_reference"] = _log_serving_reference(ref, rec, plan)
+        rec["serving_reference"] = _log_serving_reference(ctx, ref, rec, plan)
         set_alias(name, CHAMPION_ALIAS, challenger, actor="executor", reason=decision.reason, metrics=metrics)
     rec["promoted"] = decision.promote
     rec["evaluation"] = metrics
@@ -359,7 +367,7 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     monitoring.WRITER.submit(ctx.state, _primary_monitor(ctx), {"action/promoted": float(decision.promote),
                                                                 **{f"gate/{k}": v for k, v in metrics.items()}},
                              monitoring.plan_step(pid))
-    _loads.keep_only(challenger if decision.promote else champion)
+    _loads(ctx).keep_only(challenger if decision.promote else champion)
     return {"plan": pid, "promoted": decision.promote, "version": challenger, "previous": champion,
             "reason": decision.reason, "metric": metric, **metrics}
 
@@ -374,20 +382,20 @@ def swap_model(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         version = rec["version"]
     else:
         return {"plan": pid, "swapped": [], "reason": "nothing promoted by this plan"}
-    uri = f"models:/{_model_name()}/{version}"
+    uri = f"models:/{_model_name(ctx)}/{version}"
     swapped = []
-    for svc in current_workflow().services:
-        if _model_name() not in svc.model_uri:
+    for svc in ctx.workflow.services:
+        if _model_name(ctx) not in svc.model_uri:
             continue
-        st = platform().status(svc.name)
+        st = platform(ctx).status(svc.name)
         if st.replicas and all(r.model_version == version for r in st.replicas if r.ready):
             continue  # already serving it (an earlier attempt got this far)
         try:
-            platform().swap_model(svc.name, uri)
+            platform(ctx).swap_model(svc.name, uri)
         except PlatformError as exc:
             raise TemporaryError(str(exc), delay_s=2.0) from None
         swapped.append(svc.name)
-    monitoring.safe(ctx.state, "record the swap", monitoring.record_swap, _model_name(), version,
+    monitoring.safe(ctx.state, "record the swap", monitoring.record_swap, _model_name(ctx), version,
                     rec.get("run_id"), swapped)
     for target in _monitors(ctx, swapped):
         monitoring.WRITER.submit(ctx.state, target, {"action/swapped_version": float(version)},
@@ -399,11 +407,11 @@ def swap_model(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 @agent.actuator("route")
 def route(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p = _typed_plan(ctx, args, messages.RoutePlan, "route")
-    service = p.service or next((s.name for s in current_workflow().services if s.backup), None)
+    service = p.service or next((s.name for s in ctx.workflow.services if s.backup), None)
     if not service:
         raise PermanentError("route needs 'service' (no service of the workflow declares a backup)")
     try:
-        st = platform().route(service, p.to)
+        st = platform(ctx).route(service, p.to)
     except PlatformError as exc:
         raise PermanentError(str(exc)) from None
     return {"service": service, "to": p.to, "routed_to": st.routed_to, "reason": p.reason}
@@ -413,7 +421,7 @@ def route(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 def scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p = _typed_plan(ctx, args, messages.ScalePlan, "scale")
     try:
-        st = platform().scale(p.service, p.replicas)
+        st = platform(ctx).scale(p.service, p.replicas)
     except PlatformError as exc:
         raise PermanentError(str(exc)) from None
     for target in _monitors(ctx, [st.name]):
@@ -442,7 +450,7 @@ def set_resources(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p = _typed_plan(ctx, args, messages.ResourcesPlan, "set_resources")
     service = p.service
     try:
-        change = platform().set_resources(service, p.resources, p.affinity, p.threads)
+        change = platform(ctx).set_resources(service, p.resources, p.affinity, p.threads)
     except (ValueError, PlatformError) as exc:
         raise PermanentError(f"set_resources: {exc}") from None
     out = dataclasses.asdict(change)
@@ -452,11 +460,11 @@ def set_resources(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         # must mean it did, so the step fails and says so (the platform applied what it could)
         raise PermanentError(
             f"set_resources on {service!r}: applied ({change.method}) but NOT verified: the platform "
-            f"{type(platform()).__name__} did not say what its replicas must show (ResourceChange.wanted is "
+            f"{type(platform(ctx)).__name__} did not say what its replicas must show (ResourceChange.wanted is "
             "None), so nothing could be read back" + (f" (notes: {'; '.join(change.notes)})" if change.notes else ""))
-    deadline = time.monotonic() + float(_setting("readback_s", READBACK_S))
+    deadline = time.monotonic() + float(_setting(ctx, "readback_s", READBACK_S))
     while True:
-        got = compare(change.wanted, platform().status(service))
+        got = compare(change.wanted, platform(ctx).status(service))
         if got.ok or time.monotonic() >= deadline:
             break
         time.sleep(0.25)  # polling the OS / the API server: nothing announces a cgroup or a pod change
@@ -468,19 +476,19 @@ def set_resources(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @agent.router.get("/services")
-async def services() -> Any:
+async def services(ctx: Annotated[Context, Depends(get_context)]) -> Any:
     """What the platform runs: each service's status (replicas, pids, cores, model versions, route).
     503 with a message while the platform is still starting (deploying the services)."""
     import asyncio
 
     from fastapi.responses import JSONResponse
 
-    plat = _platform
+    plat = ctx.resources.get("platform")
     if plat is None:
         return JSONResponse({"detail": "the platform is still starting (deploying the services); retry shortly"},
                             status_code=503, headers={"Retry-After": "2"})
     out = {}
-    for svc in current_workflow().services:
+    for svc in ctx.workflow.services:
         try:
             out[svc.name] = dataclasses.asdict(await asyncio.to_thread(plat.status, svc.name))
         except PlatformError as exc:

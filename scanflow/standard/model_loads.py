@@ -20,10 +20,10 @@ from scanflow.agent import PermanentError, TemporaryError
 class ModelLoads:
     """Loads of one registered model's versions and of its champion's reference, once per version.
 
-    `model_name`: called at each load, not at construction (the Executor learns its workflow at start).
+    `model_name`: the registered model (the Executor makes one per running agent, once its workflow is known).
     """
 
-    def __init__(self, model_name: Callable[[], str], workers: int = 2) -> None:
+    def __init__(self, model_name: str, workers: int = 2) -> None:
         self._model_name = model_name
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="prefetch")
         self._lock = threading.Lock()
@@ -46,9 +46,9 @@ class ModelLoads:
         """The version the champion alias names now (TemporaryError until there is one)."""
         from scanflow.tracking.registry import CHAMPION, get_alias_version
 
-        champion = get_alias_version(self._model_name(), CHAMPION)
+        champion = get_alias_version(self._model_name, CHAMPION)
         if champion is None:
-            raise TemporaryError(f"no champion of {self._model_name()!r} yet", delay_s=2.0)
+            raise TemporaryError(f"no champion of {self._model_name!r} yet", delay_s=2.0)
         return champion
 
     def champion_reference(self) -> Any:
@@ -88,11 +88,11 @@ class ModelLoads:
     def _load_version(self, version: str) -> Any:
         from scanflow.serving.model import load_model
 
-        return load_model(f"models:/{self._model_name()}/{version}")
+        return load_model(f"models:/{self._model_name}/{version}")
 
     def _load_reference(self, version: str) -> Any:
         """The reference data of a model version: its schema, and clean labelled rows it never trained on
         (the promotion gate's clean part). Read from MLflow, where the training job logged it."""
         from scanflow.tracking.reference import reference_for_version
 
-        return reference_for_version(self._model_name(), version)
+        return reference_for_version(self._model_name, version)

@@ -35,28 +35,30 @@ from fastapi import Depends, Query
 from scanflow import messages
 from scanflow.agent import Agent, Context, PermanentError, get_context
 from scanflow.agentkit import outbox
-from scanflow.agentkit.env import agent_spec, current_workflow, primary_service, quick
+from scanflow.agentkit.env import primary_service, quick
 from scanflow.policies import autoscale, elastic, failover, pinning, retrain
 from scanflow.policies.guardrails import Guardrails
 from scanflow.policies.types import state_from_json, state_to_json
 from scanflow.spec import Affinity, Resources, Service
 from scanflow.tracking import monitoring
 
-SPEC = agent_spec("planner")
-CFG = SPEC.settings
 MAX_DECISIONS = 200
 MAX_CRITICAL = 4000
 MAX_STEPS = 50  # drifted checks a plan names (its seq range covers them all anyway)
-agent = Agent(SPEC.name, role="planner", description="retrain, failover and scaling decisions",
+agent = Agent("planner", role="planner", description="retrain, failover and scaling decisions",
               settings_keys=("retrain", "promotion", "autoscale", "failover"),
-              messages=messages.receiving("drift.checked", "service.checked", "latency.checked"))
-for _s in SPEC.strategies:
-    agent.add_strategy(_s)
+              messages=messages.receiving("drift.checked", "service.checked", "latency.checked"),
+              needs_workflow=True)
+
+
+def _setting(ctx: Context, key: str) -> dict[str, Any]:
+    """One section of this Planner's settings in its workflow (`retrain`, `autoscale`, `failover`)."""
+    return dict(ctx.spec.settings.get(key) or {})
 
 
 def _monitor(ctx: Context) -> monitoring.MonitorTarget:
     """The primary service's monitoring run in MLflow, where the decisions are logged for the UI."""
-    return monitoring.monitor_target(current_workflow().name, primary_service().name, ctx.settings.home)
+    return monitoring.monitor_target(ctx.workflow.name, primary_service(ctx.workflow).name, ctx.settings.home)
 
 
 @agent.on_startup
@@ -85,25 +87,20 @@ def _message(ctx: Context, args: dict[str, Any], event: str) -> Any:
         raise PermanentError(str(exc)) from None
 
 
-def min_points() -> int:
-    """Critical points to gather before a retrain: fewer make a challenger that cannot beat the champion
-    (2 quick windows gave ~120 points, 35 held out: a tie, no promotion). 800 quick was measured and
-    not kept: offline over 10 seeds the median gap was 1.1 points at 440 and 1.3 at 880 (the distinct
-    digits trained on rose only 113 -> 119: the traffic replays 180 digits), for ~4-6 s more of
-    gathering at 150 rps (docs/scenarios.md S1)."""
-    c = dict(CFG.get("retrain", {}))
-    return int(c.get("quick_min_points" if quick() else "min_points", 400 if quick() else 1000))
+def min_points(retrain_settings: dict[str, Any], quick_mode: bool) -> int:
+    """Pure: critical points to gather before a retrain (`retrain.min_points`, `quick_min_points`; 1000,
+    quick 400): with fewer, the challenger trains on too few distinct rows to beat the champion on the
+    held-out ones (docs/scenarios.md S1 says how the defaults were chosen)."""
+    c = retrain_settings
+    return int(c.get("quick_min_points" if quick_mode else "min_points", 400 if quick_mode else 1000))
 
 
-def min_labelled() -> int:
-    """Critical points with feedback labels needed before a retrain (`retrain.min_labelled`,
+def min_labelled(retrain_settings: dict[str, Any], quick_mode: bool) -> int:
+    """Pure: critical points with feedback labels needed before a retrain (`retrain.min_labelled`,
     `quick_min_labelled`; 300, quick 150): the Executor trains on 70 % of them and holds 30 % out for
-    the promotion gate. Labels arrive late and for some requests only (20 % in the benchmarks). At 60
-    labelled (~40 trained on) benchmarks/s1.py measured median accuracy gaps of 2.2 (digits) and 2.8
-    (sensors) points over 3 runs each, against a 2-point target; offline the sensors model came within
-    0.5 points with 200 labelled rows. Each 90 more labels cost ~3 s of gathering at 150 rps."""
-    c = dict(CFG.get("retrain", {}))
-    return int(c.get("quick_min_labelled" if quick() else "min_labelled", 150 if quick() else 300))
+    the promotion gate, and labels arrive late and for some requests only."""
+    c = retrain_settings
+    return int(c.get("quick_min_labelled" if quick_mode else "min_labelled", 150 if quick_mode else 300))
 
 
 def gate_on_points(decision: retrain.RetrainDecision, new: retrain.RetrainState, waiting: retrain.RetrainState,
@@ -157,7 +154,7 @@ def retrain_config(settings: dict[str, Any]) -> retrain.RetrainConfig:
 @agent.actuator("plan_retrain", max_attempts=5, emits=("drift.detected",))
 def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p: messages.DriftChecked = _message(ctx, args, "drift.checked")
-    config = retrain_config(dict(CFG.get("retrain", {})))
+    config = retrain_config(_setting(ctx, "retrain"))
     state = state_from_json(retrain.RetrainState, ctx.state.get("retrain", {}))
     rctx = retrain.RetrainContext(now=ctx.now(), drift=p.drift, drift_score=p.score, window_fpr=p.fpr,
                                   version=p.detector_version, config=config, state=state)
@@ -169,8 +166,10 @@ def plan_retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     pool = list(dict.fromkeys(pool))[-MAX_CRITICAL:]
     waiting = retrain.observe(rctx)
     # labels are counted only when everything else says retrain (one Tracker call, before any state moves)
-    labelled = count_labelled(ctx, pool) if decision.retrain and len(pool) >= min_points() else None
-    decision, new = gate_on_points(decision, new, waiting, len(pool), min_points(), labelled, min_labelled())
+    needed = min_points(_setting(ctx, "retrain"), quick())
+    labelled = count_labelled(ctx, pool) if decision.retrain and len(pool) >= needed else None
+    decision, new = gate_on_points(decision, new, waiting, len(pool), needed, labelled,
+                                   min_labelled(_setting(ctx, "retrain"), quick()))
     # the earliest and latest records of those windows: the Executor reads the prediction log between them
     from_seq, to_seq = ctx.state.get("critical_from_seq"), ctx.state.get("critical_to_seq")
     if counts and p.from_seq is not None:
@@ -219,7 +218,7 @@ async def deliver(ctx: Context) -> None:
 @agent.actuator("plan_failover", emits=("plan.approved",))
 async def plan_failover(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     p: messages.ServiceChecked = _message(ctx, args, "service.checked")
-    c = dict(CFG.get("failover", {}))
+    c = _setting(ctx, "failover")
     config = failover.FailoverConfig(int(c.get("fail_checks", 3)), int(c.get("recover_checks", 5)))
     st = dict(ctx.state.get("failover", {}))
     if "streak" in st:  # written before the state was kept by its own fields (`primary` was `streak`)
@@ -230,7 +229,7 @@ async def plan_failover(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         state=state))
     ctx.state["failover"] = state_to_json(new)
     if decision.changed:
-        svc = primary_service()
+        svc = primary_service(ctx.workflow)
         to = svc.backup if decision.route_to == "backup" else None
         await outbox.enqueue(ctx, "executor", "plan.approved",
                              messages.RoutePlan(service=svc.name, to=to, reason=decision.reason).payload())
@@ -368,11 +367,11 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     threads per replica) is queued before a `scale` plan, so replicas that stay grow before others go.
     Its state (hysteresis, cooldowns, down windows) is kept in ctx.state between ticks and restarts."""
     p: messages.LatencyChecked = _message(ctx, args, "latency.checked")
-    svc = primary_service()
+    svc = primary_service(ctx.workflow)
     # the strategy's own args may override the vertical knobs (e.g. a scenario about horizontal scaling
     # at a fixed replica size posts the strategy with {"mode": "horizontal"})
     overrides = {k: v for k, v in args.items() if k in SCALE_OVERRIDES}
-    settings = {**dict(CFG.get("autoscale", {})), **overrides}
+    settings = {**_setting(ctx, "autoscale"), **overrides}
     config, pending_s = elastic_config(settings, svc)
     try:
         pin_cfg = pin_config(settings)

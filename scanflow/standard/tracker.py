@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from fastapi import APIRouter
+
 from scanflow.agent import Agent, Context
-from scanflow.agentkit.env import agent_spec, current_workflow, drift_window, quick
+from scanflow.agentkit.env import drift_window, quick
 from scanflow.settings import Settings
 from scanflow.tracking import monitoring
 from scanflow.tracking.api import MAX_BODY_BYTES, predictions_router
@@ -24,17 +26,14 @@ from scanflow.tracking.feedback_api import feedback_router
 from scanflow.tracking.predictions import AppendResult, LogStats, PredictionLog, PredictionRecord
 from scanflow.tracking.record_ids import RECORD_KEY_ENV, parse_key
 
-SPEC = agent_spec("tracker")
-WINDOW = drift_window(SPEC, quick())
 # the replicas' batches (up to the router's 8 MiB) must pass the app's body limit (1 MiB by default)
-agent = Agent(SPEC.name, role="tracker", description="records predictions; announces windows to check",
-              max_body_bytes=MAX_BODY_BYTES, settings_keys=("service", "window", "quick_window"))
-for _s in SPEC.strategies:
-    agent.add_strategy(_s)
+agent = Agent("tracker", role="tracker", description="records predictions; announces windows to check",
+              max_body_bytes=MAX_BODY_BYTES, settings_keys=("service", "window", "quick_window"),
+              needs_workflow=True)
 
 
 class _Log:
-    """The prediction log, opened at startup (importing this file must not create databases)."""
+    """The prediction log, opened at startup (building the app must not create databases)."""
 
     log: PredictionLog | None = None
 
@@ -61,47 +60,53 @@ class _Feedback:
         return getattr(self.log, name)
 
 
-LOG = _Log()
-FEEDBACK = _Feedback()
-_settings = Settings()
-_record_key = (parse_key(_settings.record_key.get_secret_value(), RECORD_KEY_ENV)
-               if _settings.record_key is not None else None)
-agent.router.include_router(predictions_router(LOG, _settings.token, record_key=_record_key))  # type: ignore[arg-type]
-agent.router.include_router(feedback_router(FEEDBACK, _settings.token))  # type: ignore[arg-type]
+@agent.routes
+def prediction_routes(settings: Settings, resources: dict[str, Any]) -> APIRouter:
+    """/predictions and /feedback over this app's logs (opened by `open_log`), signed with its key."""
+    record_key = (parse_key(settings.record_key.get_secret_value(), RECORD_KEY_ENV)
+                  if settings.record_key is not None else None)
+    log, feedback = resources.setdefault("log", _Log()), resources.setdefault("feedback", _Feedback())
+    router = APIRouter()
+    router.include_router(predictions_router(log, settings.token, record_key=record_key))
+    router.include_router(feedback_router(feedback, settings.token))
+    return router
 
 
 @agent.on_startup
 def open_log(ctx: Context) -> None:
-    LOG.log = PredictionLog(ctx.settings.store_url_for(f"{ctx.name}-predictions"), name=current_workflow().name,
+    log, feedback = ctx.resources.setdefault("log", _Log()), ctx.resources.setdefault("feedback", _Feedback())
+    log.log = PredictionLog(ctx.settings.store_url_for(f"{ctx.name}-predictions"), name=ctx.workflow.name,
                             retention_s=ctx.settings.prediction_retention_s)
-    FEEDBACK.log = FeedbackLog(ctx.settings.store_url_for(f"{ctx.name}-feedback"))
-    if LOG.log.run_id:  # the predictions run shows Running while a Tracker writes it
-        monitoring.safe(ctx.state, "resume the predictions run", monitoring.set_run_status, LOG.log.run_id, "RUNNING")
+    feedback.log = FeedbackLog(ctx.settings.store_url_for(f"{ctx.name}-feedback"))
+    if log.log.run_id:  # the predictions run shows Running while a Tracker writes it
+        monitoring.safe(ctx.state, "resume the predictions run", monitoring.set_run_status, log.log.run_id, "RUNNING")
 
 
 @agent.on_shutdown
 def close_log(ctx: Context) -> None:
-    if LOG.log is not None:
-        run_id = LOG.log.run_id
-        LOG.log.close()  # first: a slow MLflow must not keep the durable log open until a SIGKILL
+    log, feedback = ctx.resources.get("log"), ctx.resources.get("feedback")
+    if log is not None and log.log is not None:
+        run_id = log.log.run_id
+        log.log.close()  # first: a slow MLflow must not keep the durable log open until a SIGKILL
         if run_id:  # ... and Finished once none does
             monitoring.safe(ctx.state, "end the predictions run", monitoring.set_run_status, run_id, "FINISHED")
-    if FEEDBACK.log is not None:
-        FEEDBACK.log.close()
+    if feedback is not None and feedback.log is not None:
+        feedback.log.close()
 
 
 @agent.sensor(every=1.0, emits=("predictions.logged",))
 async def flush(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     """Flush new records to MLflow; announce them with the count since the last full window."""
-    log = LOG._get()
-    result = await asyncio.to_thread(log.flush_to_mlflow, current_workflow().name)
+    log = ctx.resources["log"]._get()
+    result = await asyncio.to_thread(log.flush_to_mlflow, ctx.workflow.name)
     if not result.records:
         return []
+    window = drift_window(ctx.spec, quick())
     checked = int(ctx.state.get("checked_seq", 0))
     count = result.watermark - checked
-    if count >= WINDOW:
+    if count >= window:
         ctx.state["checked_seq"] = result.watermark  # this event asks for a check of these records
     return [("predictions.logged", {
-        "count_since_check": count, "window": WINDOW, "records": result.records,
+        "count_since_check": count, "window": window, "records": result.records,
         "watermark": result.watermark, "run_id": result.run_id,
     })]

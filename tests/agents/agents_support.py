@@ -1,5 +1,6 @@
 """Helpers of the reference-agent tests (a module of its own name: `from conftest import` is ambiguous
-when several test folders are collected in one run): a receiving agent served by uvicorn on loopback."""
+when several test folders are collected in one run): the digits workflow they supervise, and a receiving
+agent served by uvicorn on loopback."""
 
 from __future__ import annotations
 
@@ -12,8 +13,20 @@ import uvicorn
 
 from scanflow.agent import Agent, Store, create_app
 from scanflow.settings import Settings
+from scanflow.spec import AgentSpec, Workflow
 
 TOKEN = "agents-test-token"
+DIGITS_YAML = Path(__file__).resolve().parents[2] / "workflows" / "digits" / "workflow.yaml"
+
+
+def digits_workflow() -> Workflow:
+    """The digits example, the workflow the reference-agent tests supervise unless they say otherwise."""
+    return Workflow.from_yaml(DIGITS_YAML.read_text())
+
+
+def spec_of(wf: Workflow, role: str) -> AgentSpec:
+    """The workflow's agent with this role (the one a reference agent of that role binds to)."""
+    return next(a for a in wf.agents if a.role == role)
 
 
 @asynccontextmanager

@@ -34,7 +34,7 @@ def test_estimate_now_and_measured_accuracy_once_labels_arrive(monkeypatch: pyte
     from scanflow.standard import checker
     from scanflow.tracking import feedback_client
 
-    monkeypatch.setattr(checker, "_current_estimator", lambda version: _estimator())
+    monkeypatch.setattr(checker, "_current_estimator", lambda ctx, version: _estimator())
     labels: dict[str, list[Any]] = {}
     monkeypatch.setattr(feedback_client, "lookup_labels", lambda ctx, ids: {i: labels[i] for i in ids if i in labels})
     ctx: Any = Ctx()
@@ -56,5 +56,5 @@ def test_estimate_now_and_measured_accuracy_once_labels_arrive(monkeypatch: pyte
 def test_no_estimate_for_models_without_one(monkeypatch: pytest.MonkeyPatch) -> None:
     from scanflow.standard import checker
 
-    monkeypatch.setattr(checker, "_current_estimator", lambda version: None)
+    monkeypatch.setattr(checker, "_current_estimator", lambda ctx, version: None)
     assert checker._performance(Ctx(), "1", np.zeros((5, 3), np.float32), ["a"] * 5, 5) is None

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from scanflow.agent import PermanentError
-from scanflow.agentkit.env import current_workflow
 from scanflow.drift import TabularAutoencoderDriftDetector
 from scanflow.spec import Workflow
+from tests.agents.agents_support import digits_workflow
 from tests.agents.test_monitoring_agents import FakeContext
 
 pytestmark = pytest.mark.timeout(300)
@@ -41,7 +41,7 @@ def detector() -> TabularAutoencoderDriftDetector:
 def _workflow(window: int, min_rows: int | None = None) -> Workflow:
     """The digits example (tests' default workflow) under a name of its own, its Tracker announcing
     `window` rows per check (quick or not) and passing `min_rows` to check_drift when given."""
-    wf = current_workflow()
+    wf = digits_workflow()
     agents = []
     for a in wf.agents:
         if a.role == "tracker":
@@ -69,7 +69,7 @@ def test_window_check_names_both_numbers() -> None:
 def test_configured_window_reads_the_trackers_settings() -> None:
     from scanflow.standard import checker
 
-    wf = current_workflow()  # the digits example: window 500, quick_window 200, check_drift args {}
+    wf = digits_workflow()  # the digits example: window 500, quick_window 200, check_drift args {}
     assert checker.configured_window(wf, False) == (500, checker.MIN_ROWS)
     assert checker.configured_window(wf, True) == (200, checker.MIN_ROWS)
     assert checker.configured_window(_workflow(300, min_rows=50), False) == (300, 50)
@@ -93,12 +93,11 @@ def test_a_window_below_min_window_is_reported_then_tested_when_rows_suffice(
         records = [SimpleNamespace(request_id=f"req-{wm + i}", inputs=[r.tolist()]) for i, r in enumerate(rows)]
         return SimpleNamespace(records=records, watermark=arrived["rows"], inputs=lambda: rows)
 
-    monkeypatch.setattr(checker, "current_workflow", lambda: wf)
-    monkeypatch.setattr(checker, "_current_detector", lambda: (detector, "3"))
-    monkeypatch.setattr(checker, "_current_estimator", lambda version: None)
+    monkeypatch.setattr(checker, "_current_detector", lambda ctx: (detector, "3"))
+    monkeypatch.setattr(checker, "_current_estimator", lambda ctx, version: None)
     monkeypatch.setattr(predictions, "prediction_run_id", lambda exp, name: "predictions-run")
     monkeypatch.setattr(predictions, "read_since", read_since)
-    ctx: Any = FakeContext("checker", tmp_path)
+    ctx: Any = FakeContext("checker", tmp_path, wf)
 
     # loading the detector validates the configured window: log and state (/status) say so, with both numbers
     with caplog.at_level(logging.WARNING, logger=ctx.log.name):
@@ -130,7 +129,6 @@ def test_a_window_below_min_window_is_reported_then_tested_when_rows_suffice(
 def test_a_window_at_min_window_is_ok(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, detector: Any) -> None:
     from scanflow.standard import checker
 
-    monkeypatch.setattr(checker, "current_workflow", lambda: _workflow(int(detector.min_window)))
-    ctx: Any = FakeContext("checker", tmp_path)
+    ctx: Any = FakeContext("checker", tmp_path, _workflow(int(detector.min_window)))
     assert checker._validate_window(ctx, detector, "3")["status"] == "ok"
     assert ctx.state["window_check"]["window"] == detector.min_window

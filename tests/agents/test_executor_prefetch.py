@@ -22,7 +22,7 @@ def test_once_runs_a_key_once_and_shares_the_result() -> None:
         return f"model {v}"
 
     cache: dict[str, Future[Any]] = {}
-    _once = ModelLoads(lambda: "m").once
+    _once = ModelLoads("m").once
     first = _once(cache, "3", load, "3")
     second = _once(cache, "3", load, "3")  # asked again while the first load still runs
     gate.set()
@@ -42,7 +42,7 @@ def test_once_retries_a_failed_load() -> None:
         return "loaded"
 
     cache: dict[str, Future[Any]] = {}
-    _once = ModelLoads(lambda: "m").once
+    _once = ModelLoads("m").once
     with pytest.raises(OSError, match="unreachable"):
         _once(cache, "k", flaky).result(5.0)
     assert _once(cache, "k", flaky).result(5.0) == "loaded"
@@ -50,7 +50,7 @@ def test_once_retries_a_failed_load() -> None:
 
 
 def test_keep_only_forgets_every_other_version() -> None:
-    loads = ModelLoads(lambda: "m")
+    loads = ModelLoads("m")
     for v in ("1", "2", "3"):
         loads.once(loads._models, v, str, v).result(5.0)
     loads.keep_only("2")

@@ -32,9 +32,8 @@ class FakePlatform:
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, plat: FakePlatform, **plan: Any) -> dict[str, Any]:
-    monkeypatch.setattr(executor, "_platform", plat)
-    monkeypatch.setitem(executor.SPEC.settings, "readback_s", 1.0)
-    ctx = SimpleNamespace(event=None, key="k")
+    ctx = SimpleNamespace(event=None, key="k", resources={"platform": plat},
+                          spec=SimpleNamespace(settings={"readback_s": 1.0}))
     body = {"service": "digits", "resources": {"cpu": 0.3, "memory": "512Mi"}, "threads": 1, **plan}
     return executor.set_resources(ctx, body)  # type: ignore[arg-type]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents_support import digits_workflow
 from fastapi.testclient import TestClient
 
 from scanflow import messages
@@ -89,7 +90,7 @@ def planner_and_executor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
     with ExitStack() as stack:
         stack.callback(mp.undo)
         for role in ("planner", "executor"):
-            agent = load_python_file(ROOT / "scanflow" / "standard" / f"{role}.py").agent
+            agent = load_python_file(ROOT / "scanflow" / "standard" / f"{role}.py").agent.bound(digits_workflow())
             agent.sensors.clear()
             agent.startup_hooks.clear()
             agent.shutdown_hooks.clear()

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from agents_support import digits_workflow, spec_of
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 from mlflow import MlflowClient
@@ -26,6 +27,7 @@ from prometheus_client import generate_latest
 
 from scanflow.platform.jobruns import jobs_experiment
 from scanflow.settings import Settings
+from scanflow.spec import Workflow
 from scanflow.tracking import monitoring, registry
 
 pytestmark = pytest.mark.timeout(300)
@@ -34,8 +36,11 @@ pytestmark = pytest.mark.timeout(300)
 class FakeContext:
     """The parts of scanflow.agent.Context the actuators and hooks under test touch."""
 
-    def __init__(self, name: str, home: Path) -> None:
+    def __init__(self, name: str, home: Path, workflow: Workflow | None = None) -> None:
         self.name, self.key, self.event = name, f"{name}-strategy:1:0", None
+        self.workflow = workflow or digits_workflow()
+        self.spec = spec_of(self.workflow, name)
+        self.resources: dict[str, Any] = {}
         self.state: dict[str, Any] = {}
         self.settings = Settings(home=home)
         self.log = logging.getLogger(f"test.{name}")
@@ -93,44 +98,45 @@ def _window(after: int, size: int = 200) -> Any:
 
 
 @pytest.fixture
-def workflow_name(monkeypatch: pytest.MonkeyPatch) -> str:
+def workflow() -> Workflow:
     """The agents supervise the digits example under a name of this test's own (its own experiment)."""
-    from scanflow.agentkit.env import current_workflow
-    from scanflow.standard import checker, planner, tracker
-
-    name = f"mon-{uuid.uuid4().hex[:8]}"
-    wf = current_workflow().model_copy(update={"name": name})
-    for mod in (checker, planner, tracker):
-        monkeypatch.setattr(mod, "current_workflow", lambda: wf)
-    return name
+    return digits_workflow().model_copy(update={"name": f"mon-{uuid.uuid4().hex[:8]}"})
 
 
-def test_drift_checks_decisions_and_the_retrain_chain(mlflow_server: str, tmp_path: Path, workflow_name: str,
+@pytest.fixture
+def workflow_name(workflow: Workflow) -> str:
+    return workflow.name
+
+
+def test_drift_checks_decisions_and_the_retrain_chain(mlflow_server: str, tmp_path: Path, workflow: Workflow,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from scanflow.standard import checker, planner
     from scanflow.tracking import predictions
 
     client = MlflowClient()
     detector = Detector()
-    monkeypatch.setattr(checker, "_current_detector", lambda: (detector, "1"))
+    monkeypatch.setattr(checker, "_current_detector", lambda ctx: (detector, "1"))
     monkeypatch.setattr(predictions, "prediction_run_id", lambda exp, name: "predictions-run")
     monkeypatch.setattr(predictions, "read_since", lambda run_id, wm: _window(wm))
     monkeypatch.setattr(planner, "count_labelled", lambda ctx, ids: len(ids))
-    monkeypatch.setattr(planner, "min_points", lambda: 2)
-    monkeypatch.setattr(planner, "min_labelled", lambda: 1)
     # this test follows the monitoring chain, not the rule: 2 of 3 windows decides on its third check
-    monkeypatch.setitem(planner.CFG, "retrain", {"rule": "k_of_m", "k": 2, "m": 3, "cooldown_s": 600.0})
+    retrain = {"rule": "k_of_m", "k": 2, "m": 3, "cooldown_s": 600.0, "min_points": 2, "quick_min_points": 2,
+               "min_labelled": 1, "quick_min_labelled": 1}
+    workflow_name = workflow.name
+    workflow = workflow.model_copy(update={"agents": [
+        a.model_copy(update={"settings": {**a.settings, "retrain": retrain}}) if a.role == "planner" else a
+        for a in workflow.agents]})
     # the accuracy estimate: a real estimator; feedback for the first window arrives after its check
     from scanflow.tracking import feedback_client
 
-    monkeypatch.setattr(checker, "_current_estimator", lambda version: _estimator())
+    monkeypatch.setattr(checker, "_current_estimator", lambda ctx, version: _estimator())
     labels: dict[str, list[Any]] = {}
     monkeypatch.setattr(feedback_client, "lookup_labels", lambda ctx, ids: {i: labels[i] for i in ids if i in labels})
 
     # the Checker checks three windows and forwards each verdict; the Planner decides on each
-    c_ctx: Any = FakeContext("checker", tmp_path)  # Any: it stands in for scanflow.agent.Context
+    c_ctx: Any = FakeContext("checker", tmp_path, workflow)  # Any: it stands in for scanflow.agent.Context
     c_ctx.peers = {"tracker": "http://tracker.invalid"}  # where feedback would come from (stubbed above)
-    p_ctx: Any = FakeContext("planner", tmp_path)
+    p_ctx: Any = FakeContext("planner", tmp_path, workflow)
     checker.load_detector(c_ctx)  # its startup: the monitoring run exists and is RUNNING
     decisions = []
     for i in range(3):
@@ -214,17 +220,19 @@ def test_drift_checks_decisions_and_the_retrain_chain(mlflow_server: str, tmp_pa
 
 
 def test_the_predictions_run_ends_with_the_tracker_and_resumes(mlflow_server: str, tmp_path: Path,
-                                                               workflow_name: str) -> None:
+                                                               workflow: Workflow) -> None:
     from scanflow.standard import tracker
     from scanflow.tracking.predictions import PredictionRecord
 
     client = MlflowClient()
-    ctx: Any = FakeContext("tracker", tmp_path)
+    workflow_name = workflow.name
+    ctx: Any = FakeContext("tracker", tmp_path, workflow)
     tracker.open_log(ctx)
-    assert tracker.LOG.log is not None
-    tracker.LOG.log.append([PredictionRecord(request_id="r1", service="digits", inputs=[[0.0] * 4], outputs=[1],
-                                             model_version="1", latency_ms=1.0, ts=time.time())])
-    run_id = tracker.LOG.log.flush_to_mlflow(workflow_name).run_id
+    log = ctx.resources["log"].log
+    assert log is not None
+    log.append([PredictionRecord(request_id="r1", service="digits", inputs=[[0.0] * 4], outputs=[1],
+                                 model_version="1", latency_ms=1.0, ts=time.time())])
+    run_id = log.flush_to_mlflow(workflow_name).run_id
     run = client.get_run(run_id)
     assert run.info.status == "RUNNING" and run.info.run_name == f"predictions-{workflow_name}"
     tracker.close_log(ctx)
@@ -252,7 +260,7 @@ def _replica_metrics(at: float, cpu_s: float, periods: int, throttled: int, requ
             f"# TYPE scanflow_replica_requests counter\nscanflow_replica_requests_total{{status=\"200\"}} {requests}\n")
 
 
-def test_latency_checks_carry_the_replicas_cpu(mlflow_server: str, tmp_path: Path, workflow_name: str,
+def test_latency_checks_carry_the_replicas_cpu(mlflow_server: str, tmp_path: Path, workflow: Workflow,
                                                monkeypatch: pytest.MonkeyPatch, serve_app: Any) -> None:
     """The Checker's real watch sensor scrapes a gateway and its replica over loopback HTTP (their
     /admin/state and /metrics, the gateway's from its real metrics registry); each latency check it logs
@@ -280,7 +288,8 @@ def test_latency_checks_carry_the_replicas_cpu(mlflow_server: str, tmp_path: Pat
     base = serve_app(app)
     scrape["replica_url"] = f"{base}/replica"
     monkeypatch.setattr(checker, "service_url", lambda svc: base)
-    ctx: Any = FakeContext("checker", tmp_path)
+    workflow_name = workflow.name
+    ctx: Any = FakeContext("checker", tmp_path, workflow)
 
     # (replica clock, CPU seconds, CFS periods, throttled periods, requests) at each scrape
     ticks = [(100.0, 10.0, 100, 10, 0), (100.0, 10.0, 100, 10, 0), (102.0, 13.0, 120, 15, 40),

@@ -141,11 +141,11 @@ def test_module_file_says_what_is_wrong(ref: str, why: str) -> None:
 
 
 def test_agent_target_falls_back_to_the_agents_dir(tmp_path: Path) -> None:
-    assert agent_target("planner", None, tmp_path) == (tmp_path / "planner.py", None)
+    assert agent_target("planner", None, tmp_path) == str(tmp_path / "planner.py")
     spec = AgentSpec(name="plan-b", role="planner")
-    assert agent_target("planner", spec, tmp_path) == (tmp_path / "planner.py", None)
+    assert agent_target("planner", spec, tmp_path) == str(tmp_path / "planner.py")
     spec = AgentSpec(name="plan-b", role="planner", module="scanflow.standard.planner:agent")
-    assert agent_target("planner", spec, tmp_path) == (REPO / "scanflow" / "standard" / "planner.py", "plan-b")
+    assert agent_target("planner", spec, tmp_path) == "scanflow.standard.planner:agent"  # bound to plan-b at start
 
 
 def test_the_stack_runs_the_declared_module_on_the_declared_port(tmp_path: Path) -> None:

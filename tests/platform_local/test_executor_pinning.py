@@ -31,19 +31,19 @@ def _allowed(pid: int) -> set[tuple[int, ...]]:
     return out
 
 
-def _execute(plan: dict[str, Any]) -> dict[str, Any]:
-    return executor.set_resources(SimpleNamespace(event=None, key="k"), plan)  # type: ignore[arg-type]
+def _execute(plan: dict[str, Any], platform: Any) -> dict[str, Any]:
+    """The Executor's set_resources on `platform`, reading back for up to 15 s."""
+    ctx = SimpleNamespace(event=None, key="k", resources={"platform": platform},
+                          spec=SimpleNamespace(settings={"readback_s": 15.0}))
+    return executor.set_resources(ctx, plan)  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning keeps a core in reserve: needs 2 cores")
-def test_the_executor_pins_a_real_replica_and_reads_it_back(platform, models,  # type: ignore[no-untyped-def]
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_executor_pins_a_real_replica_and_reads_it_back(platform, models) -> None:  # type: ignore[no-untyped-def]
     cores = tuple(sorted(os.sched_getaffinity(0)))
     svc = Service(name="pin", model_uri=models["v1"], resources=Resources(cpu=0.5, memory="1Gi"))
     pid = platform.deploy(svc).replicas[0].pid
     assert _allowed(pid) == {cores}  # unpinned: every core this process may use
-    monkeypatch.setattr(executor, "_platform", platform)
-    monkeypatch.setitem(executor.SPEC.settings, "readback_s", 15.0)
     on = pinning.PinConfig(mode="pinned")
 
     # the Planner grows the replica to one whole core on this node: the plan pins it (CPUMEM: core 0 of
@@ -53,12 +53,12 @@ def test_the_executor_pins_a_real_replica_and_reads_it_back(platform, models,  #
     assert plan is not None and pin.affinity == "pinned", pin.reason
     first = platform.topology.sockets[0][0]
     if platform.cgroup_support.usable:
-        out = _execute(plan)
+        out = _execute(plan, platform)
         assert out["verified"] is True and out["applied"]["pin-1"]["cpus"] == [first]
         assert out["observed"]["pin-1"]["cpus"] == [first] and out["observed"]["pin-1"]["cpu_quota"] == 1.0
     else:  # the quota cannot be applied here: the step fails, and only on the quota (the cores did move)
         with pytest.raises(PermanentError, match="CPU quota") as err:
-            _execute(plan)
+            _execute(plan, platform)
         assert "allowed cores" not in str(err.value)
     assert _allowed(pid) == {(first,)}  # every thread, straight from /proc
 
@@ -67,10 +67,10 @@ def test_the_executor_pins_a_real_replica_and_reads_it_back(platform, models,  #
     plan, pin = plan_resources(svc, shrink, 1.0, 1, float(len(cores)), on, "pinned", "k2")
     assert plan is not None and plan["affinity"]["policy"] == "none" and "not a whole number" in plan["reason"]
     if platform.cgroup_support.usable:
-        out = _execute(plan)
+        out = _execute(plan, platform)
         assert out["verified"] is True and out["observed"]["pin-1"]["cpus"] == list(cores)
     else:
         with pytest.raises(PermanentError, match="CPU quota"):
-            _execute(plan)
+            _execute(plan, platform)
     assert _allowed(pid) == {cores}
     assert platform.status("pin").replicas[0].pid == pid  # applied in place: the same process throughout

@@ -34,7 +34,7 @@ from scanflow.validation.checks import (
     check_settings,
     show_value,
 )
-from scanflow.validation.loading import describe, import_fresh
+from scanflow.validation.loading import describe
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS_YAML = ROOT / "workflows" / "digits" / "workflow.yaml"
@@ -86,15 +86,17 @@ def test_digits_workflow_validates(name: str) -> None:
     assert "ok: workflow 'digits'" in result.stderr
 
 
-def test_validation_leaves_the_environment_as_it_found_it() -> None:
-    before_env = os.environ.get("SCANFLOW_WORKFLOW")
-    had = "scanflow.standard.checker" in sys.modules
-    previous = sys.modules.get("scanflow.standard.checker")
-    wf = Workflow.from_yaml(DIGITS_YAML.read_text())
-    assert validate_workflow(wf) == []
-    assert os.environ.get("SCANFLOW_WORKFLOW") == before_env
-    assert ("scanflow.standard.checker" in sys.modules) == had
-    assert sys.modules.get("scanflow.standard.checker") is previous
+def test_two_workflows_validate_in_one_process_without_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agents' modules read no workflow when imported: each validation binds them to its own."""
+    monkeypatch.delenv("SCANFLOW_WORKFLOW", raising=False)
+    digits_wf = Workflow.from_yaml(DIGITS_YAML.read_text())
+    renamed = digits_wf.model_copy(update={"name": "digits-b", "agents": [
+        a.model_copy(update={"settings": {**a.settings, "retrian": {}}}) if a.role == "planner" else a
+        for a in digits_wf.agents]})
+    assert validate_workflow(digits_wf) == []
+    assert [p.path for p in validate_workflow(renamed)] == ["agents.planner.settings.retrian"]
+    assert validate_workflow(digits_wf) == []  # nothing of the second stuck to the modules
+    assert "SCANFLOW_WORKFLOW" not in os.environ
 
 
 # -- one line per broken case, through the CLI ----------------------------------------------------
@@ -163,11 +165,11 @@ def test_agent_module_that_does_not_import(tmp_path: Path) -> None:
 
 def test_agent_module_attribute_that_is_not_an_agent(tmp_path: Path) -> None:
     def change(d: dict[str, Any]) -> None:
-        agent_of(d, "checker")["module"] = "scanflow.standard.checker:SPEC"
+        agent_of(d, "checker")["module"] = "scanflow.standard.checker:MIN_ROWS"
 
     rc, lines = broken(tmp_path, change)
-    assert_one_line(rc, lines, 'agents.checker.module = "scanflow.standard.checker:SPEC": ',
-                    "is a AgentSpec, not a scanflow.agent.Agent")
+    assert_one_line(rc, lines, 'agents.checker.module = "scanflow.standard.checker:MIN_ROWS": ',
+                    "is a int, not a scanflow.agent.Agent")
 
 
 def test_job_entrypoint_that_is_not_there(tmp_path: Path) -> None:
@@ -356,14 +358,6 @@ def test_describe_names_the_line_in_the_file(tmp_path: Path) -> None:
         runpy.run_path(str(file))
     assert describe(info.value, file) == "KeyError: 'k' (line 2)"
     assert describe(ValueError()) == "ValueError"
-
-
-def test_import_fresh_puts_back_what_was_there() -> None:
-    import json as before
-
-    again = import_fresh("json")
-    assert again is not before
-    assert sys.modules["json"] is before
 
 
 # -- the SDK's declarations ----------------------------------------------------------------------
