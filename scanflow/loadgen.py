@@ -9,9 +9,8 @@ change while the load runs (a load step); the schedule restarts at each change.
 Closed loop (`concurrency` n): n clients back to back, changeable while it runs. A closed loop measures
 what a service can serve (a capacity probe); for a fixed-concurrency benchmark alone, wrk does it better.
 
-Why raw HTTP/1.1 over asyncio streams and not an HTTP client library: httpx costs ~1 ms of CPU per
-request under the GIL (measured: 32 httpx clients reached ~80 rps against a service that serves
-thousands), which made the generator, not the service, the bottleneck of S2's load step. Each
+Why raw HTTP/1.1 over asyncio streams and not an HTTP client library: httpx costs about 1 ms of CPU
+per request under the GIL, which made the generator, not the service, the bottleneck of S2's load step. Each
 connection carries one request at a time (keep-alive; a new connection opens when every open one is
 busy); Content-Length, chunked and close-delimited answers are read, HTTP/1.0 answers close.
 

@@ -193,7 +193,10 @@ class Agent:
         copy = Agent.__new__(Agent)
         copy.__dict__.update(self.__dict__)
         copy.name, copy.workflow, copy.spec = spec.name, workflow, spec
-        copy.strategies = dict(self.strategies)
+        # containers of its own: registering on one copy (or on this agent later) leaves the others alone
+        copy.sensors, copy.actuators, copy.strategies = dict(self.sensors), dict(self.actuators), dict(self.strategies)
+        copy.startup_hooks, copy.shutdown_hooks = list(self.startup_hooks), list(self.shutdown_hooks)
+        copy.router_factories, copy.messages = list(self.router_factories), dict(self.messages)
         for strategy in spec.strategies:
             copy.add_strategy(strategy)
         return copy

@@ -1,11 +1,11 @@
 """The inbox writer: one thread that commits accepted events in groups, and a WAL checkpointer.
 
 Why: POST /events must answer only once its event is committed ("nothing lost"), and that commit is
-the hot path of every agent. Measured on this 2-core machine (docs/architecture.md): a SQLAlchemy
-`engine.begin()` insert costs ~150 us of CPU against ~45 us through the driver; a thread-pool hop
-per request competes with the loop for the one write lock; and every ~1000 WAL pages SQLite's
-automatic checkpoint runs two fsyncs (4-15 ms here) inside whichever commit crossed the line, under
-the write lock, so the request behind it stalls - that was the round trip's p99. So:
+the hot path of every agent. A SQLAlchemy `engine.begin()` insert costs about three times the CPU of
+an insert through the driver; a thread-pool hop per request competes with the loop for the one write
+lock; and every ~1000 WAL pages SQLite's automatic checkpoint runs two fsyncs inside whichever commit
+crossed the line, under the write lock, so the request behind it stalls (the round trip's p99; figures
+in docs/architecture.md). So:
 
 - `InboxWriter`: callers enqueue a prepared row (or a `Done` mark) and get a Future; one thread takes
   everything queued,

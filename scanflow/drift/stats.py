@@ -91,7 +91,8 @@ def welch_location_scale(
 
     Its rate is right on average over calibration draws but not per calibration set (one deployment):
     a calibration set drawn 2 standard errors off flags many clean windows. Below ~50 rows the window's
-    own median shrinks its deviations and the spread test over-fires (0.91 of 2-row windows). Returns (t_location, t_scale, p_location, p_scale); the window's p-value is
+    own median shrinks its deviations and the spread test over-fires. Returns (t_location, t_scale,
+    p_location, p_scale); the window's p-value is
     `bonferroni(p_location, p_scale)`. Why both: noise raises errors (location), while rotations
     and shifts can push some errors up and others down (bilinear blur reconstructs too well), which
     leaves the mean near the null but widens the spread.

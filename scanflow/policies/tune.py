@@ -7,7 +7,7 @@ Two sources, in order of trust:
 1. measured throughput per configuration (from a short probe the caller ran): the best one wins,
    unless it beats the model's favourite by less than `min_gain` (noise), then the model's favourite;
 2. otherwise a model of this workload class: a one-row inference request costs far more in HTTP and
-   JSON than in the model (measured here: ~27k rows/s in-process vs ~1k requests/s served), and
+   JSON than in the model (an order of magnitude and more for a small model), and
    that cost runs on one Python thread per replica. So throughput grows with the number of
    single-thread replicas up to the cores, extra intra-op threads buy nothing and oversubscription
    costs, and pinning each replica to its own cores (per socket when there are several: the paper's

@@ -78,13 +78,14 @@ def _predict(x: np.ndarray) -> tuple[list, np.ndarray | None]:
 ROLES = ("tracker", "checker", "planner", "executor")
 ROOT = Path(__file__).resolve().parents[2]
 AGENTS_DIR = ROOT / "scanflow" / "standard"
+DIGITS_YAML = ROOT / "workflows" / "digits" / "workflow.yaml"
 SECURITY_MD = ROOT / "docs/security.md"
 
 
 @pytest.fixture(scope="module")
 def agent_urls(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    """The reference agents, each loaded from its agents/<role>.py as `scanflow agent run` loads it (a fresh
-    module: the Tracker binds its token table at import) and served by its own uvicorn. What needs the
+    """The reference agents, each loaded from scanflow/standard/<role>.py and bound to the digits workflow as
+    `scanflow agent run` does, and served by its own uvicorn. What needs the
     rest of a stack is left out, never an HTTP route: the sensors (they poll MLflow and the services), the
     Checker's and Planner's startup (monitoring runs in MLflow) and the Executor's (it deploys the
     workflow's services; it gets an empty local platform instead). The Tracker keeps its startup and
@@ -94,7 +95,7 @@ def agent_urls(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pyt
     from scanflow.agent import Store, create_app
     from scanflow.platform.local import LocalPlatform
     from scanflow.settings import Settings
-    from scanflow.spec import load_python_file
+    from scanflow.spec import load_python_file, load_workflow
 
     home = tmp_path_factory.mktemp("agents")
     monkeypatch_module.setenv("SCANFLOW_TOKEN", TOKEN)
@@ -104,7 +105,7 @@ def agent_urls(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pyt
         urls: dict[str, str] = {}
         for role in ROLES:
             module = load_python_file(AGENTS_DIR / f"{role}.py")
-            agent = module.agent
+            agent = module.agent.bound(load_workflow(DIGITS_YAML))
             agent.sensors.clear()
             if role != "tracker":
                 agent.startup_hooks.clear()
@@ -112,7 +113,7 @@ def agent_urls(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pyt
             if role == "executor":
                 plat = LocalPlatform(home / "platform", "http://127.0.0.1:9", token=TOKEN)
                 stack.callback(plat.close)
-                monkeypatch_module.setattr(module, "_platform", plat)
+                agent.on_startup(lambda ctx, plat=plat: ctx.resources.update(platform=plat))
             own = home / role
             own.mkdir()
             store = Store(f"sqlite:///{own / 'agent.db'}")

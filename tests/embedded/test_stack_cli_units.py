@@ -154,8 +154,9 @@ def test_the_stack_runs_the_declared_module_on_the_declared_port(tmp_path: Path)
     stack = EmbeddedStack(tmp_path, wf.model_copy(update={"agents": agents}))
     assert stack.ports["checker"] == 18765
     argv = stack._argv("checker")
-    assert argv[argv.index("run") + 1] == str(REPO / "scanflow" / "standard" / "checker.py")
-    assert argv[argv.index("--name") + 1] == "checker" and argv[argv.index("--port") + 1] == "18765"
+    assert argv[argv.index("run") + 1] == "scanflow.standard.checker:agent"  # bound to the workflow at start
+    assert "--name" not in argv and argv[argv.index("--port") + 1] == "18765"
+    assert stack._env("checker")["SCANFLOW_WORKFLOW"] == str(tmp_path / "workflow.yaml")
 
 
 def test_the_stack_refuses_a_module_that_does_not_exist_before_starting_anything(tmp_path: Path) -> None:
