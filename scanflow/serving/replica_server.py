@@ -19,12 +19,14 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 from pydantic import BaseModel, Field, SecretStr
 
 from scanflow.serving.asgi import BodyDeadlines
@@ -36,7 +38,7 @@ from scanflow.serving.model import LoadedModel, ModelLoadError, load_model
 from scanflow.serving.protocols import install_replica
 from scanflow.serving.replica_hotpath import ReplicaHotPath
 from scanflow.serving.server import LATENCY_BUCKETS, HotPathApp, alive, base_api
-from scanflow.serving.sink import TrackerSink
+from scanflow.serving.sink import SinkStats, TrackerSink
 from scanflow.serving.spool import RecordSpool
 
 log = logging.getLogger("scanflow.serving.replica")
@@ -102,11 +104,27 @@ class _Metrics:
         # CPU used, limit, throttling and the node's idle cores, read at scrape time (the Checker's inputs)
         r.register(CpuCollector())
         self.tracker_pending = Gauge("scanflow_replica_tracker_pending_records", "records not yet delivered", registry=r)
-        self.tracker_sent = Gauge("scanflow_replica_tracker_sent_records", "records delivered", registry=r)
-        self.tracker_failed = Gauge("scanflow_replica_tracker_failed_sends", "failed sends (retried)", registry=r)
-        self.tracker_dropped = Gauge(
-            "scanflow_replica_tracker_dropped_records", "records refused (buffer full / rejected)", registry=r
-        )
+        # cumulative since the replica started: counters (rate() and increase() apply), read from the sink
+        self.tracker_counts = _SinkCounts()
+        r.register(self.tracker_counts)
+
+
+class _SinkCounts(Collector):
+    """The prediction sink's cumulative counts as Prometheus counters, read when scraped (the sink keeps
+    them; a counter can only be read here, never set)."""
+
+    FAMILIES = (("scanflow_replica_tracker_sent_records", "records delivered to the Tracker", "sent"),
+                ("scanflow_replica_tracker_failed_sends", "failed sends to the Tracker (retried)", "failed_sends"),
+                ("scanflow_replica_tracker_dropped_records", "records refused (buffer full / rejected)", "dropped"))
+
+    def __init__(self) -> None:
+        self.stats: SinkStats | None = None  # the sink's, once there is a sink
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        if self.stats is None:
+            return
+        for name, doc, attr in self.FAMILIES:
+            yield CounterMetricFamily(name, doc, value=float(getattr(self.stats, attr)))
 
 
 class SwapRequest(BaseModel):
@@ -302,11 +320,8 @@ class Replica(ReplicaHotPath):
         m.queue_depth.set(self.batcher.queue_depth)
         m.in_flight.set(self.in_flight)
         if self.sink is not None:
-            s = self.sink.stats
             m.tracker_pending.set(self.sink.pending)
-            m.tracker_sent.set(s.sent)
-            m.tracker_failed.set(s.failed_sends)
-            m.tracker_dropped.set(s.dropped)
+            m.tracker_counts.stats = self.sink.stats
         return generate_latest(m.registry)
 
 

@@ -200,12 +200,12 @@ async def test_records_reach_a_tracker_that_was_down_exactly_once(  # type: igno
                 await asyncio.sleep(0.05)
 
         # The tracker is down: the replica keeps answering, keeps the records and counts failed sends.
-        await until("scanflow_replica_tracker_failed_sends", lambda v: v >= 2, "two failed sends")
+        await until("scanflow_replica_tracker_failed_sends_total", lambda v: v >= 2, "two failed sends")
         assert stub.records == [] and await gauge("scanflow_replica_tracker_pending_records") == 30
         start()
-        await until("scanflow_replica_tracker_sent_records", lambda v: v == 30, "30 records delivered")
+        await until("scanflow_replica_tracker_sent_records_total", lambda v: v == 30, "30 records delivered")
         assert await gauge("scanflow_replica_tracker_pending_records") == 0
-        assert await gauge("scanflow_replica_tracker_dropped_records") == 0
+        assert await gauge("scanflow_replica_tracker_dropped_records_total") == 0
     assert sorted(rec["client_request_id"] for rec in stub.records) == sorted(f"req-{i}" for i in range(30))
     assert len({rec["record_id"] for rec in stub.records}) == 30
     rec = next(x for x in stub.records if x["client_request_id"] == "req-3")
