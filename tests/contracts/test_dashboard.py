@@ -19,8 +19,8 @@ from scanflow.tracking.latest import LatestValues, metric_name
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "observability" / "grafana-dashboard.json"
-PROMQL_WORDS = {"sum", "by", "rate", "increase", "histogram_quantile", "le", "service", "status", "result",
-                "instance", "avg", "max", "min"}
+PROMQL_WORDS = {"sum", "by", "rate", "increase", "changes", "histogram_quantile", "label_values", "le", "service",
+                "workflow", "status", "result", "instance", "avg", "max", "min"}
 
 
 def _family_samples(registry: CollectorRegistry) -> set[str]:
@@ -51,12 +51,15 @@ def exported_names() -> set[str]:
                                              "throttled_ratio": 0.1, "threads": 1}))
     for source in (ROOT / "scanflow" / "standard").glob("*.py"):
         keys |= set(re.findall(r'"((?:plan|action|drift|latency|accuracy|performance|resources)/[a-z0-9_]+)"', source.read_text()))
-    return names | {metric_name(k) for k in keys}
+    return names | {n for n in map(metric_name, keys) if n is not None}
 
 
 def queried_names() -> set[str]:
-    panels = json.loads(DASHBOARD.read_text())["panels"]
-    exprs = [t["expr"] for p in panels for t in p["targets"]]
+    """Every metric the panels, the annotations and the variables query."""
+    board = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p["targets"]]
+    exprs += [a["expr"] for a in board["annotations"]["list"]]
+    exprs += [v["query"] for v in board["templating"]["list"] if v["type"] == "query"]
     words = {w for e in exprs for w in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", re.sub(r"\[[^]]*]", "", e))}
     return {w for w in words if w not in PROMQL_WORDS}
 
@@ -79,11 +82,16 @@ def test_monitoring_values_become_prometheus_gauges() -> None:
     latest = LatestValues()
     registry = CollectorRegistry()
     registry.register(latest)
-    latest.record("digits", "digits", {"drift/score": 2.5, "latency/p99_ms": 31.0})
-    latest.record("digits", "digits", {"drift/score": 0.5})
+    latest.record("digits", "digits", {"drift/score": 2.5, "latency/p99_ms": 31.0, "latency/slo_ms": 50.0,
+                                       "plan/retrain": 1.0})
+    latest.record("digits", "digits", {"drift/score": 0.5, "plan/retrain": 0.0})
+    latest.record("digits", "digits", {"plan/retrain": 1.0})
     text = generate_latest(registry).decode()
-    assert 'scanflow_drift_score{service="digits",workflow="digits"} 0.5' in text
-    assert 'scanflow_latency_p99_ms{service="digits",workflow="digits"} 31.0' in text
+    assert 'scanflow_drift_score{service="digits",workflow="digits"} 0.5' in text  # a level: the last value
+    assert 'scanflow_latency_slo_seconds{service="digits",workflow="digits"} 0.05' in text  # seconds, not ms
+    assert "# TYPE scanflow_plan_retrain_total counter" in text  # an event: how many times it happened
+    assert 'scanflow_plan_retrain_total{service="digits",workflow="digits"} 2.0' in text
+    assert "p99" not in text  # a precomputed percentile: Prometheus takes it from the gateway's histogram
 
 
 def test_the_monitor_writer_feeds_the_agents_metrics_endpoint(monkeypatch) -> None:
