@@ -14,6 +14,7 @@ import typer
 
 from scanflow.agent.cli import app as agent_app
 from scanflow.embedded import cli as stack_cli
+from scanflow.embedded import clientcli as client_cli
 from scanflow.embedded import readcli as read_cli
 from scanflow.platform.cli import deploy as deploy_command
 from scanflow.serving.cli import app as serve_app
@@ -32,6 +33,8 @@ app.command("down")(stack_cli.down)
 app.command("decisions")(read_cli.decisions)
 app.command("plans")(read_cli.plans)
 app.command("logs")(read_cli.logs)
+app.command("traffic")(client_cli.traffic)
+app.command("feedback")(client_cli.feedback)
 
 
 def _version(value: bool) -> None:
