@@ -13,11 +13,11 @@ $(BIN)/python:
 
 # torch==2.13.0 is pinned in pyproject.toml: pip takes the CPU wheel on this machine.
 $(VENV)/.installed-core: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e '.[demo]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev,alibi]'
+	$(BIN)/python -m pip install -q -e '.[dev,alibi,demo,k8s]'
 	touch $@ $(VENV)/.installed-core
 
 setup: $(VENV)/.installed-core

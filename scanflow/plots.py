@@ -12,9 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from scanflow.extras import missing_extra
+
+try:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+except ModuleNotFoundError as _exc:
+    raise missing_extra(_exc, "demo", "Scanflow's plots") from None
 
 
 def _figure(width: float = 7.0, height: float = 3.2) -> Figure:

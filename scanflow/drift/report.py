@@ -63,8 +63,12 @@ class DriftReport:
 
     def plot(self, path: str | Path) -> Path:
         """Write a PNG: per-sample errors with critical points and threshold, and their histogram."""
-        import matplotlib
+        from scanflow.extras import missing_extra
 
+        try:
+            import matplotlib
+        except ModuleNotFoundError as exc:
+            raise missing_extra(exc, "demo", "a drift report's plot") from None
         matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
 

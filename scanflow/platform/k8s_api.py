@@ -12,9 +12,14 @@ from __future__ import annotations
 import json
 
 import urllib3
-from kubernetes.client.exceptions import ApiException
 
+from scanflow.extras import missing_extra
 from scanflow.platform.base import PlatformError
+
+try:
+    from kubernetes.client.exceptions import ApiException
+except ModuleNotFoundError as _exc:
+    raise missing_extra(_exc, "k8s", "the Kubernetes platform") from None
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"

@@ -39,11 +39,16 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import urllib3
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from scanflow.extras import missing_extra
 from scanflow.platform import manifests as mf
+
+try:
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+except ModuleNotFoundError as _exc:
+    raise missing_extra(_exc, "k8s", "the Kubernetes platform") from None
 from scanflow.platform.base import JobResult, PlatformError, ReplicaStatus, ResourceChange, ServiceStatus
 from scanflow.platform.k8s_api import (
     APPLY_PATCH,
