@@ -80,17 +80,17 @@ def one_round(stack: Any, load: Any, svc: Any, declared: dict[str, Any], start_c
     from scanflow.demo.s2_capacity import MAX_RATE, capacity
     from scanflow.demo.s2_stack import (
         STRATEGY,
-        _executor,
-        _request,
+        agent_request,
         autoscale_strategy,
         calibrate,
         limited_replicas,
+        run_executor_actuator,
     )
     from scanflow.demo.s3_tune import DECIDE_S, SETTLE_WAIT_S, chain, flaps_since, settled
 
     url = stack.service_url
-    _executor(stack, "scale", {"service": svc.name, "replicas": 1})
-    _executor(stack, "set_resources", {"service": svc.name, "threads": 1, "resources": {**declared, "cpu": start_cpu}})
+    run_executor_actuator(stack, "scale", {"service": svc.name, "replicas": 1})
+    run_executor_actuator(stack, "set_resources", {"service": svc.name, "threads": 1, "resources": {**declared, "cpu": start_cpu}})
     pid = int(limited_replicas(stack.get("executor", "/services"), svc.name)[0]["pid"])
     cap = capacity(calibrate(load, url, pid, start_cpu, slo_ms=float("inf")), start_cpu, slo_ms=float("inf"))
     if cap is None:
@@ -98,7 +98,7 @@ def one_round(stack: Any, load: Any, svc: Any, declared: dict[str, Any], start_c
     rate = round(min(MAX_RATE, LOAD_FACTOR * cap), 1)
     start = measure(load, url, rate)  # leaves the load at `rate`
     wall = time.time()
-    added = _request(stack, "POST", "planner", "/strategies", autoscale_strategy())
+    added = agent_request(stack, "POST", "planner", "/strategies", autoscale_strategy())
     if added.status_code != 201:
         raise RuntimeError(f"could not turn the Planner's autoscale on: {added.status_code} {added.text[:200]}")
     try:
@@ -109,13 +109,13 @@ def one_round(stack: Any, load: Any, svc: Any, declared: dict[str, Any], start_c
         _wait(decided, DECIDE_S)
         was_settled = _wait(lambda: settled(list(stack.get("planner", "/plans")), wall, time.time()), SETTLE_WAIT_S)
     finally:
-        _request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")
+        agent_request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")
     plans = list(stack.get("planner", "/plans"))
     c = chain(plans, stack.decisions("executor", limit=1000), wall)
     cpu, replicas = replicas_now(stack, svc.name)
     choice = measure(load, url, rate)
-    _executor(stack, "set_resources", {"service": svc.name, "resources": declared, "threads": svc.threads})
-    _executor(stack, "scale", {"service": svc.name, "replicas": svc.replicas})
+    run_executor_actuator(stack, "set_resources", {"service": svc.name, "resources": declared, "threads": svc.threads})
+    run_executor_actuator(stack, "scale", {"service": svc.name, "replicas": svc.replicas})
     default = measure(load, url, rate)
     load.rate(0)
     decided_ok = bool(c.moves) and c.moves[0].get("action") == "grow" and c.resources_failed == 0

@@ -65,14 +65,14 @@ from scanflow.demo.s2_capacity import (
 )
 from scanflow.demo.s2_stack import (
     STRATEGY,
-    _executor,
-    _latency_low,
-    _request,
-    _restore,
+    agent_request,
     autoscale_strategy,
     calibrate,
     gateway_p99s,
     limited_replicas,
+    planner_latency_low,
+    restore_declared,
+    run_executor_actuator,
     serving_replicas,
 )
 from scanflow.demo.sim import SimConfig, Trace, compare
@@ -162,13 +162,13 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
     declared = svc.resources.model_dump(mode="json")
     ctx.say(f"S2: CPU limit {REPLICA_CPU} core per replica through the Executor")
     try:  # the Executor reads the limit back from the replica's cgroup: it fails where none applies
-        change = _executor(stack, "set_resources", {"service": svc.name, "threads": 1,
+        change = run_executor_actuator(stack, "set_resources", {"service": svc.name, "threads": 1,
                                                     "resources": {**declared, "cpu": REPLICA_CPU}})
     except RuntimeError as exc:
         change = {"verified": False, "notes": [str(exc)]}
     reps_now = limited_replicas(stack.get("executor", "/services"), svc.name)
     if not change.get("verified") or not reps_now or reps_now[0].get("cpu_quota") is None:
-        _restore(stack, svc, declared)
+        restore_declared(stack, svc, declared)
         why = "; ".join(change.get("notes") or []) or f"cgroup CPU limits not applied ({change.get('method')})"
         return s2_inprocess.run(ctx, why)
     low_s, high_s, wait_down = phases(ctx.quick)
@@ -197,7 +197,7 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
                         f"is beyond the {MAX_RATE:.0f} rps the generator sends here; limit {smaller} core, "
                         "calibrating again")
                 load.rate(0)
-                _executor(stack, "set_resources", {"service": svc.name, "threads": 1,
+                run_executor_actuator(stack, "set_resources", {"service": svc.name, "threads": 1,
                                                    "resources": {**declared, "cpu": smaller}})
                 replica_cpu, first_ramp = smaller, points
                 pid = int(limited_replicas(stack.get("executor", "/services"), svc.name)[0]["pid"])
@@ -210,12 +210,12 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
             load.rate(plan.low)
             time.sleep(1.0)  # back to the low rate: not measured
             base = gateway_p99s(url, CALIBRATE_S)
-            slo = calibrated_slo(median(base), _latency_low(stack), max(base, default=None))
-            set_slo = _request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": slo}})
+            slo = calibrated_slo(median(base), planner_latency_low(stack), max(base, default=None))
+            set_slo = agent_request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": slo}})
             # under the policy's smallest size (fitted_cpu): the Planner's floor and step follow, so it
             # can take the cores back to where the scenario started after the step
             floor = {"min_cpu": replica_cpu, "cpu_step": replica_cpu} if replica_cpu < REPLICA_CPU else {}
-            added = _request(stack, "POST", "planner", "/strategies", autoscale_strategy(**floor))
+            added = agent_request(stack, "POST", "planner", "/strategies", autoscale_strategy(**floor))
             if set_slo.status_code != 200 or added.status_code != 201:
                 res.error = (f"could not set the SLO ({set_slo.status_code}) or turn the Planner's autoscale on "
                              f"({added.status_code}): {added.text[:200]}")
@@ -253,9 +253,9 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
             wait_for(lambda: not load.seconds(time.monotonic() - 1.5) or load.seconds()[-1].in_flight == 0, 15.0)
             seconds = load.seconds(wall_to_mono(wall0))
     finally:
-        _request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")
-        _request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": None}})
-        _restore(stack, svc, declared)
+        agent_request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")
+        agent_request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": None}})
+        restore_declared(stack, svc, declared)
     ramp_text = " ".join(f"{r:.0f}rps:{c:.2f}cpu:{p or 0:.0f}ms" for r, c, p in points)
     if first_ramp:
         ramp_text = (f"at {REPLICA_CPU}: " + " ".join(f"{r:.0f}rps:{c:.2f}cpu" for r, c, _ in first_ramp)

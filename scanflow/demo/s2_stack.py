@@ -35,14 +35,14 @@ def autoscale_strategy(**overrides: float) -> dict[str, Any]:
     return body
 
 
-def _request(stack: Any, method: str, role: str, path: str, body: Any = None, timeout_s: float = 60.0) -> httpx.Response:
+def agent_request(stack: Any, method: str, role: str, path: str, body: Any = None, timeout_s: float = 60.0) -> httpx.Response:
     return httpx.request(method, stack.agent_urls[role] + path, json=body, timeout=timeout_s,
                          headers={"Authorization": f"Bearer {stack.token}"})
 
 
-def _executor(stack: Any, actuator: str, args: dict[str, Any]) -> dict[str, Any]:
+def run_executor_actuator(stack: Any, actuator: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run one of the Executor's actuators now; its result (RuntimeError when it did not succeed)."""
-    r = _request(stack, "POST", "executor", f"/actuators/{actuator}", {"args": args}, timeout_s=180.0)
+    r = agent_request(stack, "POST", "executor", f"/actuators/{actuator}", {"args": args}, timeout_s=180.0)
     body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
     if r.status_code != 200 or body.get("status") != "succeeded":
         raise RuntimeError(f"executor {actuator}: {r.status_code} {r.text[:200]}")
@@ -126,17 +126,17 @@ def calibrate(load: OpenLoad, url: str, pid: int, cpu_limit: float,
     return points
 
 
-def _latency_low(stack: Any) -> float:
+def planner_latency_low(stack: Any) -> float:
     """The Planner's scale-down band (its autoscale `latency_low`) in the stack's workflow."""
     planner = next((a for a in stack.workflow.agents if a.role == "planner"), None)
     return float(((planner.settings if planner else {}).get("autoscale") or {}).get("latency_low", 0.5))
 
 
-def _restore(stack: Any, svc: Any, declared: dict[str, Any]) -> None:
+def restore_declared(stack: Any, svc: Any, declared: dict[str, Any]) -> None:
     """The declared resources and replica count again (S3 and later runs expect the service as declared)."""
     for actuator, args in (("set_resources", {"service": svc.name, "resources": declared, "threads": svc.threads}),
                            ("scale", {"service": svc.name, "replicas": svc.replicas})):
         try:
-            _executor(stack, actuator, args)
+            run_executor_actuator(stack, actuator, args)
         except (RuntimeError, httpx.HTTPError, ValueError):
             pass  # best effort: the verdict stands; the next deploy applies the declared spec

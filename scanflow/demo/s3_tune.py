@@ -36,14 +36,14 @@ from scanflow.demo.report import ScenarioResult
 from scanflow.demo.s2_capacity import MAX_RATE, calibrated_slo, capacity, median
 from scanflow.demo.s2_stack import (
     STRATEGY,
-    _executor,
-    _latency_low,
-    _request,
-    _restore,
+    agent_request,
     autoscale_strategy,
     calibrate,
     gateway_p99s,
     limited_replicas,
+    planner_latency_low,
+    restore_declared,
+    run_executor_actuator,
 )
 from scanflow.loadgen_engine import Second
 
@@ -229,10 +229,10 @@ def run(ctx: DemoContext) -> ScenarioResult:
     declared = svc.resources.model_dump(mode="json")
     ctx.say(f"S3: mis-sized start: {MIS_CPU} core, 1 thread, through the Executor")
     try:
-        _executor(stack, "set_resources", {"service": svc.name, "threads": 1,
+        run_executor_actuator(stack, "set_resources", {"service": svc.name, "threads": 1,
                                            "resources": {**declared, "cpu": MIS_CPU}})
     except RuntimeError as exc:
-        _restore(stack, svc, declared)
+        restore_declared(stack, svc, declared)
         res.error = f"the mis-sized start could not be applied (no CPU quota here?): {exc}"[:400]
         return res
     figures: dict[str, Any] = {"mis_cpu": MIS_CPU}
@@ -251,8 +251,8 @@ def run(ctx: DemoContext) -> ScenarioResult:
             load.rate(max(5.0, cap / 4))
             time.sleep(1.0)  # the low rate settles: not measured
             base = gateway_p99s(url, 3.0)
-            slo = calibrated_slo(median(base), _latency_low(stack), max(base, default=None))
-            set_slo = _request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": slo}})
+            slo = calibrated_slo(median(base), planner_latency_low(stack), max(base, default=None))
+            set_slo = agent_request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": slo}})
             ctx.say(f"S3: {MIS_CPU} core serves ~{cap:.0f} rps; load {rate:.0f} rps; SLO {slo:.0f} ms")
             # case 1: what the mis-sized replica can serve (closed loop), then the load and the Planner on
             t_load = time.monotonic()
@@ -260,7 +260,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
             load.rate(rate)
             time.sleep(BEFORE_S)  # the mis-sized replica under the open-loop load before the Planner looks
             wall1 = time.time()
-            added = _request(stack, "POST", "planner", "/strategies", autoscale_strategy())
+            added = agent_request(stack, "POST", "planner", "/strategies", autoscale_strategy())
             if set_slo.status_code != 200 or added.status_code != 201:
                 res.error = f"could not set the SLO ({set_slo.status_code}) or turn the Planner's autoscale on " \
                             f"({added.status_code}): {added.text[:200]}"
@@ -282,7 +282,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
             figures["settled"] = wait_for(lambda: settled(list(stack.get("planner", "/plans")), wall1, time.time()),
                                           SETTLE_WAIT_S, interval_s=0.5)
             c1 = chain(list(stack.get("planner", "/plans")), stack.decisions("executor", limit=1000), wall1)
-            _request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")  # the probe's burst is not traffic
+            agent_request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")  # the probe's burst is not traffic
             after = capacity_probe(load)  # what the service serves now, as it was before the change
             # the cores the Planner last asked for (it may grow twice, x1.5 while latency is over, and shrink)
             grown_cpu = float(c1.moves[-1].get("cpu") or 0.0) if c1.moves else None
@@ -309,14 +309,14 @@ def run(ctx: DemoContext) -> ScenarioResult:
             right = min(right_size(auto1, _elastic_config()) or quota_now or MIS_CPU, float(os.cpu_count() or 1))
             right_replicas = len([r for r in limited_replicas(stack.get("executor", "/services"), svc.name)
                                   if r.get("ready")]) or 1
-            _executor(stack, "set_resources", {"service": svc.name, "threads": _threads_for(right),
+            run_executor_actuator(stack, "set_resources", {"service": svc.name, "threads": _threads_for(right),
                                                "resources": {**declared, "cpu": right}})
-            _executor(stack, "scale", {"service": svc.name, "replicas": right_replicas})
+            run_executor_actuator(stack, "scale", {"service": svc.name, "replicas": right_replicas})
             rate2 = rate
             load.rate(rate2)
             time.sleep(SETTLE_S)  # the resize settles before the window: not measured
             wall2, t2 = time.time(), time.monotonic()
-            _request(stack, "POST", "planner", "/strategies", autoscale_strategy())
+            agent_request(stack, "POST", "planner", "/strategies", autoscale_strategy())
             time.sleep(RIGHT_S)  # the right-sized window: the Planner observes, nothing should change
             c2 = chain(list(stack.get("planner", "/plans")), stack.decisions("executor", limit=1000), wall2)
             got2 = served(load.seconds(), t2 + 1.0, time.monotonic())
@@ -338,9 +338,9 @@ def run(ctx: DemoContext) -> ScenarioResult:
                           "default": start_label, "chosen": grown_label,
                           "t": [round(s.t - t_load, 2) for s in seconds], "ok": [s.ok for s in seconds]}
     finally:
-        _request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")
-        _request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": None}})
-        _restore(stack, svc, declared)
+        agent_request(stack, "DELETE", "planner", f"/strategies/{STRATEGY}")
+        agent_request(stack, "POST", "checker", "/actuators/set_slo", {"args": {"latency_ms": None}})
+        restore_declared(stack, svc, declared)
     figures.update({"mis_sized_passed": passed_mis, "right_sized_passed": passed_right})
     res.figures = figures
     # nothing is killed here: a failed request is a failure of the scenario (the resizes, the probes)
