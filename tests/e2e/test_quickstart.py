@@ -24,7 +24,7 @@ from up_support import READY_S
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-PAGE = REPO / "docs" / "quickstart.md"
+PAGE = REPO / "docs/quickstart.md"
 SKIP = "<!-- quickstart-test: skip"
 
 
