@@ -13,7 +13,7 @@ For each candidate corruption (kind/severity of workflows.digits.data.corrupt), 
    traffic and the promotion gate).
 Figures are medians over seeds. gap = old champion's clean accuracy - new model's drifted accuracy
 (the issue's "accuracy on drifted data back within 2 points of clean accuracy"); gap_self = the new
-model's own clean - drifted. Why a script and not a notebook: docs/scenarios.md quotes its table.
+model's own clean - drifted. Why a script and not a notebook: docs/benchmarks/s1-retrain.md quotes its tables.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 Why: `benchmarks/serving.py` gives the throughput and `fraction_of_limit`; this says where the CPU
 of one client request goes (gateway, each replica, wrk; the empty endpoint and its wrk), which is the
-evidence for the CPU bound of the gateway path on a small machine (docs/serving.md, fifth pass). It
+evidence for the CPU bound of the gateway path on a small machine (docs/benchmarks/serving.md, fifth pass). It
 starts the same processes as serving.py (throw-away MLflow, the digits MLP, gateway + N single-thread
 replicas, the empty endpoint on the same HTTP stack), then measures interleaved rounds: for each
 concurrency, the gateway path, then the empty endpoint. CPU is utime+stime of the whole process (all

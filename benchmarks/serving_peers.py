@@ -5,7 +5,7 @@ benchmarks/peers/*.txt), never the project's venv: their dependency pins (MLServ
 pydantic/fastapi ranges) would fight the project's. A peer whose environment is missing or whose
 process does not come up is reported with the reason and left out of the ratios.
 
-Configuration, and why (docs/serving.md has the measured table):
+Configuration, and why (docs/benchmarks/serving.md has the measured tables):
 - `mlflow models serve` (the project's own MLflow, the baseline users start from): `--workers 1` and
   `--workers 2` (gunicorn/uvicorn workers; 2 = one per core).
 - MLServer + its MLflow runtime, the Open Inference Protocol v2 server: `parallel_workers` 0 (inference

@@ -46,7 +46,7 @@ def scenarios() -> list[tuple[str, str, Scenario]]:
 # ticks over the SLO in a row, so one noisy second of the shared machine adds no replica.
 # latency_low 0.6: scale down below 0.6x the SLO (30 ms at 50 ms), not 0.5x; the Checker reports a p99
 # as its bucket's bound, and at 0.5x two replicas at the low rate on a busy 2-core box often sat just above
-# it (docs/scenarios.md, S2). The band up to the SLO still holds replicas, so a step down never re-breaches.
+# it (docs/benchmarks/scenarios.md, S2). The band up to the SLO still holds replicas, so a step down never re-breaches.
 # down_window_s 100 (10 real s): a scale-down goes no lower than the most replicas needed in the last 10 s.
 # The arrival-rate estimate holds the replicas a step needs however calm its p99 looks, so the window only
 # has to outlast a noisy second; a longer one never clears on a busy machine, a shorter one flaps within

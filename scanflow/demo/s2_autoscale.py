@@ -138,8 +138,7 @@ OPT_OUT = "SCANFLOW_DEMO_S2"  # "inprocess": the in-process S2 even where the ag
 
 
 def run(ctx: DemoContext) -> ScenarioResult:
-    """S2 through the agents (the default: it passed every run measured since the finer latency buckets,
-    the SLO cap and the 20 s down window, docs/scenarios.md S2), or in-process with
+    """S2 through the agents (the default; its runs: docs/benchmarks/scenarios.md), or in-process with
     SCANFLOW_DEMO_S2=inprocess, without a running stack, or (in `_through_agents`) where per-replica CPU
     limits cannot be applied."""
     from scanflow.demo import s2_inprocess

@@ -3,7 +3,7 @@
 Why: after drift a retrain gets only the few labelled drifted rows the feedback set holds for the
 critical points (~100 distinct digits in S1), against ~1,000 clean training rows. Trained on that mix,
 a model's accuracy on new drifted inputs depended mostly on WHICH ~100 rows it got (the detector's
-class skew, the holdout draw, the seed: 1 to 7 points lost on unseen drifted digits, docs/scenarios.md S1).
+class skew, the holdout draw, the seed: 1 to 7 points lost on unseen drifted digits, docs/benchmarks/s1-retrain.md).
 The unlabelled side of the drift is cheap, though: the drifted inputs themselves say how each feature
 moved. Fitting, per feature, the affine map that carries the clean rows' mean and standard deviation to
 the drifted rows' (`fit_feature_affine`) and applying it to every clean training row gives as many
@@ -14,7 +14,7 @@ aligns full covariances; AdaBN re-estimates normalisation statistics): it is exa
 gain/offset drift (a washed-out or brighter sensor, a dead column) and roughly right for added noise;
 it cannot express a geometric drift (rotation, shift), where it leaves the rows near their clean
 selves. The promotion gate still judges the resulting model on held-out data, so a wrong fit costs a
-refused challenger, not a worse champion. Measured offline on S1's scanner drift: docs/scenarios.md, S1.
+refused challenger, not a worse champion. Measured offline on S1's scanner drift: docs/benchmarks/s1-retrain.md.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def fit_feature_affine(source: np.ndarray, target: np.ndarray, *, source_labels:
     class weighs the same, rows of other classes none). Why: a pixel's mean depends on which digits
     are averaged, and the drifted rows are the detector's picks, whose class mix is skewed (one
     detector named digit 0 at half the others' rate); unweighted, that skew reads as drift. Offline,
-    on the seeds whose detector skewed most, it cut the gap by 1-2 points (docs/scenarios.md S1)."""
+    on the seeds whose detector skewed most, it cut the gap by 1-2 points (docs/benchmarks/s1-retrain.md)."""
     source, target = _matrix(source, "source"), _matrix(target, "target")
     if source.shape[1] != target.shape[1]:
         raise ValueError(f"source has {source.shape[1]} features, target {target.shape[1]}")

@@ -42,7 +42,7 @@ class ModelThread:
     Why not `loop.run_in_executor` on a one-worker ThreadPoolExecutor: each hop there costs ~50 us of
     CPU on this machine (locks, a concurrent Future with its Condition, the future chaining), as much as
     the model itself on a batch of 26 rows (~65 us). Here a call is one SimpleQueue put and one
-    `call_soon_threadsafe` back: ~17 us (docs/serving.md, fifth pass). Same promise: the call runs in
+    `call_soon_threadsafe` back: ~17 us (docs/benchmarks/serving.md, fifth pass). Same promise: the call runs in
     this thread, never on the loop; the awaiting coroutine gets its result or its exception. A call whose
     awaiter was cancelled still runs (as an executor's running call would) and its result is dropped.
     """

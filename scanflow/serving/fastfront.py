@@ -19,7 +19,7 @@ request turns out to need the ASGI path; the header callback does uvicorn's and 
 keep-alive timeout is one lazy timer per connection (uvicorn arms a timer after every answer and
 cancels it at the next read); the answer is written at once rather than at the end of the loop turn,
 and the coalesced call hands it over by a plain callback (`Gateway.enqueue_cb`), not a Future, so it
-leaves in the turn the replica's answer arrives. Measured: see docs/serving.md.
+leaves in the turn the replica's answer arrives. Measured: see docs/benchmarks/serving.md.
 
 Ordering and pipelining: the fast request takes the protocol's `cycle` slot with a `FastCycle`, so
 a pipelined request behind it is queued by uvicorn's own pipeline logic and started after the fast

@@ -90,7 +90,7 @@ def _message(ctx: Context, args: dict[str, Any], event: str) -> Any:
 def min_points(retrain_settings: dict[str, Any], quick_mode: bool) -> int:
     """Pure: critical points to gather before a retrain (`retrain.min_points`, `quick_min_points`; 1000,
     quick 400): with fewer, the challenger trains on too few distinct rows to beat the champion on the
-    held-out ones (docs/scenarios.md S1 says how the defaults were chosen)."""
+    held-out ones (docs/benchmarks/s1-retrain.md says how the defaults were chosen)."""
     c = retrain_settings
     return int(c.get("quick_min_points" if quick_mode else "min_points", 400 if quick_mode else 1000))
 
