@@ -194,7 +194,10 @@ class Agent:
         copy.__dict__.update(self.__dict__)
         copy.name, copy.workflow, copy.spec = spec.name, workflow, spec
         # containers of its own: registering on one copy (or on this agent later) leaves the others alone
-        copy.sensors, copy.actuators, copy.strategies = dict(self.sensors), dict(self.actuators), dict(self.strategies)
+        # bound again: the earlier spec's strategies give way to the new spec's; the code's own stay
+        earlier = {s.name for s in self.spec.strategies} if self.spec is not None else set()
+        own = {name: s for name, s in self.strategies.items() if name not in earlier}
+        copy.sensors, copy.actuators, copy.strategies = dict(self.sensors), dict(self.actuators), own
         copy.startup_hooks, copy.shutdown_hooks = list(self.startup_hooks), list(self.shutdown_hooks)
         copy.router_factories, copy.messages = list(self.router_factories), dict(self.messages)
         for strategy in spec.strategies:

@@ -69,6 +69,8 @@ def test_bound_copies_carry_their_workflow_and_leave_the_original_alone() -> Non
     assert (a.workflow.name, b.workflow.name) == ("wf-a", "wf-b")  # type: ignore[union-attr]
     assert sorted(a.strategies) == ["tick"] and b.strategies == {} and agent.strategies == {}
     assert agent.workflow is None and agent.spec is None
+    again = a.bound(_workflow("wf-c", _spec("counter", 3)))  # re-bound: wf-a's strategies give way
+    assert again.strategies == {} and again.spec is not None and again.spec.settings["step"] == 3
     with pytest.raises(AgentDefinitionError, match="SCANFLOW_WORKFLOW"):
         agent.check()  # needs_workflow: refused unbound, before anything starts
     a.check()
