@@ -195,6 +195,8 @@ def traffic(
     state = _state_or_exit(_home(home, workflow_name))
     url = _service_url(state, service)
     tracker = (state.urls.get("agents") or {}).get("tracker")
+    if labels > 0 and not tracker:
+        raise _fail("the stack has no Tracker address to post labels to (still starting? see `scanflow status`)")
     pool = (x, y if y is not None else np.zeros(len(x), np.int64))
     t0 = time.monotonic()
     new_at: float | None = None

@@ -142,3 +142,17 @@ def test_without_a_stack_or_with_bad_files_exit_2(tmp_path: Path, monkeypatch: p
     assert unlabelled.exit_code == 2 and "holds no labels" in unlabelled.stderr
     missing = CliRunner().invoke(app, ["feedback", "labels.csv"])
     assert missing.exit_code == 2 and "labels.csv: no such file" in missing.stderr
+
+
+def test_traffic_with_labels_needs_the_trackers_address(tmp_path: Path) -> None:
+    home = tmp_path / "stack"
+    _stack(home, "")  # the state names no Tracker (yet): labels would go nowhere
+    np.savez(tmp_path / "rows.npz", x=np.zeros((3, 2)), y=np.zeros(3))
+    res = CliRunner().invoke(app, ["traffic", str(tmp_path / "rows.npz"), "--home", str(home), "--service", "x"])
+    assert res.exit_code == 2 and "--service 'x'" in res.stderr  # a service the stack does not serve
+    _stack(home, "")
+    state = json.loads((home / "stack.json").read_text())
+    state["urls"]["primary"] = "http://127.0.0.1:9"
+    (home / "stack.json").write_text(json.dumps(state))
+    res = CliRunner().invoke(app, ["traffic", str(tmp_path / "rows.npz"), "--home", str(home)])
+    assert res.exit_code == 2 and "no Tracker address" in res.stderr, res.output
