@@ -329,7 +329,7 @@ def test_docker_compose_file_parses_and_requires_its_secrets() -> None:
 def test_dockerfile_installs_dependencies_before_copying_the_source() -> None:
     lines = [ln.strip() for ln in (ROOT / "deploy/Dockerfile").read_text().splitlines()]
     first_source = next(i for i, ln in enumerate(lines) if ln.startswith("COPY scanflow"))
-    deps = next(i for i, ln in enumerate(lines) if "pip install '.[postgres]'" in ln)
+    deps = next(i for i, ln in enumerate(lines) if "pip install '.[postgres,k8s]'" in ln)  # the driver, the client
     assert deps < first_source  # a code change reuses the dependency layer
     assert any("/mlartifacts" in ln and "10001" in ln for ln in lines)
     ignored = (ROOT / ".dockerignore").read_text().split()
@@ -338,6 +338,7 @@ def test_dockerfile_installs_dependencies_before_copying_the_source() -> None:
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert any(d.startswith("psycopg2-binary==") for d in extras["postgres"])  # pinned
+    assert any(d.startswith("kubernetes") for d in extras["k8s"])  # the Executor in a pod needs the client
 
 
 def test_job_manifest_runs_module_functions_through_jobrunner() -> None:
