@@ -90,7 +90,7 @@ def _model_name(ctx: Context) -> str:
 
 
 def _loads(ctx: Context) -> ModelLoads:
-    """The gate's models of this agent's workflow, loaded ahead (model_loads(ctx).py); one per running agent."""
+    """The gate's models of this agent's workflow, loaded ahead (model_loads.py); one per running agent."""
     loads = ctx.resources.get("loads")
     if loads is None:
         loads = ctx.resources.setdefault("loads", ModelLoads(_model_name(ctx)))
