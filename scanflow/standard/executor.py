@@ -258,7 +258,7 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                                               "drift": str(drift), "train": str(extra),
                                               "n_train_extra": len(fit), "n_holdout": len(hold)}
     monitoring.safe(ctx.state, "link the training run", monitoring.link_retrain, _model_name(ctx), version, run_id, pid,
-                    plan, _primary_monitor(ctx), {"n_train": len(fit), "n_holdout": len(hold),
+                    plan.payload(), _primary_monitor(ctx), {"n_train": len(fit), "n_holdout": len(hold),
                                                   "labelled": rows.labelled_requests,
                                                   "critical": rows.critical_requests})
     monitoring.WRITER.submit(ctx.state, _primary_monitor(ctx), {"action/challenger_version": float(version)},
