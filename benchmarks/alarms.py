@@ -90,14 +90,14 @@ class Deployment:
         self.name, self.rows = name, rows
         self.rng = np.random.default_rng(seed + 7919)
         if name == "digits":
-            from workflows.digits.data import load_splits
+            from scanflow.examples.digits.data import load_splits
 
             s = load_splits(seed)
             schema = DataSchema(kind="image", n_features=64, task="classification", image_shape=(8, 8))
             self.reference = Reference(schema=schema, x=s.x_train, x_holdout=s.x_calibration, y_holdout=s.y_calibration)
             self.pool = np.concatenate([s.x_test, s.x_feedback])
         elif name == "sensors":
-            from workflows.sensors import data
+            from scanflow.examples.sensors import data
 
             s = data.load_splits(seed)
             schema = DataSchema(kind="tabular", n_features=data.N_FEATURES, task="classification",
@@ -110,7 +110,7 @@ class Deployment:
     def clean(self) -> np.ndarray:
         if self.name == "digits":
             return self.pool[self.rng.choice(len(self.pool), min(self.rows, len(self.pool)), replace=False)]
-        from workflows.sensors import data
+        from scanflow.examples.sensors import data
 
         return data.generate(self.rows, rng=self.rng)[0]
 

@@ -81,13 +81,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[0]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import drift_corruptions as dc
+from scanflow.examples.digits.data import load_digits_scaled
+from scanflow.examples.sensors import data as sensors
 from verdict import add_check, exit_code
 
 from scanflow.drift import AutoencoderDriftDetector, fit_reference, stats
 from scanflow.drift.reconstruction import ReconstructionDriftDetector
 from scanflow.tracking.reference import make_reference
-from workflows.digits.data import load_digits_scaled
-from workflows.sensors import data as sensors
 
 N_TRAIN, N_CAL = 720, 450
 # Split i draws its data and detector seeds from seed-base + i. Designs were developed (and each evidence

@@ -181,7 +181,7 @@ def t_noise(x: Array, s: int, rng: np.random.Generator, pool: tuple[Array, Array
 
 
 def t_recalibration(x: Array, s: int, rng: np.random.Generator, pool: tuple[Array, Array], sd: Array) -> Array:
-    from workflows.sensors.data import recalibrate
+    from scanflow.examples.sensors.data import recalibrate
 
     return recalibrate(x, (0.02, 0.04, 0.08)[s - 1])  # the S1 maintenance visit, a few % of its size
 

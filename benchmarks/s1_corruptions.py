@@ -2,10 +2,10 @@
 
     flock /tmp/scanflow-bench.lock .venv/bin/python benchmarks/s1_corruptions.py [--quick] [--seeds 3]
 
-For each candidate corruption (kind/severity of workflows.digits.data.corrupt), per seed:
+For each candidate corruption (kind/severity of scanflow.examples.digits.data.corrupt), per seed:
 1. the old champion: `train_model` on the clean training split (what the S1 bootstrap trains);
 2. the drift detector as the S1 bootstrap fits it (autoencoder, quick: 15 epochs, on train/calibration);
-   200-row windows of the corrupted traffic pool (workflows.digits.s1.traffic_pools): the share of
+   200-row windows of the corrupted traffic pool (scanflow.examples.digits.s1.traffic_pools): the share of
    windows flagged, and the critical rows they name, in window order, as the Checker hands them on;
 3. the retrain: `train_model` on the clean training split + the first N critical rows with TRUE labels
    (+ synthetic drifted copies of the clean rows with --adapt moments, the job's default);
@@ -95,9 +95,9 @@ def executor_pick(x: np.ndarray, rows: list[int], seed: int, holdout: float | No
 def measure(kind: str, severity: int, seed: int, ns: tuple[int, ...], old: object, detector: object,
             as_executor: bool = False, calibration_fraction: float | None = None,
             holdout: float | None = None, adapt: str = "moments") -> list[Row]:
-    from workflows.digits.model import accuracy
-    from workflows.digits.s1 import traffic_pools, unseen_test
-    from workflows.digits.train import train_model
+    from scanflow.examples.digits.model import accuracy
+    from scanflow.examples.digits.s1 import traffic_pools, unseen_test
+    from scanflow.examples.digits.train import train_model
 
     splits = _splits()
     extra = {} if calibration_fraction is None else {"calibration_fraction": calibration_fraction}
@@ -122,7 +122,7 @@ _SPLITS: object = None
 def _splits() -> object:
     global _SPLITS
     if _SPLITS is None:
-        from workflows.digits.data import load_splits
+        from scanflow.examples.digits.data import load_splits
 
         _SPLITS = load_splits(0)
     return _SPLITS
@@ -136,7 +136,7 @@ def medians(rows: list[Row]) -> Row:
 
 
 def main() -> int:
-    from workflows.digits.data import SENSOR_KINDS, SEVERITIES
+    from scanflow.examples.digits.data import SENSOR_KINDS, SEVERITIES
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
@@ -148,13 +148,13 @@ def main() -> int:
                     help="train as the Executor does: the first N critical rows made distinct, minus a 30 %% holdout")
     ap.add_argument("--calibration-traffic", default=None,
                     help="comma-separated shares of the calibration split the traffic also holds "
-                         "(workflows.digits.s1.CALIBRATION_TRAFFIC_FRACTION; default: that constant)")
+                         "(scanflow.examples.digits.s1.CALIBRATION_TRAFFIC_FRACTION; default: that constant)")
     ap.add_argument("--holdout", default=None,
                     help="with --as-executor: comma-separated holdout fractions to compare "
                          "(default: scanflow.standard.retraining.HOLDOUT_FRACTION)")
     ap.add_argument("--adapt", default="moments",
                     help="comma-separated retrain recipes to compare: moments (synthetic drifted copies of the "
-                         "clean rows, the job's default) and/or none (workflows.digits.train.training_rows)")
+                         "clean rows, the job's default) and/or none (scanflow.examples.digits.train.training_rows)")
     args = ap.parse_args()
     adapts = args.adapt.split(",")
     holdouts: list[float | None] = [None] if args.holdout is None else [float(v) for v in args.holdout.split(",")]
@@ -164,8 +164,9 @@ def main() -> int:
     ns = (300,) if args.quick else tuple(int(v) for v in args.n.split(","))
     cands = [(c.split("/")[0], int(c.split("/")[1])) for c in args.candidates.split(",")]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from scanflow.examples.digits.train import train_model
+
     from scanflow.drift import AutoencoderDriftDetector
-    from workflows.digits.train import train_model
 
     t0 = time.perf_counter()
     per: dict[tuple[str, int], list[Row]] = {}

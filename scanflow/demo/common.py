@@ -39,20 +39,20 @@ class DemoContext:
 
 def clean_rows(n: int = 512) -> np.ndarray:
     """Held-out clean digits rows (the test split) to send as traffic."""
-    from workflows.digits.data import load_splits
+    from scanflow.examples.digits.data import load_splits
 
     return load_splits(0).x_test[:n]
 
 
 def traffic_rows(ctx: DemoContext, n: int = 512) -> np.ndarray:
     """Rows to send as traffic in the world as it is now: clean digits, or after S1's drift onset fresh
-    digits through S1's drift (`workflows.digits.s1.post_drift_pool`: rows no reference, retrain or
+    digits through S1's drift (`scanflow.examples.digits.s1.post_drift_pool`: rows no reference, retrain or
     calibration held). Why: the champion S1 promoted serves the drifted world, and its detector was fitted
     on S1's traffic; clean rows would be a drift back, and S1's own pool rows would judge the detector
     on the rows it was refitted on."""
     if not ctx.world_drifted:
         return clean_rows(n)
-    from workflows.digits.s1 import post_drift_pool
+    from scanflow.examples.digits.s1 import post_drift_pool
 
     return post_drift_pool()[0][:n]
 

@@ -59,7 +59,7 @@ def demo_workflow() -> Any:
     """The digits workflow without the Planner's autoscale strategy: on 2 shared cores every training
     job breaches 50 ms p99, and S1/S4 are about drift and failover. S2 turns the strategy on over REST
     for its load step, with the Planner's autoscale durations scaled down (DEMO_AUTOSCALE)."""
-    from workflows.digits.workflow import workflow
+    from scanflow.examples.digits.workflow import workflow
 
     def planner(a: Any) -> Any:
         settings = {**a.settings, "autoscale": {**dict(a.settings.get("autoscale", {})), **DEMO_AUTOSCALE}}

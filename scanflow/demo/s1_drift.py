@@ -30,7 +30,7 @@ RATE = 60  # requests per second of S1's traffic
 def pools() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """S1's traffic digits with true labels, clean and drifted (8 corrupted copies of each); the
     feedback digits held out for the promotion gate are never sent."""
-    from workflows.digits.s1 import traffic_pools
+    from scanflow.examples.digits.s1 import traffic_pools
 
     return traffic_pools()
 
@@ -117,7 +117,7 @@ def run(ctx: DemoContext) -> ScenarioResult:
             ctx.say(f"S1: v{new} serves; measuring its accuracy on drifted rows")
             wait_for(lambda: sum(1 for a in traffic.snapshot() if a.version == new and a.drifted) >= 150, 30)
             # the world S1 leaves: fresh digits through the same drift, judged by the new champion's detector
-            from workflows.digits.s1 import post_drift_pool
+            from scanflow.examples.digits.s1 import post_drift_pool
 
             traffic.drift_pool = post_drift_pool()
             switched = time.time()

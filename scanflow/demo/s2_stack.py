@@ -25,7 +25,7 @@ PROBE_S = 1.5  # seconds per calibration rate
 def autoscale_strategy(**overrides: float) -> dict[str, Any]:
     """The digits workflow's own Planner autoscale strategy, as JSON for POST /strategies; `overrides`
     (the vertical knobs the Planner accepts from a strategy's args, e.g. min_cpu) go into its action's args."""
-    from workflows.digits.workflow import workflow
+    from scanflow.examples.digits.workflow import workflow
 
     planner = next(a for a in workflow.agents if a.role == "planner")
     spec = next(s for s in planner.strategies if s.name == STRATEGY)

@@ -177,8 +177,8 @@ def right_size(plans: list[dict[str, Any]], config: Any) -> float | None:
 
 def _elastic_config() -> Any:
     """The vertical knobs of the workflow's autoscale settings (those that shape where a shrink lands)."""
+    from scanflow.examples.digits.workflow import workflow
     from scanflow.policies import elastic
-    from workflows.digits.workflow import workflow
 
     planner = next(a for a in workflow.agents if a.role == "planner")
     auto = dict(planner.settings.get("autoscale", {}))

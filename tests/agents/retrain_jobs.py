@@ -1,5 +1,5 @@
 """A stand-in training job for the Executor's retrain-idempotency test: registers one model version in
-the job's own MLflow run (as workflows.digits.train does) without torch, so the test stays fast."""
+the job's own MLflow run (as scanflow.examples.digits.train does) without torch, so the test stays fast."""
 
 from __future__ import annotations
 

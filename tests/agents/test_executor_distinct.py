@@ -10,8 +10,8 @@ DIGITS_TOLERANCE = 0.04  # the digits workflow's `duplicate_tolerance` (workflow
 
 
 def test_copies_within_read_noise_collapse_and_distinct_digits_stay() -> None:
-    from workflows.digits.s1 import traffic_pools
-    from workflows.digits.workflow import executor
+    from scanflow.examples.digits.s1 import traffic_pools
+    from scanflow.examples.digits.workflow import executor
 
     assert executor.settings["duplicate_tolerance"] == DIGITS_TOLERANCE
     pools = traffic_pools()

@@ -11,7 +11,7 @@ def _nul(*parts: str) -> bytes:
 
 def test_ours_for_this_home_only() -> None:
     replica = _nul("/venv/bin/python", "-m", "scanflow.serving.replica", "--port", "1234")
-    job = _nul("/venv/bin/python", "-m", "scanflow.platform.jobrunner", "workflows.digits.train:train")
+    job = _nul("/venv/bin/python", "-m", "scanflow.platform.jobrunner", "scanflow.examples.digits.train:train")
     env = _nul("PATH=/usr/bin", "SCANFLOW_HOME=/s/agents/executor")
     assert matches(replica, env, "/s/agents/executor")
     assert matches(job, env, "/s/agents/executor")

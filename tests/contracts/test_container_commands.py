@@ -149,7 +149,7 @@ def test_compose_commands_parse(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_generated_manifests_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     wf = load_workflow(WORKFLOW)
     docs = mf.workflow_manifests(wf)
-    job = Job(name="train", entrypoint="workflows.digits.train:train", resources=Resources(cpu=1, memory="1Gi"))
+    job = Job(name="train", entrypoint="scanflow.examples.digits.train:train", resources=Resources(cpu=1, memory="1Gi"))
     docs.append(mf.batch_job(job, "train-1"))
     kinds = [check_container(n, c, e, monkeypatch) for n, c, e in _containers(docs)]
     assert "replica" in kinds and "job" in kinds

@@ -298,9 +298,9 @@ def test_post_swap_checks_keep_the_new_detectors_windows_after_the_switch() -> N
 
 def test_traffic_after_s1_is_the_drifted_world_never_the_pool() -> None:
     import numpy as np
+    from scanflow.examples.digits.s1 import post_drift_pool, traffic_pools
 
     from scanflow.demo.common import DemoContext, traffic_rows
-    from workflows.digits.s1 import post_drift_pool, traffic_pools
 
     ctx = DemoContext(home=None, tracking_uri="")  # type: ignore[arg-type]
     clean = traffic_rows(ctx)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scanflow.examples.digits.data import Splits, load_splits
 
 from scanflow.drift import AutoencoderDriftDetector
-from workflows.digits.data import Splits, load_splits
 
 
 @pytest.fixture(scope="session")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scanflow.examples.digits.data import corrupt
 
 import scanflow.drift.alibi_backend as alibi_module
 from scanflow.drift import AutoencoderDriftDetector, alibi_available
-from workflows.digits.data import corrupt
 
 needs_alibi = pytest.mark.skipif(not alibi_available(), reason="alibi-detect is not installed")
 

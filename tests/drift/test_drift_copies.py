@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scanflow.examples.digits.data import corrupt, load_digits_scaled
+from scanflow.examples.sensors import data as sensors
 
 from scanflow.drift import copies, fit_reference, load_detector
 from scanflow.tracking.reference import DataSchema, Reference
-from workflows.digits.data import corrupt, load_digits_scaled
-from workflows.sensors import data as sensors
 
 COPIES, DISTINCT, WINDOWS, FPR = 8, 180, 40, 0.05
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from workflows.digits.data import KINDS, SEVERITIES, Splits, corrupt, load_splits
+from scanflow.examples.digits.data import KINDS, SEVERITIES, Splits, corrupt, load_splits
 
 
 def test_splits_are_disjoint_scaled_and_cover_digits(splits: Splits) -> None:

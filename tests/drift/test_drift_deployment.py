@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from scanflow.examples.digits.data import Splits, corrupt, load_digits_scaled
+from scanflow.examples.sensors import data as sensors
 
 from scanflow.drift import AutoencoderDriftDetector, TabularAutoencoderDriftDetector, evidence, stats
 from scanflow.drift import reconstruction as recon
 from scanflow.drift.autoencoder import reconstruction_errors
-from workflows.digits.data import Splits, corrupt, load_digits_scaled
-from workflows.sensors import data as sensors
 
 
 # -- minimum window --------------------------------------------------------------------------------

@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from scanflow.examples.digits.data import KINDS, Splits, corrupt
 
 from scanflow.drift import AutoencoderDriftDetector, DriftReport, NotFittedError
-from workflows.digits.data import KINDS, Splits, corrupt
 
 
 def _window(pool: np.ndarray, n: int, seed: int) -> np.ndarray:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scanflow.examples.digits.data import Splits
+from scanflow.examples.sensors import data as sensors
 
 from scanflow.drift import AutoencoderDriftDetector, TabularAutoencoderDriftDetector, evidence, feature_ks
-from workflows.digits.data import Splits
-from workflows.sensors import data as sensors
 
 
 def _null(values: np.ndarray) -> evidence.CombinedNull:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from scanflow.examples.digits.data import Splits, corrupt
+from scanflow.examples.digits.model import build_model, fit
 
 from scanflow.drift.performance import (
     ConfidenceCalibration,
@@ -15,8 +17,6 @@ from scanflow.drift.performance import (
     pending_window,
     same_label,
 )
-from workflows.digits.data import Splits, corrupt
-from workflows.digits.model import build_model, fit
 
 
 @pytest.fixture(scope="module")

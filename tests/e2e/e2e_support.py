@@ -32,7 +32,7 @@ def count_ok(decisions_or_actions: list[dict[str, Any]], **match: Any) -> int:
 
 def digits_workflow(without: tuple[str, ...] = ("autoscale",)):  # type: ignore[no-untyped-def]
     """The digits workflow with some Planner strategies left out (see `without_planner_strategies`)."""
-    from workflows.digits.workflow import workflow
+    from scanflow.examples.digits.workflow import workflow
 
     return without_planner_strategies(workflow, without)
 

@@ -37,15 +37,16 @@ RATE, WINDOW = 60, 200  # requests per second; rows per drift check (the quick w
 
 @pytest.fixture(scope="module")
 def s1_pools() -> dict[str, Pool]:
-    from workflows.digits.s1 import traffic_pools
+    from scanflow.examples.digits.s1 import traffic_pools
 
     return traffic_pools()
 
 
 def _unseen_drifted_accuracy(*versions: str) -> list[float]:
     """Each version's accuracy on drifted digits absent from training, traffic and the gate."""
+    from scanflow.examples.digits.s1 import unseen_test
+
     from scanflow.tracking.registry import load_model
-    from workflows.digits.s1 import unseen_test
 
     _, x_d, y = unseen_test()
     return [float((load_model(f"models:/digits/{v}").predict(x_d) == y).mean()) for v in versions]
@@ -60,7 +61,7 @@ def _checks_by(stack: UpStack, version: str, at_least: int) -> list[dict] | None
 
 def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ignore[no-untyped-def]
     pools = s1_pools
-    from workflows.digits.s1 import post_drift_pool
+    from scanflow.examples.digits.s1 import post_drift_pool
 
     declared = tmp_path / "digits.yaml"  # the digits workflow without autoscaling, as a user's file
     declared.write_text(with_retrain_cooldown(digits_workflow(), RETRAIN_COOLDOWN_S).to_yaml())

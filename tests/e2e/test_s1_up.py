@@ -71,8 +71,8 @@ def _drift_checks(stack: UpStack, version: str | None = None) -> list[dict[str, 
 
 @pytest.mark.timeout(1200)
 def test_s1_on_the_tabular_workflow_through_scanflow_up(up_stack: Any, tmp_path: Path) -> None:
-    from workflows.sensors.s1 import post_drift_pool, traffic_pools
-    from workflows.sensors.workflow import workflow
+    from scanflow.examples.sensors.s1 import post_drift_pool, traffic_pools
+    from scanflow.examples.sensors.workflow import workflow
 
     declared = tmp_path / "sensors.yaml"  # without autoscaling, as S1 runs (e2e_support); cooldown 60 s
     declared.write_text(with_retrain_cooldown(without_planner_strategies(workflow), RETRAIN_COOLDOWN_S).to_yaml())

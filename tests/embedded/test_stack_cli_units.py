@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def digits() -> Workflow:
-    from workflows.digits.workflow import workflow
+    from scanflow.examples.digits.workflow import workflow
 
     return workflow
 

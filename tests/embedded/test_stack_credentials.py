@@ -11,7 +11,7 @@ from scanflow.embedded.stack import EmbeddedStack
 
 
 def test_each_component_gets_only_its_own_credentials(tmp_path: Path) -> None:
-    from workflows.digits.workflow import workflow
+    from scanflow.examples.digits.workflow import workflow
 
     stack = EmbeddedStack(tmp_path / "stack", workflow, token="operator-token-0123456789")
     secrets = {n: t for n, t in stack.tokens.items()} | {f"mlflow-{n}": p for n, (p, _) in stack.mlflow_logins.items()}
@@ -41,8 +41,9 @@ def test_each_component_gets_only_its_own_credentials(tmp_path: Path) -> None:
 def test_only_the_tracker_and_the_executor_hold_the_record_key(tmp_path: Path) -> None:
     """The key that binds prediction records to their service: the Tracker checks with it, the
     Executor derives each service's key from it; no other agent, the bootstrap, or any child holds it."""
+    from scanflow.examples.digits.workflow import workflow
+
     from scanflow.tracking.record_ids import RECORD_KEY_ENV, SERVICE_RECORD_KEY_ENV
-    from workflows.digits.workflow import workflow
 
     stack = EmbeddedStack(tmp_path / "stack", workflow, token="operator-token-0123456789")
     holders = {role for role in ("tracker", "checker", "planner", "executor", "bootstrap")

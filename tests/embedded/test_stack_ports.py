@@ -39,7 +39,7 @@ def _bind_fails(port: int) -> bool:
 
 
 def test_a_made_stack_holds_its_ports_until_it_stops(tmp_path: Path) -> None:
-    from workflows.digits.workflow import workflow
+    from scanflow.examples.digits.workflow import workflow
 
     stack = EmbeddedStack(tmp_path / "stack", workflow, quick=True)
     ports = [*stack.ports.values(), *(s.port for s in stack.workflow.services)]
@@ -52,7 +52,7 @@ def test_a_made_stack_holds_its_ports_until_it_stops(tmp_path: Path) -> None:
 
 
 def test_a_fixed_agent_port_someone_holds_is_refused_when_the_stack_is_made(tmp_path: Path) -> None:
-    from workflows.digits.workflow import workflow
+    from scanflow.examples.digits.workflow import workflow
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
         other.bind(("127.0.0.1", 0))
@@ -109,7 +109,7 @@ def foreign_health_server(port: int, agent: str) -> Iterator[None]:
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_whole_stack_serves_on_its_reservations_and_a_taken_port_fails_a_restart_clearly(tmp_path: Path) -> None:
-    from workflows.digits.workflow import workflow
+    from scanflow.examples.digits.workflow import workflow
 
     stack = EmbeddedStack(tmp_path / "stack", workflow, quick=True, ready_timeout_s=240.0)
     names = {a.role: a.name for a in stack.workflow.agents}

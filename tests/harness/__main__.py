@@ -172,7 +172,7 @@ def run_wired(cluster: Cluster, token: str, result: dict[str, Any], timeout_s: f
     result["peers"] = {a: httpx.get(f"{svc(cluster, a)}/status", headers=hdr, timeout=10).json()["peers"]
                        for a in ("tracker", "checker", "planner", "executor")}
     # a prediction through the gateway's Service reaches the Tracker (SCANFLOW_TRACKER_URL of the replicas)
-    from workflows.digits.s1 import traffic_pools
+    from scanflow.examples.digits.s1 import traffic_pools
 
     pools = traffic_pools()
     x = pools["clean"][0][:20].tolist()
@@ -209,8 +209,9 @@ def run_s4(cluster: Cluster, gateway: str, kill: Callable[[Cluster], int], route
            result: dict[str, Any]) -> None:
     """S4: the primary's replicas keep crashing until the Planner's route is in force; the requests
     through the gateway are counted (the gateway moves to the backup at once, by its own checks)."""
+    from scanflow.examples.digits.s1 import traffic_pools
+
     from scanflow.embedded.traffic import Traffic
-    from workflows.digits.s1 import traffic_pools
 
     pools = traffic_pools()
     result["s4_routed_before"] = routed(cluster)
@@ -244,10 +245,10 @@ def run_s1(gateway: str, token: str, result: dict[str, Any]) -> None:
     """S1: drifted traffic -> the Checker -> the Planner's retrain -> the Executor's training Job (run
     by the emulated kubelet) -> promotion -> the replicas roll onto the new version; 0 failed requests."""
     import mlflow
+    from scanflow.examples.digits.s1 import traffic_pools
 
     from scanflow.embedded.traffic import Traffic
     from scanflow.tracking.registry import CHAMPION, get_alias_version
-    from workflows.digits.s1 import traffic_pools
 
     mlflow.set_tracking_uri("http://mlflow:5000")  # the Service name, through the private /etc/hosts
     pools = traffic_pools()
@@ -335,7 +336,7 @@ def run_wired_compose(cluster: Cluster, token: str, result: dict[str, Any], time
     hdr = {"Authorization": f"Bearer {token}"}
     result["peers"] = {a: httpx.get(f"http://{a}:8080/status", headers=hdr, timeout=10).json()["peers"]
                        for a in ("tracker", "checker", "planner", "executor")}
-    from workflows.digits.s1 import traffic_pools
+    from scanflow.examples.digits.s1 import traffic_pools
 
     row = traffic_pools()["clean"][0][0].tolist()
     for _ in range(20):

@@ -27,7 +27,7 @@ from scanflow.spec import (
 def sample() -> Workflow:
     return Workflow(
         name="digits",
-        jobs=[Job(name="train", entrypoint="workflows.digits.train:train", params={"epochs": 5})],
+        jobs=[Job(name="train", entrypoint="scanflow.examples.digits.train:train", params={"epochs": 5})],
         services=[
             Service(
                 name="digits",

@@ -8,7 +8,7 @@ from scanflow.standard import standard_agents
 
 
 def test_standard_agents_equal_the_long_form_of_the_digits_workflow() -> None:
-    from workflows.digits.workflow import workflow
+    from scanflow.examples.digits.workflow import workflow
 
     built = standard_agents("digits", copy_tolerance=0.04,
                             executor={"duplicate_tolerance": 0.04, "holdout_fraction": 0.3})

@@ -174,10 +174,10 @@ def test_agent_module_attribute_that_is_not_an_agent(tmp_path: Path) -> None:
 
 def test_job_entrypoint_that_is_not_there(tmp_path: Path) -> None:
     def change(d: dict[str, Any]) -> None:
-        d["jobs"][0]["entrypoint"] = "workflows.digits.train:trian"
+        d["jobs"][0]["entrypoint"] = "scanflow.examples.digits.train:trian"
 
     rc, lines = broken(tmp_path, change)
-    assert_one_line(rc, lines, 'jobs.train.entrypoint = "workflows.digits.train:trian": ', "no function 'trian'")
+    assert_one_line(rc, lines, 'jobs.train.entrypoint = "scanflow.examples.digits.train:trian": ', "no function 'trian'")
 
 
 def test_job_entrypoint_module_missing(tmp_path: Path) -> None:

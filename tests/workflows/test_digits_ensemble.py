@@ -8,9 +8,8 @@ import pytest
 
 def test_merged_model_answers_the_mean_of_its_members_logits() -> None:
     import torch
-
-    from workflows.digits.model import build_model, fit
-    from workflows.digits.train import average_logits
+    from scanflow.examples.digits.model import build_model, fit
+    from scanflow.examples.digits.train import average_logits
 
     rng = np.random.default_rng(0)
     x = rng.random((64, 64), dtype=np.float32)
@@ -30,8 +29,7 @@ def test_merged_model_answers_the_mean_of_its_members_logits() -> None:
 
 def test_average_logits_refuses_what_is_not_the_digits_mlp() -> None:
     import torch
-
-    from workflows.digits.train import average_logits
+    from scanflow.examples.digits.train import average_logits
 
     with pytest.raises(ValueError, match="at least one"):
         average_logits([])
@@ -40,8 +38,8 @@ def test_average_logits_refuses_what_is_not_the_digits_mlp() -> None:
 
 
 def test_train_model_merges_members_and_refuses_none() -> None:
-    from workflows.digits.data import load_splits
-    from workflows.digits.train import train_model
+    from scanflow.examples.digits.data import load_splits
+    from scanflow.examples.digits.train import train_model
 
     s = load_splits(0)
     model, losses, val_acc = train_model(s, hidden=8, epochs=3, members=2)
@@ -51,8 +49,8 @@ def test_train_model_merges_members_and_refuses_none() -> None:
 
 
 def test_training_rows_add_one_drifted_copy_per_clean_row_only_when_there_are_critical_points() -> None:
-    from workflows.digits.data import corrupt, load_splits
-    from workflows.digits.train import training_rows
+    from scanflow.examples.digits.data import corrupt, load_splits
+    from scanflow.examples.digits.train import training_rows
 
     s = load_splits(0)
     x, y, n = training_rows(s, None)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from workflows.digits.data import KINDS, SENSOR_KINDS, SEVERITIES, corrupt, load_splits
-from workflows.digits.s1 import (
+from scanflow.examples.digits.data import KINDS, SENSOR_KINDS, SEVERITIES, corrupt, load_splits
+from scanflow.examples.digits.s1 import (
     DRIFT_KIND,
     GATE_COPIES,
     TRAFFIC_COPIES,

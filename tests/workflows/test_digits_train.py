@@ -20,15 +20,15 @@ def test_first_model_becomes_champion_and_retrain_on_critical_points_becomes_cha
     mlflow_server: str, model_name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from mlflow import MlflowClient
+    from scanflow.examples.digits.data import corrupt, load_splits
+    from scanflow.examples.digits.train import train
 
     from scanflow.tracking.registry import get_alias_version
-    from workflows.digits.data import corrupt, load_splits
-    from workflows.digits.train import train
 
-    with caplog.at_level(logging.INFO, logger="workflows.digits.train"):
+    with caplog.at_level(logging.INFO, logger="scanflow.examples.digits.train"):
         first = train(tracking_uri=mlflow_server, model_name=model_name, epochs=20)
     # its stages, in order, as they start: a job's log and notebook 01's progress lines
-    stages = [r.getMessage() for r in caplog.records if r.name == "workflows.digits.train"]
+    stages = [r.getMessage() for r in caplog.records if r.name == "scanflow.examples.digits.train"]
     assert [m.split(" ")[0] for m in stages] == ["fitting", "fitted", "logging", "trained"], stages
     assert stages[0].startswith("fitting 5 MLPs x 20 epochs on ")
     assert set(first) >= {"version", "run_id", "accuracy_clean", "accuracy_drifted"}
@@ -52,7 +52,7 @@ def test_first_model_becomes_champion_and_retrain_on_critical_points_becomes_cha
     second_run = MlflowClient().get_run(second["run_id"])
     assert second_run.data.metrics["accuracy_validation_drifted"] == pytest.approx(second["accuracy_validation_drifted"])
     assert second_run.data.params["n_validation_drifted"] == "50" and "accuracy_validation_drifted" not in first
-    # the retrain also fits one synthetic drifted copy of each clean training row (workflows.digits.train)
+    # the retrain also fits one synthetic drifted copy of each clean training row (scanflow.examples.digits.train)
     assert second_run.data.params["adapt"] == "moments"
     assert second_run.data.params["n_synthetic"] == str(len(s.x_train)) and run.data.params["n_synthetic"] == "0"
     assert get_alias_version(model_name, "challenger") == "2"
@@ -63,7 +63,7 @@ def test_first_model_becomes_champion_and_retrain_on_critical_points_becomes_cha
 @pytest.mark.slow
 def test_module_entrypoint_trains_and_refuses_bad_input(mlflow_server: str, model_name: str) -> None:
     env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server}
-    cmd = [sys.executable, "-m", "workflows.digits.train", "--model-name", model_name]
+    cmd = [sys.executable, "-m", "scanflow.examples.digits.train", "--model-name", model_name]
     ok = subprocess.run(cmd + ["--epochs", "5"], check=False, cwd=REPO, env=env, capture_output=True,
                         text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr[-2000:]

@@ -6,28 +6,28 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scanflow.examples.digits.workflow import YAML_PATH, workflow
 
 from scanflow.spec import Workflow, load_workflow
-from workflows.digits.workflow import YAML_PATH, workflow
 
 
 def test_yaml_is_the_exact_round_trip_of_the_python_declaration() -> None:
     assert Workflow.from_yaml(YAML_PATH.read_text()) == workflow
-    assert YAML_PATH.read_text() == workflow.to_yaml()  # regenerate: python -m workflows.digits.workflow
+    assert YAML_PATH.read_text() == workflow.to_yaml()  # regenerate: python -m scanflow.examples.digits.workflow
 
 
 def test_declaration_wires_service_backup_job_and_four_agents() -> None:
     svc = workflow.service("digits")
     assert svc.model_uri == "models:/digits@champion" and svc.backup == "digits-backup"
     assert svc.slo.latency_ms == 50.0
-    assert workflow.job("train").entrypoint == "workflows.digits.train:train"
+    assert workflow.job("train").entrypoint == "scanflow.examples.digits.train:train"
     assert {a.role for a in workflow.agents} == {"tracker", "checker", "planner", "executor"}
     assert load_workflow(Path(__file__).parents[2] / "workflows/digits/workflow.py") == workflow
 
 
 def test_model_is_deterministic_and_learns_digits_quickly() -> None:
-    from workflows.digits.data import load_splits
-    from workflows.digits.model import accuracy, build_model, fit
+    from scanflow.examples.digits.data import load_splits
+    from scanflow.examples.digits.model import accuracy, build_model, fit
 
     s = load_splits(0)
     a, b = build_model(seed=3), build_model(seed=3)
@@ -48,7 +48,7 @@ def test_model_is_deterministic_and_learns_digits_quickly() -> None:
     ],
 )
 def test_bad_extra_points_get_a_clear_error(tmp_path: Path, arrays: dict[str, np.ndarray], message: str) -> None:
-    from workflows.digits.train import load_extra_points
+    from scanflow.examples.digits.train import load_extra_points
 
     path = tmp_path / "points.npz"
     np.savez(path, **arrays)  # type: ignore[arg-type]
@@ -57,7 +57,7 @@ def test_bad_extra_points_get_a_clear_error(tmp_path: Path, arrays: dict[str, np
 
 
 def test_missing_or_garbage_extra_points_file(tmp_path: Path) -> None:
-    from workflows.digits.train import load_extra_points
+    from scanflow.examples.digits.train import load_extra_points
 
     with pytest.raises(ValueError, match="does not exist"):
         load_extra_points(tmp_path / "nope.npz")
@@ -71,7 +71,7 @@ def test_missing_or_garbage_extra_points_file(tmp_path: Path) -> None:
                                              ({"drift_severity": 7}, "drift_severity"),
                                              ({"adapt": "coral"}, "adapt")])
 def test_train_refuses_bad_parameters_before_touching_mlflow(kw: dict[str, object], message: str) -> None:
-    from workflows.digits.train import train
+    from scanflow.examples.digits.train import train
 
     with pytest.raises(ValueError, match=message):
         train(tracking_uri="http://127.0.0.1:9", **kw)  # type: ignore[arg-type]  # nothing listens there

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scanflow.examples.sensors import data
+from scanflow.examples.sensors.workflow import YAML_PATH, workflow
 
 from scanflow.spec import Workflow
-from workflows.sensors import data
-from workflows.sensors.workflow import YAML_PATH, workflow
 
 REPO = Path(__file__).parents[2]
 
@@ -60,7 +60,7 @@ def test_recalibrate_moves_exactly_the_recalibrated_columns() -> None:
 
 
 def test_training_rows_weights_extras_and_adds_moment_matched_copies() -> None:
-    from workflows.sensors.model import training_rows
+    from scanflow.examples.sensors.model import training_rows
 
     s = data.load_splits(0)
     x, y, w, n_syn = training_rows(s.x_train, s.y_train)
@@ -82,7 +82,7 @@ def test_training_rows_weights_extras_and_adds_moment_matched_copies() -> None:
 
 
 def test_traffic_pools_and_unseen_test() -> None:
-    from workflows.sensors.s1 import traffic_pools, unseen_test
+    from scanflow.examples.sensors.s1 import traffic_pools, unseen_test
 
     pools = traffic_pools()
     (xc, yc), (xd, yd) = pools["clean"], pools["drifted"]
@@ -96,8 +96,8 @@ def test_traffic_pools_and_unseen_test() -> None:
 
 
 def test_the_drift_costs_the_first_model_accuracy_on_unseen_readings() -> None:
-    from workflows.sensors.model import accuracy, build_model, fit
-    from workflows.sensors.s1 import unseen_test
+    from scanflow.examples.sensors.model import accuracy, build_model, fit
+    from scanflow.examples.sensors.s1 import unseen_test
 
     s = data.load_splits(0)
     model = fit(build_model(max_iter=40), s.x_train, s.y_train)
@@ -117,7 +117,7 @@ def test_the_drift_costs_the_first_model_accuracy_on_unseen_readings() -> None:
     ],
 )
 def test_bad_points_files_get_a_clear_error(tmp_path: Path, arrays: dict[str, np.ndarray], message: str) -> None:
-    from workflows.sensors.points import load_labelled
+    from scanflow.examples.sensors.points import load_labelled
 
     path = tmp_path / "points.npz"
     np.savez(path, **arrays)  # type: ignore[arg-type]
@@ -128,7 +128,7 @@ def test_bad_points_files_get_a_clear_error(tmp_path: Path, arrays: dict[str, np
 @pytest.mark.parametrize(("kw", "message"), [({"adapt": "coral"}, "adapt"), ({"max_iter": 0}, "max_iter"),
                                              ({"extra_points_path": "/nonexistent.npz"}, "does not exist")])
 def test_train_refuses_bad_parameters_before_touching_mlflow(kw: dict[str, object], message: str) -> None:
-    from workflows.sensors.train import train
+    from scanflow.examples.sensors.train import train
 
     with pytest.raises(ValueError, match=message):
         train(tracking_uri="http://127.0.0.1:9", **kw)  # type: ignore[arg-type]  # nothing listens there
@@ -136,7 +136,7 @@ def test_train_refuses_bad_parameters_before_touching_mlflow(kw: dict[str, objec
 
 def test_yaml_is_the_exact_round_trip_of_the_python_declaration() -> None:
     assert Workflow.from_yaml(YAML_PATH.read_text()) == workflow
-    assert YAML_PATH.read_text() == workflow.to_yaml()  # regenerate: python -m workflows.sensors.workflow
+    assert YAML_PATH.read_text() == workflow.to_yaml()  # regenerate: python -m scanflow.examples.sensors.workflow
     svc = workflow.service("sensors")
     assert svc.model_uri == "models:/sensors@champion" and svc.backup == "sensors-backup"
     assert {a.role for a in workflow.agents} == {"tracker", "checker", "planner", "executor"}
@@ -156,12 +156,12 @@ def test_train_registers_a_served_model_with_its_reference_then_a_challenger(
 ) -> None:
     from mlflow import MlflowClient
     from mlflow.models import get_model_info
+    from scanflow.examples.sensors.s1 import traffic_pools
+    from scanflow.examples.sensors.train import train
 
     from scanflow.serving.model import load_model
     from scanflow.tracking.reference import load_reference
     from scanflow.tracking.registry import get_alias_version
-    from workflows.sensors.s1 import traffic_pools
-    from workflows.sensors.train import train
 
     name = f"sensors-{uuid.uuid4().hex[:8]}"
     first = train(model_name=name, tracking_uri=mlflow_server, max_iter=30)

@@ -21,8 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from workflows.digits.data import Array, CorruptionKind, Labels, Splits, corrupt, load_splits
+from scanflow.examples.digits.data import Array, CorruptionKind, Labels, Splits, corrupt, load_splits
 
 DRIFT_KIND: CorruptionKind = "contrast"
 DRIFT_SEVERITY = 2

@@ -1,7 +1,8 @@
 """The digits training job: train on the clean split (+ labelled critical points), log, register, alias.
 
-Who calls it: the Executor agent through `Platform.run_job` (the workflow's `train` job,
-entrypoint `workflows.digits.train:train`), the S1 scenario, and people: `python -m workflows.digits.train`.
+Who calls it: the Executor agent through `Platform.run_job` (the workflow's `train` job, entrypoint
+`scanflow.examples.digits.train:train`), the S1 scenario, and people:
+`python -m scanflow.examples.digits.train`.
 
 The extra points are critical points picked by the drift detector from live traffic, saved by the
 caller as .npz with arrays `x` (n, 64) and `y` (n,): `y` must be the TRUE labels (from the feedback
@@ -12,7 +13,7 @@ The model is the logit average of 5 MLPs trained from different seeds, merged in
 
 Evaluation: accuracy on the clean test split and on a corrupted copy of it (`drift_kind`,
 `drift_severity`; by default S1's drift, workflows/digits/s1.py), logged as the run's metrics. The
-promotion gate does not use them: it evaluates on the held-out gate data (workflows.digits.s1.gate_data).
+promotion gate does not use them: it evaluates on the held-out gate data (scanflow.examples.digits.s1.gate_data).
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from workflows.digits.model import N_CLASSES, N_FEATURES, accuracy, build_model, fit
+from scanflow.examples.digits.model import N_CLASSES, N_FEATURES, accuracy, build_model, fit
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ def train(
     fit the drift detector and judge challengers.
     """
     # Bad input fails first, before the slow imports and any MLflow call.
-    from workflows.digits.data import ALL_KINDS, SEVERITIES
+    from scanflow.examples.digits.data import ALL_KINDS, SEVERITIES
 
     if drift_kind not in ALL_KINDS or drift_severity not in SEVERITIES:
         raise ValueError(f"drift_kind must be one of {list(ALL_KINDS)} and drift_severity one of "
@@ -230,10 +230,10 @@ def train(
     drift_inputs = load_drift_inputs(drift_inputs_path) if drift_inputs_path else None
     import mlflow
     import mlflow.pytorch
+    from scanflow.examples.digits.data import corrupt, load_splits
 
     from scanflow.tracking.reference import log_reference
     from scanflow.tracking.registry import CHAMPION, ensure_experiment, get_alias_version, set_alias
-    from workflows.digits.data import corrupt, load_splits
 
     if tracking_uri:
         mlflow.set_tracking_uri(tracking_uri)
@@ -290,7 +290,8 @@ def train(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workflows.digits.train", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scanflow.examples.digits.train",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--model-name", default="digits")
     parser.add_argument("--extra-points", dest="extra_points_path", default=None, help=".npz with x, y")

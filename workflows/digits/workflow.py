@@ -1,7 +1,7 @@
 """The digits workflow: a training job, an inference service with its backup, and the four agents.
 
 `workflow` is what `scanflow validate workflows/digits/workflow.py` and `scanflow deploy` read;
-workflow.yaml beside it is its exact YAML form (regenerate it with `python -m workflows.digits.workflow`;
+workflow.yaml beside it is its exact YAML form (regenerate it with `python -m scanflow.examples.digits.workflow`;
 a test checks the two are equal). The agents' behaviour lives in scanflow/standard/*.py (`module`); the
 strategies declared here are the MAPE-K chain of docs/architecture.md, and `settings` hold the
 parameters of the Planner's policies (scanflow/policies).
@@ -18,7 +18,7 @@ SLO_DIGITS = SLO(latency_ms=50.0, percentile=99.0, error_rate=0.01)
 
 train_job = Job(
     name="train",
-    entrypoint="workflows.digits.train:train",
+    entrypoint="scanflow.examples.digits.train:train",
     params={"model_name": MODEL_NAME, "epochs": 60, "alias": "challenger"},
     resources=Resources(cpu=1.0, memory="1Gi"),
     timeout_s=600.0,

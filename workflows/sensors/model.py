@@ -1,6 +1,6 @@
 """The sensors model and the rows it is fitted on: a histogram gradient-boosted tree classifier.
 
-Who calls it: workflows.sensors.train (the job), workflows.sensors.s1's offline measurement and the
+Who calls it: scanflow.examples.sensors.train (the job), scanflow.examples.sensors.s1's offline measurement and the
 tests. Pure functions plus `fit`, no MLflow: offline experiments measure exactly what the job trains.
 
 Why this model: gradient-boosted trees are the usual choice for tabular readings, and scikit-learn's
@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from workflows.sensors.data import CATEGORICAL, NUMERIC, Array, Labels
+from scanflow.examples.sensors.data import CATEGORICAL, NUMERIC, Array, Labels
 
 ADAPT_CHOICES = ("moments", "none")
 # What the skops file of a fitted model may hold besides plain sklearn/numpy types. Why: mlflow.sklearn

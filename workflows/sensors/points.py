@@ -1,6 +1,6 @@
 """Read and check the .npz row files the Executor hands the sensors training job.
 
-Who calls it: workflows.sensors.train (extra points, validation points, drift inputs). A bad file
+Who calls it: scanflow.examples.sensors.train (extra points, validation points, drift inputs). A bad file
 fails here with a ValueError naming the file and the fault, before any slow work or MLflow call.
 Format: `x` float (n, 10) readings; `y` (n,) TRUE machine states 0..3 (from the feedback set, never
 the model's own predictions) when labels are needed.
@@ -12,8 +12,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-
-from workflows.sensors.data import CATEGORICAL, MACHINE_TYPES, N_CLASSES, N_FEATURES, Array, Labels
+from scanflow.examples.sensors.data import CATEGORICAL, MACHINE_TYPES, N_CLASSES, N_FEATURES, Array, Labels
 
 
 def _arrays(path: str | Path, what: str) -> dict[str, np.ndarray]:

@@ -1,9 +1,9 @@
 """The sensors drift scenario's data: the labelled traffic the load sends, and unseen rows to report on.
 
 Who calls it: load generators and benchmarks driving the sensors workflow, and the tests;
-`python -m workflows.sensors.s1` re-measures the figures below (offline, no stack; 2 min on 2 busy cores).
+`python -m scanflow.examples.sensors.s1` re-measures the figures below (offline, no stack; 2 min on 2 busy cores).
 
-The drift is the sensor recalibration of workflows.sensors.data (`recalibrate`): thermocouples
+The drift is the sensor recalibration of scanflow.examples.sensors.data (`recalibrate`): thermocouples
 swapped for units reporting degF, a re-mounted accelerometer (0.7x gain, +1.2 mm/s), an acoustic sensor
 4 dB lower. The traffic split (2,000 readings) is cut in two, so the drifted readings are other
 readings than the clean ones, as after a real maintenance visit: the first half is the clean pool, the
@@ -21,8 +21,7 @@ from the drifted pool, 5 draws, mean [min]):
 from __future__ import annotations
 
 import numpy as np
-
-from workflows.sensors.data import Array, Labels, Splits, load_splits, recalibrate
+from scanflow.examples.sensors.data import Array, Labels, Splits, load_splits, recalibrate
 
 SPLIT_SEED = 0
 
@@ -49,7 +48,7 @@ POST_DRIFT_SEED = 20_261_127  # a generator seed no split, pool or benchmark use
 def post_drift_pool(n: int = POST_DRIFT_ROWS) -> tuple[Array, Labels]:
     """The world S1 leaves: freshly generated readings as the recalibrated sensors read them, rows no
     reference, retrain, calibration or pool ever held (what the scenarios send after the promotion)."""
-    from workflows.sensors.data import generate
+    from scanflow.examples.sensors.data import generate
 
     x, y = generate(n, rng=POST_DRIFT_SEED)
     return recalibrate(x), y
@@ -59,7 +58,7 @@ def measure(sizes: tuple[int, ...] = (80, 200), draws: int = 5, seed: int = 0) -
     """Offline figures of the docstring: the first model's clean and drifted accuracy, and per retrain
     size n (and adapt mode) the mean and min drifted accuracy and the mean clean accuracy over `draws`
     random draws of n labelled rows from the drifted pool. Fits what the training job fits."""
-    from workflows.sensors.model import accuracy, build_model, fit, training_rows
+    from scanflow.examples.sensors.model import accuracy, build_model, fit, training_rows
 
     s = load_splits(seed)
     x_clean, x_drifted, y = unseen_test(s)

@@ -1,7 +1,7 @@
 """The sensors training job: fit on clean readings (+ labelled drifted readings), log, register, alias.
 
 Who calls it: the Executor agent through `Platform.run_job` (the workflow's `train` job, entrypoint
-`workflows.sensors.train:train`), the tests, and people: `python -m workflows.sensors.train`.
+`scanflow.examples.sensors.train:train`), the tests, and people: `python -m scanflow.examples.sensors.train`.
 
 The MLflow run that registers the model also holds its reference data
 (`scanflow.tracking.reference.log_reference`): the rows it was fitted on (clean + extra, not the
@@ -19,8 +19,7 @@ import time
 from typing import Any
 
 import numpy as np
-
-from workflows.sensors.model import ADAPT_CHOICES, EXTRA_SHARE
+from scanflow.examples.sensors.model import ADAPT_CHOICES, EXTRA_SHARE
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ def train(
     """Train, evaluate, log and register a sensors model; set `alias` (the very first model: also 'champion').
 
     extra_points_path: .npz `x` (n, 10), `y` (n,) TRUE states of drifted readings: trained on, weighted
-        and with synthetic drifted copies of the clean rows (`workflows.sensors.model.training_rows`).
+        and with synthetic drifted copies of the clean rows (`scanflow.examples.sensors.model.training_rows`).
     validation_points_path: same format, held out of training: its accuracy is only logged
         ("accuracy_validation_drifted").
     drift_inputs_path: .npz `x` (m, 10) of recent unlabelled drifted inputs: checked and counted
@@ -66,7 +65,7 @@ def train(
     "aliases", "n_extra"}: accuracies on the clean holdout split and on its recalibrated copy.
     `tracking_uri` None keeps MLflow's configured URI (MLFLOW_TRACKING_URI).
     """
-    from workflows.sensors.points import load_inputs, load_labelled
+    from scanflow.examples.sensors.points import load_inputs, load_labelled
 
     if adapt not in ADAPT_CHOICES:
         raise ValueError(f"adapt must be one of {list(ADAPT_CHOICES)}, got {adapt!r}")
@@ -82,11 +81,11 @@ def train(
     import mlflow
     import mlflow.sklearn
     from mlflow.models import infer_signature
+    from scanflow.examples.sensors.data import CATEGORICAL, FEATURE_NAMES, load_splits, recalibrate
+    from scanflow.examples.sensors.model import SKOPS_TRUSTED_TYPES, accuracy, build_model, fit, training_rows
 
     from scanflow.tracking.reference import log_reference
     from scanflow.tracking.registry import CHAMPION, ensure_experiment, get_alias_version, set_alias
-    from workflows.sensors.data import CATEGORICAL, FEATURE_NAMES, load_splits, recalibrate
-    from workflows.sensors.model import SKOPS_TRUSTED_TYPES, accuracy, build_model, fit, training_rows
 
     if tracking_uri:
         mlflow.set_tracking_uri(tracking_uri)
@@ -137,7 +136,8 @@ def train(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workflows.sensors.train", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scanflow.examples.sensors.train",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--model-name", default=MODEL_NAME)
     parser.add_argument("--alias", default="challenger")

@@ -1,7 +1,7 @@
 """The sensors workflow: a training job, an inference service with its backup, and the four agents.
 
 `workflow` is what `scanflow validate workflows/sensors/workflow.py` and `scanflow deploy` read;
-workflow.yaml beside it is its exact YAML form (regenerate it with `python -m workflows.sensors.workflow`;
+workflow.yaml beside it is its exact YAML form (regenerate it with `python -m scanflow.examples.sensors.workflow`;
 a test checks the two are equal). The four standard agents (scanflow.standard): nothing in them knows this
 dataset; they learn it from the reference data the training job logs.
 """
@@ -18,7 +18,7 @@ SLO_SENSORS = SLO(latency_ms=50.0, percentile=99.0, error_rate=0.01)
 
 train_job = Job(
     name="train",
-    entrypoint="workflows.sensors.train:train",
+    entrypoint="scanflow.examples.sensors.train:train",
     params={"model_name": MODEL_NAME, "alias": "challenger"},
     resources=Resources(cpu=1.0, memory="1Gi"),
     timeout_s=600.0,
