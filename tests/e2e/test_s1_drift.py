@@ -59,6 +59,20 @@ def _checks_by(stack: UpStack, version: str, at_least: int) -> list[dict] | None
     return got if len(got) >= at_least else None
 
 
+def _training_lineage(version: str) -> dict[str, str]:
+    """What links `version` back to its plan (the Executor's monitoring.link_retrain): the version's
+    tags and its training run's tags, by their short names; empty where a link is missing."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    tags = dict(client.get_model_version("digits", version).tags)
+    run_id = tags.get("scanflow.training_run_id")
+    run = client.get_run(run_id) if run_id else None
+    run_tags = dict(run.data.tags) if run else {}
+    return {"version_plan": tags.get("scanflow.plan_id", ""), "run_plan": run_tags.get("scanflow.plan_id", ""),
+            "run_caused_by": run_tags.get("scanflow.caused_by", ""), "run_name": run.info.run_name if run else ""}
+
+
 def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ignore[no-untyped-def]
     pools = s1_pools
     from scanflow.examples.digits.s1 import post_drift_pool
@@ -83,6 +97,7 @@ def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ign
         planner, executor = stack.decisions("planner"), stack.decisions("executor")
         plans = stack.get("planner", "/plans")
         unseen = _unseen_drifted_accuracy(res.old_version, res.new_version)
+        lineage = _training_lineage(res.new_version)
         detectors = detector_sources(stack)
     finally:
         stack.down()
@@ -101,6 +116,9 @@ def test_s1_drift_retrain_promote_swap(tmp_path, s1_pools) -> None:  # type: ign
     assert len(moves) == 1 and moves[0]["version"] == res.new_version
     assert moves[0]["reason"].startswith("promote")
     assert moves[0]["metrics"]["challenger_accuracy_drifted"] > moves[0]["metrics"]["champion_accuracy_drifted"]
+    # the new version and its training run name the plan that caused them (the Executor's link_retrain)
+    assert lineage["version_plan"] and lineage["run_plan"] == lineage["version_plan"], lineage
+    assert lineage["run_caused_by"].startswith("seq ") and "-plan-" in lineage["run_name"], lineage
     # the new champion learned the drift: better on drifted digits it never saw (not only on pool rows)
     assert unseen[1] > unseen[0], unseen
     # no failed request, and the last answers come from the new champion
