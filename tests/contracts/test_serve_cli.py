@@ -120,6 +120,16 @@ def test_every_option_shows_its_env_var_in_help(name: str, entry: str) -> None:
         assert "--front <fast|asgi>" in text and "--upstream-discovery <static|dns>" in text
 
 
+def test_the_docs_table_lists_every_env_var() -> None:
+    from tests.contracts.test_container_commands import ROOT
+
+    table = [line for line in (ROOT / "docs/serving.md").read_text().splitlines() if line.startswith("| ")]
+    for name, envvars in ENVVARS.items():
+        for option, envvar in envvars.items():
+            flag = "--" + option.replace("_", "-")
+            assert any(f"`{envvar}`" in row and f"`{flag}`" in row and name in row for row in table), envvar
+
+
 # per option with an env var: (the env var's value, a flag's value, what the server gets from each)
 SAMPLES: dict[str, dict[str, tuple[str, str, Any, Any]]] = {
     "replica": {
