@@ -24,6 +24,7 @@ from scanflow.spec import load_workflow
 from tests.contracts.test_container_commands import WORKFLOW, _base_docs, _containers, serve_envvars, use_env
 
 MODULES: dict[str, Any] = {"replica": (replica_args, replica), "gateway": (gateway_args, gateway)}
+ARGS = {"replica": replica_args.ReplicaArgs, "gateway": gateway_args.GatewayArgs}
 
 # the env vars the platforms and docs/serving.md rely on, per option: a variable dropped or renamed fails here
 ENVVARS = {
@@ -96,8 +97,7 @@ def test_the_cli_and_python_m_run_one_declaration(name: str) -> None:
     assert cli.callback.__wrapped__ is standalone.callback.__wrapped__ is MODULES[name][0].command
     described = {n: (p.opts, p.default, p.envvar, p.help) for n, p in _options(standalone).items()}
     assert {n: (p.opts, p.default, p.envvar, p.help) for n, p in _options(cli).items()} == described
-    fields = {f.name for f in dataclasses.fields(MODULES[name][0].ReplicaArgs if name == "replica"
-                                                 else MODULES[name][0].GatewayArgs)}
+    fields = {f.name for f in dataclasses.fields(ARGS[name])}
     assert set(described) <= fields, "an option the server's arguments do not carry"
 
 
