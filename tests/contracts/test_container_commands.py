@@ -19,7 +19,7 @@ import yaml
 
 from scanflow.agent.sources import is_module_ref, module_file
 from scanflow.platform import manifests as mf
-from scanflow.serving import gateway, gateway_server, replica, replica_server
+from scanflow.serving import gateway, gateway_args, gateway_server, replica, replica_args, replica_server
 from scanflow.settings import Settings
 from scanflow.spec import Job, Resources, load_workflow
 
@@ -60,6 +60,24 @@ def _compose_containers() -> Iterator[tuple[str, list[str], dict[str, str]]]:
             yield f"compose/{name}", [str(a) for a in svc["command"]], env
 
 
+def serve_envvars() -> set[str]:
+    """Every env var the replica's and the gateway's options read, and the service's record key."""
+    from scanflow.tracking.record_ids import SERVICE_RECORD_KEY_ENV
+
+    names = {SERVICE_RECORD_KEY_ENV}
+    for app in (replica_args.app, gateway_args.app):
+        names |= {p.envvar for p in typer.main.get_command(app).params if isinstance(p.envvar, str)}
+    return names
+
+
+def use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    """Make `env` the only serve env vars set: the processes read their env defaults from os.environ."""
+    for name in serve_envvars():
+        monkeypatch.delenv(name, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
 def _parse_cli(argv: list[str]) -> Any:
     """Parse `scanflow ...` argv with the real typer command tree, without running the command.
 
@@ -79,7 +97,8 @@ def _parse_cli(argv: list[str]) -> Any:
 def check_container(name: str, command: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
     """Parse one container command the way its process will; return what kind of process it is."""
     if command[:3] == ["python", "-m", "scanflow.serving.replica"]:
-        args = replica.parse_args(command[3:], env)
+        use_env(monkeypatch, env)
+        args = replica.parse_args(command[3:])
         assert (args.host, args.port) == ("0.0.0.0", 8080), name
         assert args.model_uri.startswith("models:/"), name
         if "SCANFLOW_THREADS" in env:
@@ -88,7 +107,8 @@ def check_container(name: str, command: list[str], env: dict[str, str], monkeypa
             assert args.service == env["SCANFLOW_SERVICE"], name
         return "replica"
     if command[:3] == ["python", "-m", "scanflow.serving.gateway"]:
-        args = gateway.parse_args(command[3:], env)
+        use_env(monkeypatch, env)
+        args = gateway.parse_args(command[3:])
         assert (args.host, args.port) == ("0.0.0.0", 8080), name
         assert args.replica, f"{name}: the gateway would start with no replica to send to"
         return "gateway"
@@ -175,18 +195,22 @@ def test_probes_are_truthful_on_the_http_port() -> None:
         assert {"/health", "/ready"} <= {getattr(r, "path", "") for r in api.routes}
 
 
-def test_flags_win_over_env_and_bad_env_names_the_variable(capsys: pytest.CaptureFixture[str]) -> None:
-    env = {"SCANFLOW_HOST": "0.0.0.0", "SCANFLOW_THREADS": "3", "SCANFLOW_UPSTREAM": "http://a:1, http://b:2"}
-    args = replica.parse_args(["--model-uri", "m", "--port", "1", "--host", "127.0.0.1", "--threads", "2"], env)
+def test_flags_win_over_env_and_bad_env_names_the_variable(capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    use_env(monkeypatch, {"SCANFLOW_HOST": "0.0.0.0", "SCANFLOW_THREADS": "3",
+                          "SCANFLOW_UPSTREAM": "http://a:1, http://b:2"})
+    args = replica.parse_args(["--model-uri", "m", "--port", "1", "--host", "127.0.0.1", "--threads", "2"])
     assert (args.host, args.threads, args.threads_pinned) == ("127.0.0.1", 2, True)
-    assert gateway.parse_args(["--port", "1"], env).replica == ["http://a:1", "http://b:2"]
-    assert gateway.parse_args(["--port", "1", "--replica", "http://c:3"], env).replica == ["http://c:3"]
+    assert gateway.parse_args(["--port", "1"]).replica == ["http://a:1", "http://b:2"]
+    assert gateway.parse_args(["--port", "1", "--replica", "http://c:3"]).replica == ["http://c:3"]
+    use_env(monkeypatch, {"SCANFLOW_THREADS": "four"})
     with pytest.raises(SystemExit) as exc:
-        replica.parse_args(["--model-uri", "m", "--port", "1"], {"SCANFLOW_THREADS": "four"})
-    assert exc.value.code == 2 and "SCANFLOW_THREADS='four'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        replica.parse_args(["--port", "1"], {})  # no model URI anywhere
-    assert "--model-uri (or SCANFLOW_MODEL_URI) is required" in capsys.readouterr().err
+        replica.parse_args(["--model-uri", "m", "--port", "1"])
+    assert exc.value.code == 2 and "'--threads' (env var: 'SCANFLOW_THREADS')" in capsys.readouterr().err
+    use_env(monkeypatch, {})
+    with pytest.raises(SystemExit) as exc:
+        replica.parse_args(["--port", "1"])  # no model URI anywhere
+    assert exc.value.code == 2 and "--model-uri (or SCANFLOW_MODEL_URI) is required" in capsys.readouterr().err
 
 
 def test_compose_scrape_targets_are_listening_services() -> None:

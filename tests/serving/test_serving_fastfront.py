@@ -168,16 +168,18 @@ def test_a_slow_body_gets_408_and_the_connection_closes(gateway) -> None:  # typ
     assert gw.counts["coalesced_requests"] == 0  # nothing was forwarded
 
 
-def test_front_flag_and_its_env_default() -> None:
+def test_front_flag_and_its_env_default(monkeypatch: pytest.MonkeyPatch) -> None:
     from scanflow.serving.gateway import parse_args
 
-    assert parse_args(["--port", "1"], {}).front == "fast"
-    assert parse_args(["--port", "1"], {"SCANFLOW_GATEWAY_FRONT": "fast"}).front == "fast"
-    assert parse_args(["--port", "1"], {"SCANFLOW_GATEWAY_FRONT": "asgi"}).front == "asgi"
-    assert parse_args(["--port", "1", "--front", "fast"], {"SCANFLOW_GATEWAY_FRONT": "asgi"}).front == "fast"
-    assert parse_args(["--port", "1", "--front", "asgi"], {"SCANFLOW_GATEWAY_FRONT": "fast"}).front == "asgi"
+    monkeypatch.delenv("SCANFLOW_GATEWAY_FRONT", raising=False)
+    assert parse_args(["--port", "1"]).front == "fast"
+    for env, argv, front in (("fast", [], "fast"), ("asgi", [], "asgi"), ("asgi", ["--front", "fast"], "fast"),
+                             ("fast", ["--front", "asgi"], "asgi")):
+        monkeypatch.setenv("SCANFLOW_GATEWAY_FRONT", env)
+        assert parse_args(["--port", "1", *argv]).front == front
+    monkeypatch.setenv("SCANFLOW_GATEWAY_FRONT", "turbo")
     with pytest.raises(SystemExit):
-        parse_args(["--port", "1"], {"SCANFLOW_GATEWAY_FRONT": "turbo"})
+        parse_args(["--port", "1"])
 
 
 def test_the_asgi_scope_is_the_one_uvicorn_builds() -> None:
