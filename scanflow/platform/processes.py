@@ -30,7 +30,6 @@ EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_LISTEN_PORT = 10000  # below: well-known and registered services' ports
 _PICK_TRIES = 64
 LISTEN_BACKLOG = 2048  # what the serving processes ask uvicorn for; the server sets its own on takeover
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # start_time's unit
 
 
 def listen_port_range(ephemeral: tuple[int, int]) -> tuple[int, int]:
@@ -185,21 +184,19 @@ Proc = subprocess.Popen[bytes] | Adopted
 def start_time(pid: int) -> int | None:
     """When `pid` started, in clock ticks since boot (field 22 of /proc/PID/stat); None when gone or a zombie.
 
-    Why ticks since boot and not psutil's create_time() as it comes (seconds since the epoch): the value
-    is persisted (the platform's state.json, stack.json) and compared for equality after a restart. psutil
-    adds the boot time as the clock tells it at the call, which moves when the clock is set; the ticks
-    since boot never change, and values written before psutil was used stay comparable."""
-    if pid <= 0:  # psutil refuses negative pids; no process of ours has pid 0
-        return None
+    The one reading not taken from psutil. The value is persisted (the platform's state.json,
+    stack.json) and compared for equality after a restart to tell a process from a later one with the
+    same pid. psutil's public create_time() adds the boot time as the wall clock tells it at each call,
+    so converting it back to ticks can be off when the clock is set in between; the kernel's ticks since
+    boot never change."""
     try:
-        p = psutil.Process(pid)
-        with p.oneshot():  # status and create time from one read of the process's stat
-            if p.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-                return None
-            since_boot = p.create_time() - psutil.boot_time()
-    except psutil.Error:  # NoSuchProcess (gone), ZombieProcess, AccessDenied
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return None
-    return round(since_boot * _CLOCK_TICKS)
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
 
 
 def same_process(pid: int, started: int) -> bool:
