@@ -1,5 +1,5 @@
 """S2's reads and actions on a running EmbeddedStack: the gateway's latency histogram and per-second
-p99s, the replicas it routes to, a replica's CPU time from /proc, the Executor's actuators and the
+p99s, the replicas it routes to, a replica's CPU time (psutil), the Executor's actuators and the
 Planner's autoscale strategy over REST, and the calibration ramp built on them. Separate from the
 scenario (scanflow.demo.s2_autoscale) because S3 and the tuning benchmark drive the stack the same way,
 and from the pure arithmetic (scanflow.demo.s2_capacity) because each of these needs live processes.
@@ -7,11 +7,11 @@ and from the pure arithmetic (scanflow.demo.s2_capacity) because each of these n
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import psutil
 
 from scanflow.demo.s2_capacity import SATURATED, SLO_MS, over_slo, probe_rates
 
@@ -84,12 +84,12 @@ def serving_replicas(url: str) -> int | None:
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process (all its threads) from /proc; None when unreadable."""
+    """User + system CPU seconds of a process (all its threads, through psutil); None when unreadable."""
     try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: SIM115 - one read
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
+        t = psutil.Process(pid).cpu_times()
+    except (psutil.Error, ValueError):  # gone, not ours to read; a pid <= 0
         return None
+    return float(t.user + t.system)
 
 
 def limited_replicas(services: dict[str, Any], name: str) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """S4 failover: the primary's replicas die, traffic goes to the backup service, the primary recovers
 (the platform's supervisor restarts its replicas), traffic returns.
 
-On the EmbeddedStack: the replica processes of the primary service (found in /proc by their command
+On the EmbeddedStack: the replica processes of the primary service (found by their command
 line and the Executor's SCANFLOW_HOME) get SIGKILL, as a crash would; the answers' upstream header
 (x-scanflow-upstream) says who served each request, so the scenario measures, without steering,
 when traffic left the primary and when it came back. The gateway fails over by itself within a
@@ -29,18 +29,16 @@ BAR = ("through the agents: the Planner decides the failover and the route back,
 
 
 def primary_replica_pids(executor_home: Path, service: str) -> list[int]:
-    """Replica processes of `service` started by the Executor's platform (Linux /proc)."""
+    """Replica processes of `service` started by the Executor's platform."""
     from scanflow.embedded.leftovers import find_leftovers
+    from scanflow.platform.processes import cmdline
 
     out = []
     for pid in find_leftovers(executor_home):
-        try:
-            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"scanflow.serving.replica" in args and b"--service" in args:
-            i = args.index(b"--service")
-            if i + 1 < len(args) and args[i + 1].decode() == service:
+        args = cmdline(pid)  # [] once gone
+        if "scanflow.serving.replica" in args and "--service" in args:
+            i = args.index("--service")
+            if i + 1 < len(args) and args[i + 1] == service:
                 out.append(pid)
     return out
 

@@ -21,11 +21,9 @@ log = logging.getLogger(__name__)
 MODULES = ("scanflow.serving.gateway", "scanflow.serving.replica", "scanflow.platform.jobrunner")
 
 
-def matches(cmdline: bytes, environ: bytes, home: str) -> bool:
-    """Pure: is this process (its /proc cmdline and environ, NUL-separated) one of ours for `home`?"""
-    args = cmdline.split(b"\0")
-    runs_ours = any(m.encode() in args for m in MODULES)
-    return runs_ours and procs.environ_has(environ, "SCANFLOW_HOME", home)
+def matches(argv: list[str], environ: dict[str, str], home: str) -> bool:
+    """Pure: is this process (its argv and environment) one of ours for `home`?"""
+    return any(m in argv for m in MODULES) and environ.get("SCANFLOW_HOME") == home
 
 
 def find_leftovers(home: str | Path, exclude: set[int] | None = None) -> list[int]:

@@ -3,8 +3,9 @@
 `scanflow up` writes stack.json as it starts (state "starting", the phase it is in, the pids it
 knows so far) and again once everything is ready ("running"); it removes the file when it has
 stopped everything. The file holds no secret: the token lives in its own file (mode 0600) and
-stack.json only says where. A pid is recorded with its start time (/proc/PID/stat), so a pid the
-OS later gave to another process is not mistaken for ours.
+stack.json only says where. A pid is recorded with its start time (clock ticks since boot,
+scanflow.platform.processes.start_time), so a pid the OS later gave to another process is not
+mistaken for ours.
 Who calls: scanflow.embedded.up (writes), scanflow.embedded.stackstatus and .teardown (read).
 """
 
@@ -30,7 +31,7 @@ class StateError(ValueError):
 
 @dataclass(frozen=True)
 class Pid:
-    """A process as `up` saw it: its pid and start time (None where /proc is missing)."""
+    """A process as `up` saw it: its pid and start time (None where it could not be read)."""
 
     pid: int
     started: int | None = None
@@ -117,7 +118,7 @@ def remove_state(home: Path) -> None:
 
 
 def is_alive(p: Pid) -> bool:
-    """The recorded process still runs (same start time where /proc tells it)."""
+    """The recorded process still runs (same start time where one was recorded)."""
     if p.started is not None:
         return start_time(p.pid) == p.started
     try:

@@ -6,7 +6,8 @@ SIGKILLed earlier, leaving a stale stack.json), `down` SIGKILLs it and sweeps: t
 recorded (MLflow, agents; by pid and start time, so a reused pid is spared), any agent, bootstrap,
 replica, gateway or job whose SCANFLOW_HOME lies under `<home>/agents/`, and the MLflow server of the
 home's database. Only processes that run a scanflow module or that MLflow server are touched: a
-`tail -f` of a log in the home is not ours to kill. Linux /proc only for the sweep.
+`tail -f` of a log in the home is not ours to kill. The sweep reads processes through psutil
+(scanflow.platform.processes.scan_proc).
 Who calls: scanflow.embedded.cli (down), tests.
 """
 
@@ -42,26 +43,24 @@ def mlflow_db_arg(home: Path) -> str:
     return f"sqlite:///{Path(home).resolve() / 'mlflow' / 'mlflow.db'}"
 
 
-def belongs_to_home(cmdline: bytes, environ: bytes, home: str) -> bool:
-    """Pure: is this process (its /proc cmdline and environ, NUL-separated) part of the stack in `home`?
+def belongs_to_home(argv: list[str], environ: dict[str, str], home: str) -> bool:
+    """Pure: is this process (its argv and environment) part of the stack in `home`?
 
     Yes for a scanflow module whose SCANFLOW_HOME is `home/agents/<anything>` (agents, bootstrap, and
     the Executor's replicas, gateways and jobs, which inherit its home), and for the MLflow server of
     `home`'s database. `home` must be absolute and resolved.
     """
-    args = cmdline.split(b"\0")
-    if mlflow_db_arg(Path(home)).encode() in args:
+    if mlflow_db_arg(Path(home)) in argv:
         return True
-    if not any(m.encode() in args for m in STACK_MODULES):
+    if not any(m in argv for m in STACK_MODULES):
         return False
-    prefix = f"SCANFLOW_HOME={home.rstrip('/')}/agents/".encode()
-    return any(v.startswith(prefix) for v in environ.split(b"\0"))
+    return environ.get("SCANFLOW_HOME", "").startswith(f"{home.rstrip('/')}/agents/")
 
 
 def processes_of(home: Path, exclude: set[int] | None = None) -> list[int]:
-    """Pids (not ours, not `exclude`) that `belongs_to_home` names; [] without /proc."""
+    """Pids (not ours, not `exclude`) that `belongs_to_home` names."""
     h = str(Path(home).resolve())
-    return procs.scan_proc(lambda cmdline, environ: belongs_to_home(cmdline, environ, h), exclude)
+    return procs.scan_proc(lambda argv, environ: belongs_to_home(argv, environ, h), exclude)
 
 
 def _kill(p: Pid) -> None:

@@ -18,9 +18,10 @@ import ctypes
 import os
 import signal
 import time
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Iterable
 from types import FrameType
+
+import psutil
 
 from scanflow.platform.processes import start_time
 
@@ -28,42 +29,14 @@ PR_SET_CHILD_SUBREAPER = 36
 _installed = False
 
 
-def descendants_of(parents: Mapping[int, int], root: int) -> list[int]:
-    """Pure: every pid below `root` in a {pid: parent pid} table, parents before their children."""
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
-    out: list[int] = []
-    todo = list(children.get(root, []))
-    while todo:
-        pid = todo.pop(0)
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
-def parent_table() -> dict[int, int]:
-    """{pid: parent pid} of every live process in /proc ({} without /proc)."""
-    out: dict[int, int] = {}
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return out
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-        if fields[0] not in ("Z", "X"):
-            out[int(d.name)] = int(fields[1])
-    return out
-
-
 def descendants(root: int | None = None) -> list[int]:
-    """Live pids below `root` (default: this process)."""
-    return descendants_of(parent_table(), os.getpid() if root is None else root)
+    """Live pids below `root` (default: this process), parents before their children; [] when `root`
+    is gone. psutil's walk leaves out a process older than `root` (its parent's pid was reused) and
+    stops on the cycles pid reuse can show mid-walk; zombies are listed (start_time reads them as gone)."""
+    try:
+        return [c.pid for c in psutil.Process(os.getpid() if root is None else root).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def _signal_all(pids: Iterable[int], sig: int) -> None:

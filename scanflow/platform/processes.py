@@ -1,7 +1,10 @@
 """OS process helpers for the local platform: spawn, stop, pin, read back, and small HTTP calls.
 
 Kept apart from local.py so the platform module reads as "what to apply" and this one as "how the
-OS does it". Who calls: scanflow.platform.local, benchmarks/tuning_sweep.py, tests.
+OS does it". Readings of other processes (start time, argv, environment, threads, cores, memory) come
+from psutil: its readers handle what hand-written /proc parsers get wrong (a command name holding ")" or
+spaces, a process that ends or turns zombie mid-read, permissions) in one place.
+Who calls: scanflow.platform.local, benchmarks/tuning_sweep.py, tests.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from scanflow.handoff import LISTEN_FD_ENV, RESERVED_PORTS_ENV, reserved_ports_value
-from scanflow.platform.topology import parse_cpu_list
 from scanflow.private_files import PRIVATE_UMASK, open_private_log
 
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -151,7 +154,7 @@ class Adopted:
 
     Mirrors the part of Popen the platform uses (pid, poll, wait, send_signal, returncode), so a
     replica or gateway reads the same whether we spawned or adopted it. `start_time` (clock ticks
-    since boot, /proc/PID/stat) is what tells it from a later process that got the same pid.
+    since boot, see `start_time()`) is what tells it from a later process that got the same pid.
     Exit codes of non-children are unknowable: a gone process reads -1.
     """
 
@@ -179,7 +182,13 @@ Proc = subprocess.Popen[bytes] | Adopted
 
 
 def start_time(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat (start time in clock ticks); None when gone or a zombie."""
+    """When `pid` started, in clock ticks since boot (field 22 of /proc/PID/stat); None when gone or a zombie.
+
+    The one reading not taken from psutil. The value is persisted (the platform's state.json,
+    stack.json) and compared for equality after a restart to tell a process from a later one with the
+    same pid. psutil's public create_time() adds the boot time as the wall clock tells it at each call,
+    so converting it back to ticks can be off when the clock is set in between; the kernel's ticks since
+    boot never change."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -196,46 +205,33 @@ def same_process(pid: int, started: int) -> bool:
 
 
 def cmdline(pid: int) -> list[str]:
-    """argv of `pid` from /proc ([] when gone or unreadable)."""
+    """argv of `pid` ([] when gone, a zombie, or unreadable)."""
+    if pid <= 0:
+        return []
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
         return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
-def environ_has(environ: bytes, key: str, value: str) -> bool:
-    """Pure: the NUL-separated /proc environ block holds KEY=value."""
-    return f"{key}={value}".encode() in environ.split(b"\0")
-
-
-def scan_proc(match: Callable[[bytes, bytes], bool], exclude: set[int] | None = None) -> list[int]:
-    """Pids (other than ours and `exclude`) whose /proc cmdline and environ blocks `match` accepts;
-    [] without /proc. Processes that end, or are not ours to read, meanwhile are skipped."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return []
+def scan_proc(match: Callable[[list[str], dict[str, str]], bool], exclude: set[int] | None = None) -> list[int]:
+    """Pids (other than ours and `exclude`) whose argv and environment `match` accepts. Processes that
+    end meanwhile, zombies, and those not ours to read (their environment is private) are skipped."""
     skip = (exclude or set()) | {os.getpid()}
     out = []
-    for d in proc.iterdir():
-        if not d.name.isdigit() or int(d.name) in skip:
-            continue
-        try:
-            if match((d / "cmdline").read_bytes(), (d / "environ").read_bytes()):
-                out.append(int(d.name))
-        except OSError:  # gone, or not ours
-            continue
+    for p in psutil.process_iter(["cmdline", "environ"], ad_value=None):  # ad_value: unreadable or zombie
+        argv, env = p.info["cmdline"], p.info["environ"]
+        if p.pid not in skip and argv is not None and env is not None and match(argv, env):
+            out.append(p.pid)
     return out
 
 
 def find_processes(key: str, value: str, modules: tuple[str, ...], exclude: set[int] | None = None) -> list[int]:
     """Pids (other than ours and `exclude`) running `python -m <one of modules>` with KEY=value in
-    their environment: how processes a killed platform left behind are found. [] without /proc."""
-    wanted = [m.encode() for m in modules]
+    their environment: how processes a killed platform left behind are found."""
 
-    def match(cmdline: bytes, environ: bytes) -> bool:
-        args = cmdline.split(b"\0")
-        return any(m in args for m in wanted) and environ_has(environ, key, value)
+    def match(argv: list[str], env: dict[str, str]) -> bool:
+        return any(m in argv for m in modules) and env.get(key) == value
 
     return scan_proc(match, exclude)
 
@@ -306,9 +302,11 @@ def set_affinity_all_threads(pid: int, cpus: tuple[int, ...]) -> None:
     """
     for _ in range(2):
         try:
-            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        except FileNotFoundError:
+            tids = [t.id for t in psutil.Process(pid).threads()]
+        except psutil.NoSuchProcess:  # ZombieProcess too
             raise ProcessLookupError(pid) from None
+        except psutil.AccessDenied as exc:  # callers handle OSError
+            raise PermissionError(f"threads of pid {pid}: {exc}") from None
         for tid in tids:
             try:
                 os.sched_setaffinity(tid, cpus)
@@ -326,25 +324,15 @@ class ProcInfo:
 
 
 def read_proc_status(pid: int) -> ProcInfo | None:
-    """Parse /proc/PID/status (None when the process is gone)."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
+    """What the kernel says about `pid` (None when it is gone, a zombie, or unreadable)."""
+    if pid <= 0:
         return None
-    return parse_proc_status(text)
-
-
-def parse_proc_status(text: str) -> ProcInfo:
-    fields = {}
-    for line in text.splitlines():
-        k, _, v = line.partition(":")
-        fields[k.strip()] = v.strip()
-    rss = fields.get("VmRSS", "").split()
-    return ProcInfo(
-        cpus=parse_cpu_list(fields.get("Cpus_allowed_list", "")),
-        threads=int(fields.get("Threads", "0") or 0),
-        rss_bytes=int(rss[0]) * 1024 if rss else None,
-    )
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            return ProcInfo(cpus=tuple(p.cpu_affinity()), threads=p.num_threads(), rss_bytes=p.memory_info().rss)
+    except psutil.Error:
+        return None
 
 
 class HttpError(RuntimeError):

@@ -214,23 +214,23 @@ def test_service_rows() -> None:
 
 
 # -- which processes belong to a home ------------------------------------------------------------------
-def nul(*parts: str) -> bytes:
-    return "\0".join(parts).encode() + b"\0"
+def env(*pairs: str) -> dict[str, str]:
+    return dict(p.split("=", 1) for p in pairs)
 
 
-@pytest.mark.parametrize(("cmdline", "environ", "ours"), [
-    (nul("python", "-m", "scanflow.cli", "agent", "run", "a.py"), nul("SCANFLOW_HOME=/h/agents/tracker"), True),
-    (nul("python", "-m", "scanflow.serving.replica"), nul("A=1", "SCANFLOW_HOME=/h/agents/executor"), True),
-    (nul("python", "-m", "scanflow.embedded.bootstrap"), nul("SCANFLOW_HOME=/h/agents/bootstrap"), True),
-    (nul("mlflow", "server", "--backend-store-uri", "sqlite:////h/mlflow/mlflow.db"), nul(), True),
-    (nul("python", "-m", "scanflow.cli", "agent", "run"), nul("SCANFLOW_HOME=/h2/agents/tracker"), False),
-    (nul("python", "-m", "scanflow.cli", "status", "--home", "/h"), nul("HOME=/root"), False),
-    (nul("tail", "-f", "/h/logs/tracker.log"), nul("SCANFLOW_HOME=/h/agents/tracker"), False),
-    (nul("mlflow", "server", "--backend-store-uri", "sqlite:////h2/mlflow/mlflow.db"), nul(), False),
+@pytest.mark.parametrize(("argv", "environ", "ours"), [
+    (["python", "-m", "scanflow.cli", "agent", "run", "a.py"], env("SCANFLOW_HOME=/h/agents/tracker"), True),
+    (["python", "-m", "scanflow.serving.replica"], env("A=1", "SCANFLOW_HOME=/h/agents/executor"), True),
+    (["python", "-m", "scanflow.embedded.bootstrap"], env("SCANFLOW_HOME=/h/agents/bootstrap"), True),
+    (["mlflow", "server", "--backend-store-uri", "sqlite:////h/mlflow/mlflow.db"], env(), True),
+    (["python", "-m", "scanflow.cli", "agent", "run"], env("SCANFLOW_HOME=/h2/agents/tracker"), False),
+    (["python", "-m", "scanflow.cli", "status", "--home", "/h"], env("HOME=/root"), False),
+    (["tail", "-f", "/h/logs/tracker.log"], env("SCANFLOW_HOME=/h/agents/tracker"), False),
+    (["mlflow", "server", "--backend-store-uri", "sqlite:////h2/mlflow/mlflow.db"], env(), False),
 ])
-def test_belongs_to_home(cmdline: bytes, environ: bytes, ours: bool) -> None:
+def test_belongs_to_home(argv: list[str], environ: dict[str, str], ours: bool) -> None:
     assert mlflow_db_arg(Path("/h")) == "sqlite:////h/mlflow/mlflow.db"
-    assert belongs_to_home(cmdline, environ, "/h") is ours
+    assert belongs_to_home(argv, environ, "/h") is ours
 
 
 # -- up: the signal path, with a stand-in stack --------------------------------------------------------

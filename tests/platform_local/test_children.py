@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from scanflow.platform.children import descendants_of
+from scanflow.platform.children import descendants
 from scanflow.platform.processes import start_time
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,10 +42,30 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_descendants_of_walks_the_whole_tree() -> None:
-    parents = {10: 1, 11: 10, 12: 11, 13: 10, 20: 1, 21: 99}
-    assert descendants_of(parents, 10) == [11, 13, 12]
-    assert descendants_of(parents, 12) == [] and set(descendants_of(parents, 1)) == {10, 11, 12, 13, 20}
+# starts a grandchild, says both pids, then waits for its stdin to close (no sleep to synchronise on)
+TREE = textwrap.dedent("""
+    import os, subprocess, sys
+    grandchild = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    print(os.getpid(), grandchild.pid, flush=True)
+    sys.stdin.read()
+""")
+
+
+@pytest.mark.integration
+def test_descendants_lists_the_whole_tree_parents_first() -> None:
+    child = subprocess.Popen([sys.executable, "-c", TREE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        assert child.stdout is not None
+        pid, grandchild = (int(p) for p in child.stdout.readline().split())
+        assert pid == child.pid
+        assert descendants(child.pid) == [grandchild]
+        mine = descendants()
+        assert mine.index(child.pid) < mine.index(grandchild)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(10)
+    assert descendants(child.pid) == [] and child.pid not in descendants()
 
 
 @pytest.mark.integration
