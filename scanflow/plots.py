@@ -4,7 +4,7 @@ controller comparison, tuning probes, failover timeline), and logging them to ML
 Every function builds a `matplotlib.figure.Figure` directly (no pyplot, no global state, no display
 needed: the Agg canvas), so it is safe in worker threads, in the CLI and inline in notebooks (a
 Figure renders itself there). Inputs are plain sequences, so the plots are testable without a stack.
-Who calls: scanflow.demo (logs them to the demo's MLflow run), notebooks/03_operations.ipynb.
+Who calls: scanflow.demo (logs them to the demo's MLflow run).
 """
 
 from __future__ import annotations

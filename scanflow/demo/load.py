@@ -6,7 +6,7 @@
   samples, testable without a server.
 - `OpenLoad`: the engine in a child process (`python -m scanflow.loadgen`), steered over its stdin: an
   open-loop rate (S2's step, S3's load) or a closed-loop capacity probe, reported per second.
-Who calls: scanflow.demo.s2_inprocess, s4_failover (Load); s2_autoscale, s3_tune (OpenLoad); notebooks.
+Who calls: scanflow.demo.s2_inprocess, s4_failover (Load); s2_autoscale, s3_tune (OpenLoad).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ mean); a new replica is ready after `cold_start_s`, an in-place resize lands aft
 replica has a node of `node_cpus` to itself (its vertical ceiling). Throttling follows the use of the
 quota (scanflow.policies.simulated.throttled_share). benchmarks/scaling.py runs the same controllers
 and observations on a request-level queue with Poisson arrivals over several seeds.
-Who calls: s2_autoscale, s2_inprocess, notebooks/03_operations.ipynb, tests/demo.
+Who calls: s2_autoscale, s2_inprocess, tests/demo.
 """
 
 from __future__ import annotations

@@ -24,8 +24,7 @@ services are ready). Service gateway ports are fixed here, so a restarted Execut
 endpoint. On exit (or error): agents get SIGTERM (the Executor stops its services), then SIGKILL, a
 sweep kills anything a SIGKILLed Executor left behind, and MLflow stops. `on_progress` hears one line
 per phase as it begins and ends (the library itself prints nothing).
-Who calls: `scanflow up` (scanflow/embedded/up.py), tests/e2e, benchmarks/s1.py, `scanflow demo`,
-notebooks.
+Who calls: `scanflow up` (scanflow/embedded/up.py), tests/e2e, benchmarks/s1.py, `scanflow demo`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Notebook fixtures: run a notebook top to bottom in the venv's python3 kernel, kill what it leaves.
 
+The kernel's working directory is notebooks/, as when Jupyter opens the notebook there: each notebook
+works in a folder of its own beside it (notebooks/scientist/, notebooks/operator/; git ignores them).
+
 The kernel is ipykernel's native spec (`python3` -> this interpreter), so no kernel needs installing.
 A notebook that fails half-way may leave processes it started (MLflow, agents, replicas): the
 fixture kills every child process of the kernel still alive after the run, by pid.
@@ -43,7 +46,7 @@ def run_notebook(tmp_path: Path):  # type: ignore[no-untyped-def]
     def run(name: str, timeout_s: int = 300) -> nbformat.NotebookNode:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
         client = NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
-                                resources={"metadata": {"path": str(NOTEBOOKS.parent)}})
+                                resources={"metadata": {"path": str(NOTEBOOKS)}})  # as Jupyter: beside it
         with client.setup_kernel():
             kernel_pid = client.km.provisioner.pid if client.km.provisioner else None
             try:
