@@ -8,10 +8,16 @@ would, with the same statuses and messages.
 
     request  (content-type application/x-scanflow-batch):
         {"sizes": [n1, n2, ...]}\\n<body 1><body 2>...
+        {"sizes": [...], "models": [null, ["digits", null], ...]}\\n...   (POST /infer_batch)
     response (same content-type, status 200):
         {"model_version": "3", "items": [[status1, m1], [status2, m2], ...]}\\n<answer 1><answer 2>...
 
 Every item answered 200 in one response was computed by the one model version named in the header.
+`models` (POST /infer_batch only) says, item by item, which bodies are Open Inference Protocol v2 infer
+requests and for which `{name}` and `{version}` of their path (null: a native /predict body); the
+replica answers those items in the protocol's shape. A separate path, not a new key on /predict_batch:
+a replica from before it would read the key-less framing and answer v2 bodies as malformed native
+ones, while an unknown path is a 404, which the gateway already takes as "no batches here".
 Who calls: scanflow.serving.gateway (encode_request, decode_response) and scanflow.serving.replica
 (decode_request, encode_response).
 """
@@ -30,8 +36,15 @@ class BatchWireError(ValueError):
     """The batch framing itself is wrong (not an item's payload): the whole call is refused (400)."""
 
 
-def encode_request(bodies: Sequence[bytes]) -> bytes:
-    return b"".join((orjson.dumps({"sizes": [len(b) for b in bodies]}), b"\n", *bodies))
+# Which v2 model an item asks for: ({name}, {version} or None); None for a native /predict body.
+ItemModel = tuple[str, str | None] | None
+
+
+def encode_request(bodies: Sequence[bytes], models: Sequence[ItemModel] | None = None) -> bytes:
+    header: dict[str, object] = {"sizes": [len(b) for b in bodies]}
+    if models is not None:
+        header["models"] = [None if m is None else list(m) for m in models]
+    return b"".join((orjson.dumps(header), b"\n", *bodies))
 
 
 def _split(payload: bytes) -> tuple[object, int]:
@@ -47,6 +60,12 @@ def _split(payload: bytes) -> tuple[object, int]:
 
 def decode_request(payload: bytes) -> list[bytes]:
     """The client bodies, in order; BatchWireError when the framing does not add up."""
+    return decode_request_items(payload)[0]
+
+
+def decode_request_items(payload: bytes) -> tuple[list[bytes], list[ItemModel]]:
+    """(the client bodies, the v2 model of each or None), in order; BatchWireError when the framing
+    does not add up."""
     header, pos = _split(payload)
     sizes = header.get("sizes") if isinstance(header, dict) else None
     if (
@@ -61,6 +80,24 @@ def decode_request(payload: bytes) -> list[bytes]:
     for n in sizes:
         out.append(payload[pos : pos + n])
         pos += n
+    return out, _models(header, len(sizes))  # type: ignore[arg-type]
+
+
+def _models(header: dict[str, object], n: int) -> list[ItemModel]:
+    raw = header.get("models")
+    if raw is None:
+        return [None] * n
+    if not isinstance(raw, list) or len(raw) != n:
+        raise BatchWireError("batch 'models' must give one entry per item")
+    out: list[ItemModel] = []
+    for m in raw:
+        if m is None:
+            out.append(None)
+        elif (isinstance(m, list) and len(m) == 2 and isinstance(m[0], str)
+              and (m[1] is None or isinstance(m[1], str))):
+            out.append((m[0], m[1]))
+        else:
+            raise BatchWireError("a batch 'models' entry must be null or [name, version or null]")
     return out
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from scanflow.serving import batchwire
+from scanflow.serving.batchwire import ItemModel
 from scanflow.serving.outcomes import NO_ANSWER, RETRY_STATUSES, Outcome
 from scanflow.serving.routing import RouteMode, Upstream, can_batch, pick_for_batch
 from scanflow.serving.upstream import UpstreamError, UpstreamPool
@@ -54,7 +55,7 @@ class Forwarding:
 
     def __init__(self) -> None:
         # coalescing state: client requests waiting for an upstream call, batches in flight per replica
-        self._waiting: collections.deque[tuple[bytes, Callable[[Outcome], None]]] = collections.deque()
+        self._waiting: collections.deque[tuple[bytes, Callable[[Outcome], None], ItemModel]] = collections.deque()
         self._batches_in_flight: dict[str, int] = {}
         self._no_batch: set[str] = set()  # replicas that answered 404/405 to /predict_batch (older ones)
         self._dispatch_scheduled = False
@@ -99,11 +100,13 @@ class Forwarding:
         self.enqueue_cb(body, done)
         return fut
 
-    def enqueue_cb(self, body: bytes, done: Callable[[Outcome], None]) -> None:
+    def enqueue_cb(self, body: bytes, done: Callable[[Outcome], None], model: ItemModel = None) -> None:
         """Queue `body` for the next coalesced call; `done(outcome)` is called once with its outcome, in
         the loop turn the call's answer arrives (no Future, no extra turn: scanflow.serving.fastfront
-        writes the client's answer from it). `done` must not raise; an exception is logged and dropped."""
-        self._waiting.append((body, done))
+        writes the client's answer from it). `done` must not raise; an exception is logged and dropped.
+        `model`: (name, version) when `body` is an OIP v2 infer request for that model (its batch then
+        goes to POST /infer_batch, which answers it in the protocol's shape), None for a /predict body."""
+        self._waiting.append((body, done, model))
         self._schedule_dispatch()
 
     def _schedule_dispatch(self) -> None:
@@ -121,25 +124,26 @@ class Forwarding:
             if up is None:
                 if self.mode == "backup" or not can_batch(self.replicas, self._no_batch):
                     while self._waiting:  # nobody can take batches any more: forward them one by one
-                        _, done = self._waiting.popleft()
+                        _, done, _ = self._waiting.popleft()
                         _settle(done, None)
                 return  # every slot busy: the next finished batch dispatches again
-            items: list[tuple[bytes, Callable[[Outcome], None]]] = []
+            items: list[tuple[bytes, Callable[[Outcome], None], ItemModel]] = []
             size = 0
             while self._waiting and len(items) < cfg.coalesce_max:
-                body, done = self._waiting[0]
-                if items and size + len(body) > cfg.coalesce_max_bytes:
+                item = self._waiting[0]
+                if items and size + len(item[0]) > cfg.coalesce_max_bytes:
                     break
                 self._waiting.popleft()
-                items.append((body, done))
-                size += len(body)
+                items.append(item)
+                size += len(item[0])
             if items:
                 task = asyncio.get_running_loop().create_task(self._send_batch(up, items))
                 self._batch_tasks.add(task)
                 task.add_done_callback(self._batch_tasks.discard)
 
-    async def _send_batch(self, up: Upstream, items: list[tuple[bytes, Callable[[Outcome], None]]]) -> None:
-        """One POST /predict_batch; every item's callback gets its own answer (never raises)."""
+    async def _send_batch(self, up: Upstream, items: list[tuple[bytes, Callable[[Outcome], None], ItemModel]]) -> None:
+        """One POST /predict_batch (or /infer_batch when some item is an OIP v2 request); every item's
+        callback gets its own answer (never raises)."""
         n = len(items)
         self._batches_in_flight[up.url] = self._batches_in_flight.get(up.url, 0) + 1
         self.counts["coalesced_calls"] += 1
@@ -148,13 +152,18 @@ class Forwarding:
         up.requests += n
         results: list[Outcome]
         try:
-            status, payload, ctype = await self._post(up.url, batchwire.encode_request([b for b, _ in items]),
-                                                      b"/predict_batch")
+            models = [m for _, _, m in items]
+            if any(m is not None for m in models):
+                call = batchwire.encode_request([b for b, _, _ in items], models)
+                path = b"/infer_batch"
+            else:
+                call, path = batchwire.encode_request([b for b, _, _ in items]), b"/predict_batch"
+            status, payload, ctype = await self._post(up.url, call, path)
             if status == 200 and ctype.startswith(batchwire.CONTENT_TYPE):
                 results = [(s, b, b"application/json", up) for s, b in batchwire.decode_response(payload, n)]
-            elif status in (404, 405):  # a replica without /predict_batch: forward to it one by one
+            elif status in (404, 405):  # a replica without this path (an older one): forward to it one by one
                 self._no_batch.add(up.url)
-                log.warning("%s has no /predict_batch; forwarding requests to it one by one", up.url)
+                log.warning("%s has no %s; forwarding requests to it one by one", up.url, path.decode())
                 results = [None] * n
             elif status in RETRY_STATUSES:
                 up.errors += 1
@@ -184,7 +193,7 @@ class Forwarding:
             self._batches_in_flight[up.url] -= 1
             if self._waiting:
                 self._schedule_dispatch()
-        for (_, done), result in zip(items, results, strict=True):
+        for (_, done, _), result in zip(items, results, strict=True):
             _settle(done, result)
 
     def _mark_dead(self, up: Upstream, exc: BaseException) -> None:
@@ -227,7 +236,7 @@ class Forwarding:
             pool = self._pools.get(url)
             if pool is None:
                 pool = self._pools[url] = UpstreamPool(url)
-            ctype = batchwire.CONTENT_TYPE if path == b"/predict_batch" else b"application/json"
+            ctype = batchwire.CONTENT_TYPE if path.endswith(b"_batch") else b"application/json"
             return await pool.post(path, body, self.config.upstream_timeout_s, ctype)
         assert self._session is not None
         async with self._session.post(url + path.decode(), data=body, headers={"Content-Type": "application/json"}) as r:

@@ -201,6 +201,17 @@ HOT_PATHS: dict[str, dict[str, Any]] = {
             "400": {"description": "bad framing", "content": {"application/json": {"schema": ref(NativeError)}}},
             "413": {"description": "call over the limit"}, "503": {"description": "loading or draining"}},
     }},
+    "/infer_batch": {"post": {
+        "summary": "Coalesced predict and OIP v2 infer calls from the gateway", "tags": ["native"],
+        "description": "As /predict_batch, with a header key `models`: per item null (a /predict body) or "
+                       "`[name, version or null]` (an OIP v2 infer body, answered in the protocol's shape).",
+        "requestBody": {"required": True, "content": {"application/x-scanflow-batch": {
+            "schema": {"type": "string", "format": "binary"}}}},
+        "responses": {"200": {"description": "one answer per body, in order", "content": {
+            "application/x-scanflow-batch": {"schema": {"type": "string", "format": "binary"}}}},
+            "400": {"description": "bad framing", "content": {"application/json": {"schema": ref(NativeError)}}},
+            "413": {"description": "call over the limit"}, "503": {"description": "loading or draining"}},
+    }},
 }
 
 
