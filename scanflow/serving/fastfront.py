@@ -227,6 +227,8 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
         if final(outcome):
             assert outcome is not None
             status, payload, ctype, up = outcome
+            if model is not None and status >= 500:  # the gateway's own 504 (upstream timeout): v2's shape
+                status, payload = v2_shaped(status, payload)
             self._answer(cycle, status, payload, b"content-type: " + ctype + b"\r\nx-scanflow-upstream: "
                          + up.url.encode() + b"\r\n", "primary")
         else:

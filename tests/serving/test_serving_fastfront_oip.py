@@ -131,6 +131,67 @@ def test_infer_batch_mixes_native_and_v2_items_in_one_call(stack, digits_rows) -
     assert set(orjson.loads(unknown)) == {"error"} and set(orjson.loads(bad)) == {"error"}
 
 
+def _fake_replica(draining: bool) -> Any:
+    """A replica stand-in: /infer_batch echoes each item's model (or, draining, 503 to everything)."""
+    seen: list[Any] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        status, ctype = 200, b"application/json"
+        if scope["path"] == "/ready":
+            out = b'{"ready": true}'
+        elif draining:
+            status, out = 503, b'{"detail":"replica is draining; send to another replica"}'
+        elif scope["path"] == "/infer_batch":
+            _, models = batchwire.decode_request_items(body)
+            seen.append(models)
+            out = batchwire.encode_response("1", [(200, orjson.dumps({"model": m})) for m in models])
+            ctype = batchwire.CONTENT_TYPE
+        else:
+            seen.append(scope["path"])
+            out = b'{"alone": true}'
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", ctype), (b"content-length", str(len(out)).encode())]})
+        await send({"type": "http.response.body", "body": out})
+
+    return app, seen
+
+
+@pytest.mark.parametrize("draining", [False, True])
+def test_fast_v2_goes_to_infer_batch_and_a_refusal_keeps_the_protocol_shape(draining: bool) -> None:
+    fake, seen = _fake_replica(draining)
+    rep, rep_thread, rport = _serve(fake, lifespan="off")
+    app = create_app(GatewayConfig(replicas=(f"http://127.0.0.1:{rport}",), allow_anonymous=True))
+    asgi_paths: list[str] = []
+    plain_api = app.api
+
+    async def counted(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            asgi_paths.append(scope["path"])
+        await plain_api(scope, receive, send)
+
+    app.api = counted  # type: ignore[assignment]
+    server, thread, port = _serve(app, http=protocol_for(app.gateway), lifespan="on")
+    try:
+        status, _, answer = _infer_raw(port, "/v2/models/m/versions/2/infer", b'{"inputs": []}')
+    finally:
+        for s, t in ((server, thread), (rep, rep_thread)):
+            s.should_exit = True
+            t.join(10)
+    assert not asgi_paths
+    if draining:  # the batch refused, then the item alone on its v2 path, refused too: v2's error shape
+        assert status == 503 and orjson.loads(answer) == {"error": "replica is draining; send to another replica"}
+    else:
+        assert status == 200 and orjson.loads(answer) == {"model": ["m", "2"]} and seen == [[("m", "2")]]
+
+
 # ---- pure parts ------------------------------------------------------------------------------------
 
 
