@@ -8,16 +8,16 @@ would, with the same statuses and messages.
 
     request  (content-type application/x-scanflow-batch):
         {"sizes": [n1, n2, ...]}\\n<body 1><body 2>...
-        {"sizes": [...], "models": [null, ["digits", null], ...]}\\n...   (POST /infer_batch)
+        {"infer_sizes": [...], "models": [null, ["digits", null], ...]}\\n...   (with v2 items)
     response (same content-type, status 200):
         {"model_version": "3", "items": [[status1, m1], [status2, m2], ...]}\\n<answer 1><answer 2>...
 
 Every item answered 200 in one response was computed by the one model version named in the header.
-`models` (POST /infer_batch only) says, item by item, which bodies are Open Inference Protocol v2 infer
-requests and for which `{name}` and `{version}` of their path (null: a native /predict body); the
-replica answers those items in the protocol's shape. A separate path, not a new key on /predict_batch:
-a replica from before it would read the key-less framing and answer v2 bodies as malformed native
-ones, while an unknown path is a 404, which the gateway already takes as "no batches here".
+`models` says, item by item, which bodies are Open Inference Protocol v2 infer requests and for which
+`{name}` and `{version}` of their path (null: a native /predict body); the replica answers those items
+in the protocol's shape. With it the sizes go under `infer_sizes`, not `sizes`: a replica from before
+it finds no `sizes` and refuses the whole call (400), which the gateway answers by forwarding each
+request alone to its own path; with `sizes` it would answer the v2 bodies as malformed native ones.
 Who calls: scanflow.serving.gateway (encode_request, decode_response) and scanflow.serving.replica
 (decode_request, encode_response).
 """
@@ -41,9 +41,10 @@ ItemModel = tuple[str, str | None] | None
 
 
 def encode_request(bodies: Sequence[bytes], models: Sequence[ItemModel] | None = None) -> bytes:
-    header: dict[str, object] = {"sizes": [len(b) for b in bodies]}
-    if models is not None:
-        header["models"] = [None if m is None else list(m) for m in models]
+    sizes = [len(b) for b in bodies]
+    header: dict[str, object] = {"sizes": sizes}
+    if models is not None:  # `infer_sizes`: see the module's docstring
+        header = {"infer_sizes": sizes, "models": [None if m is None else list(m) for m in models]}
     return b"".join((orjson.dumps(header), b"\n", *bodies))
 
 
@@ -67,7 +68,9 @@ def decode_request_items(payload: bytes) -> tuple[list[bytes], list[ItemModel]]:
     """(the client bodies, the v2 model of each or None), in order; BatchWireError when the framing
     does not add up."""
     header, pos = _split(payload)
-    sizes = header.get("sizes") if isinstance(header, dict) else None
+    if not isinstance(header, dict):
+        header = {}
+    sizes = header.get("infer_sizes") if "models" in header else header.get("sizes")
     if (
         not isinstance(sizes, list)
         or not 0 < len(sizes) <= MAX_ITEMS
@@ -84,9 +87,9 @@ def decode_request_items(payload: bytes) -> tuple[list[bytes], list[ItemModel]]:
 
 
 def _models(header: dict[str, object], n: int) -> list[ItemModel]:
-    raw = header.get("models")
-    if raw is None:
+    if "models" not in header:
         return [None] * n
+    raw = header["models"]
     if not isinstance(raw, list) or len(raw) != n:
         raise BatchWireError("batch 'models' must give one entry per item")
     out: list[ItemModel] = []

@@ -15,7 +15,7 @@ ASGI app exactly as before, and so does a request whose coalesced call needs a r
 
 Open Inference Protocol v2 infer (`POST /v2/models/{name}[/versions/{v}]/infer`, plain names only:
 scanflow.serving.oip_path) is taken the same way: its body joins the same queue marked with its model,
-and the coalesced call (POST /infer_batch) has the replica check and answer it as its v2 route would
+and the coalesced call (POST /predict_batch, framed with the models) has the replica check and answer it as its v2 route would
 (scanflow.serving.oip_items), so the answer is the protocol's, and a retry goes to the v2 path upstream.
 
 Per-request work of uvicorn's protocol that a fast request never needs is left out: the ASGI scope

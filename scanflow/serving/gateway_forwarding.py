@@ -104,8 +104,8 @@ class Forwarding:
         """Queue `body` for the next coalesced call; `done(outcome)` is called once with its outcome, in
         the loop turn the call's answer arrives (no Future, no extra turn: scanflow.serving.fastfront
         writes the client's answer from it). `done` must not raise; an exception is logged and dropped.
-        `model`: (name, version) when `body` is an OIP v2 infer request for that model (its batch then
-        goes to POST /infer_batch, which answers it in the protocol's shape), None for a /predict body."""
+        `model`: (name, version) when `body` is an OIP v2 infer request for that model (the replica's
+        /predict_batch then answers it in the protocol's shape), None for a /predict body."""
         self._waiting.append((body, done, model))
         self._schedule_dispatch()
 
@@ -142,8 +142,9 @@ class Forwarding:
                 task.add_done_callback(self._batch_tasks.discard)
 
     async def _send_batch(self, up: Upstream, items: list[tuple[bytes, Callable[[Outcome], None], ItemModel]]) -> None:
-        """One POST /predict_batch (or /infer_batch when some item is an OIP v2 request); every item's
-        callback gets its own answer (never raises)."""
+        """One POST /predict_batch (framed with `models` when some item is an OIP v2 request: a replica
+        from before that refuses the call, and its items go one by one); every item's callback gets its
+        own answer (never raises)."""
         n = len(items)
         self._batches_in_flight[up.url] = self._batches_in_flight.get(up.url, 0) + 1
         self.counts["coalesced_calls"] += 1
@@ -153,17 +154,14 @@ class Forwarding:
         results: list[Outcome]
         try:
             models = [m for _, _, m in items]
-            if any(m is not None for m in models):
-                call = batchwire.encode_request([b for b, _, _ in items], models)
-                path = b"/infer_batch"
-            else:
-                call, path = batchwire.encode_request([b for b, _, _ in items]), b"/predict_batch"
-            status, payload, ctype = await self._post(up.url, call, path)
+            bodies = [b for b, _, _ in items]
+            call = batchwire.encode_request(bodies, models if any(m is not None for m in models) else None)
+            status, payload, ctype = await self._post(up.url, call, b"/predict_batch")
             if status == 200 and ctype.startswith(batchwire.CONTENT_TYPE):
                 results = [(s, b, b"application/json", up) for s, b in batchwire.decode_response(payload, n)]
-            elif status in (404, 405):  # a replica without this path (an older one): forward to it one by one
+            elif status in (404, 405):  # a replica without /predict_batch: forward to it one by one
                 self._no_batch.add(up.url)
-                log.warning("%s has no %s; forwarding requests to it one by one", up.url, path.decode())
+                log.warning("%s has no /predict_batch; forwarding requests to it one by one", up.url)
                 results = [None] * n
             elif status in RETRY_STATUSES:
                 up.errors += 1
@@ -236,7 +234,7 @@ class Forwarding:
             pool = self._pools.get(url)
             if pool is None:
                 pool = self._pools[url] = UpstreamPool(url)
-            ctype = batchwire.CONTENT_TYPE if path.endswith(b"_batch") else b"application/json"
+            ctype = batchwire.CONTENT_TYPE if path == b"/predict_batch" else b"application/json"
             return await pool.post(path, body, self.config.upstream_timeout_s, ctype)
         assert self._session is not None
         async with self._session.post(url + path.decode(), data=body, headers={"Content-Type": "application/json"}) as r:

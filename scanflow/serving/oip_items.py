@@ -2,7 +2,7 @@
 an infer body as one item of a coalesced call (`parse_item`, `answer_item`).
 
 Why: the gateway's fast front coalesces v2 infer requests with native `/predict` ones (POST
-/infer_batch, scanflow.serving.batchwire), so a v2 request shares a model call and an HTTP round trip
+/predict_batch framed with `models`: scanflow.serving.batchwire), so a v2 request shares a model call and an HTTP round trip
 with its neighbours instead of taking a FastAPI cycle on the gateway and another on the replica. The
 item goes through the same steps as the replica's own v2 route (scanflow.serving.protocols): the name
 checked against the loaded model, the body checked by `oip.parse_infer`, then the checks the native

@@ -191,20 +191,10 @@ HOT_PATHS: dict[str, dict[str, Any]] = {
     }},
     "/predict_batch": {"post": {
         "summary": "Coalesced predict calls from the gateway", "tags": ["native"],
-        "description": "Request `{\"sizes\": [n1, ...]}\\n` then the client bodies back to back; answer "
+        "description": "Request `{\"sizes\": [n1, ...]}\\n` then the client bodies back to back (with OIP v2 "
+                       "infer items: `{\"infer_sizes\": [...], \"models\": [null or [name, version], ...]}`); answer "
                        "`{\"model_version\", \"items\": [[status, length], ...]}\\n` then the answers "
                        "(scanflow.serving.batchwire).",
-        "requestBody": {"required": True, "content": {"application/x-scanflow-batch": {
-            "schema": {"type": "string", "format": "binary"}}}},
-        "responses": {"200": {"description": "one answer per body, in order", "content": {
-            "application/x-scanflow-batch": {"schema": {"type": "string", "format": "binary"}}}},
-            "400": {"description": "bad framing", "content": {"application/json": {"schema": ref(NativeError)}}},
-            "413": {"description": "call over the limit"}, "503": {"description": "loading or draining"}},
-    }},
-    "/infer_batch": {"post": {
-        "summary": "Coalesced predict and OIP v2 infer calls from the gateway", "tags": ["native"],
-        "description": "As /predict_batch, with a header key `models`: per item null (a /predict body) or "
-                       "`[name, version or null]` (an OIP v2 infer body, answered in the protocol's shape).",
         "requestBody": {"required": True, "content": {"application/x-scanflow-batch": {
             "schema": {"type": "string", "format": "binary"}}}},
         "responses": {"200": {"description": "one answer per body, in order", "content": {

@@ -9,7 +9,7 @@ path). So drain, micro-batching, metrics and exactly one Tracker record per serv
 Gateway: protocol requests are forwarded unchanged, one by one, to the replica the balancer picks, with the same retries and failover to the
 backup as `/predict` (`forward`); the replica that answers does the protocol work and the record.
 The common v2 infer request does not reach these routes on a gateway with the fast front: it is
-coalesced there with `/predict` (scanflow.serving.fastfront, answered by the replica's /infer_batch with
+coalesced there with `/predict` (scanflow.serving.fastfront, answered by the replica's /predict_batch with
 scanflow.serving.oip_items, which shares `OipCatalog` and `oip.parse_infer` with the route below).
 Metadata and model-ready GETs go to a healthy replica (then the backup). Who calls: `create_app` of
 scanflow.serving.replica_server and scanflow.serving.gateway_server (`install_replica`, `install_gateway`).
@@ -139,7 +139,7 @@ def _server_metadata() -> dict[str, object]:
 def install_replica(api: FastAPI, replica: Replica) -> None:
     """Mount OIP v2 and /invocations on a replica's FastAPI app, and document every route."""
     cfg = replica.config
-    catalog = replica.oip_catalog = OipCatalog(replica)  # the replica's /infer_batch reads it too
+    catalog = replica.oip_catalog = OipCatalog(replica)  # the replica's /predict_batch reads it too
     current, known = catalog.current, catalog.known
 
     def model_metadata(name: str, version: str | None) -> Response:
@@ -197,7 +197,7 @@ def install_replica(api: FastAPI, replica: Replica) -> None:
         return replica.batcher.model is not None and not replica.draining
 
     _mount(api, ready, model_metadata, model_ready, infer, score)
-    openapi.install(api, ["/predict", "/predict_batch", "/infer_batch"])
+    openapi.install(api, ["/predict", "/predict_batch"])
 
 
 def _mount(

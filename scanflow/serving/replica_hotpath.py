@@ -256,7 +256,7 @@ class ReplicaHotPath:
     def _parse_mixed(
         self, bodies: list[bytes], models: list[batchwire.ItemModel], n_features: int | None, v2: dict[int, V2Item]
     ) -> tuple[ParsedBatch, list[tuple[int, bytes] | None], list[tuple[int, PredictRequest]]]:
-        """A call with OIP v2 infer items (POST /infer_batch): the native bodies as `_parse_native` does,
+        """A call with OIP v2 infer items (batchwire `models`): the native bodies as `_parse_native` does,
         each v2 body on its own (`oip_items.parse_item`: what the replica's v2 route would check), then
         the valid rows of both stacked in item order for the one model call. `v2` gets the checked v2
         items by index."""

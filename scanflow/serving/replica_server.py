@@ -1,7 +1,7 @@
 """The inference replica's server: one process serving one model over HTTP (its state and its app).
 
-Endpoints: POST /predict (raw ASGI hot path, micro-batched), POST /predict_batch and /infer_batch (the
-gateway's coalesced requests, the latter with OIP v2 infer items: scanflow.serving.batchwire), GET /health, /ready, /metrics, /info,
+Endpoints: POST /predict (raw ASGI hot path, micro-batched), POST /predict_batch (the gateway's
+coalesced requests, OIP v2 infer items among them: scanflow.serving.batchwire), GET /health, /ready, /metrics, /info,
 POST /admin/model (hot swap), /admin/threads, /admin/drain, /admin/undrain (token).
 The standard protocols (Open Inference Protocol v2 under /v2, MLflow's POST /invocations) are mounted
 by scanflow.serving.protocols and answered through the same /predict handler. The model loads in a worker
@@ -326,12 +326,10 @@ class Replica(ReplicaHotPath):
 
 
 class ReplicaApp(HotPathApp):
-    """ASGI entry: POST /predict, /predict_batch and /infer_batch (the same handler: a batch that may
-    carry v2 infer items) go straight to the hot path, the rest to FastAPI."""
+    """ASGI entry: POST /predict and /predict_batch go straight to the hot path, the rest to FastAPI."""
 
     def __init__(self, replica: Replica, api: FastAPI) -> None:
-        super().__init__({"/predict": replica.predict, "/predict_batch": replica.predict_batch,
-                          "/infer_batch": replica.predict_batch}, api)
+        super().__init__({"/predict": replica.predict, "/predict_batch": replica.predict_batch}, api)
         self.replica = replica
 
 

@@ -1,5 +1,5 @@
 """OIP v2 infer on the gateway's fast front (scanflow.serving.fastfront + oip_path, the replica's
-POST /infer_batch: scanflow.serving.oip_items): answered without the gateway's ASGI app, coalesced with
+POST /predict_batch with v2 items: scanflow.serving.oip_items): answered without the gateway's ASGI app, coalesced with
 /predict, and alike the slow v2 route (the replica's FastAPI route, which the gateway's ASGI route
 relays unchanged) for good and bad input. Plus the pure parts (URL matching, batch framing, error
 shapes) without a network."""
@@ -112,13 +112,13 @@ def test_v2_infer_takes_the_fast_front_and_answers_like_the_slow_route(stack, di
 
 
 @pytest.mark.slow
-def test_infer_batch_mixes_native_and_v2_items_in_one_call(stack, digits_rows) -> None:  # type: ignore[no-untyped-def]
+def test_predict_batch_mixes_native_and_v2_items_in_one_call(stack, digits_rows) -> None:  # type: ignore[no-untyped-def]
     rep_url, _, _ = stack
     rows = digits_rows[:2]
     bodies = [orjson.dumps({"inputs": rows}), orjson.dumps({"id": "m", "inputs": [_tensor(rows)]}),
               orjson.dumps({"inputs": [_tensor(rows)]}), orjson.dumps({"inputs": "x"})]
     models: list[batchwire.ItemModel] = [None, (DIGITS, None), ("other", None), (DIGITS, "1")]
-    resp = httpx.post(rep_url + "/infer_batch", content=batchwire.encode_request(bodies, models),
+    resp = httpx.post(rep_url + "/predict_batch", content=batchwire.encode_request(bodies, models),
                       headers={"Content-Type": batchwire.CONTENT_TYPE.decode()}, timeout=30)
     assert resp.status_code == 200
     (s0, native), (s1, v2), (s2, unknown), (s3, bad) = batchwire.decode_response(resp.content, 4)
@@ -132,7 +132,7 @@ def test_infer_batch_mixes_native_and_v2_items_in_one_call(stack, digits_rows) -
 
 
 def _fake_replica(draining: bool) -> Any:
-    """A replica stand-in: /infer_batch echoes each item's model (or, draining, 503 to everything)."""
+    """A replica stand-in: /predict_batch echoes each item's model (or, draining, 503 to everything)."""
     seen: list[Any] = []
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -149,7 +149,7 @@ def _fake_replica(draining: bool) -> Any:
             out = b'{"ready": true}'
         elif draining:
             status, out = 503, b'{"detail":"replica is draining; send to another replica"}'
-        elif scope["path"] == "/infer_batch":
+        elif scope["path"] == "/predict_batch":
             _, models = batchwire.decode_request_items(body)
             seen.append(models)
             out = batchwire.encode_response("1", [(200, orjson.dumps({"model": m})) for m in models])
@@ -165,7 +165,7 @@ def _fake_replica(draining: bool) -> Any:
 
 
 @pytest.mark.parametrize("draining", [False, True])
-def test_fast_v2_goes_to_infer_batch_and_a_refusal_keeps_the_protocol_shape(draining: bool) -> None:
+def test_fast_v2_goes_to_predict_batch_and_a_refusal_keeps_the_protocol_shape(draining: bool) -> None:
     fake, seen = _fake_replica(draining)
     rep, rep_thread, rport = _serve(fake, lifespan="off")
     app = create_app(GatewayConfig(replicas=(f"http://127.0.0.1:{rport}",), allow_anonymous=True))
@@ -212,6 +212,8 @@ def test_batch_framing_carries_the_v2_models() -> None:
     framed = batchwire.encode_request(bodies, [None, ("m", "2")])
     assert batchwire.decode_request_items(framed) == (bodies, [None, ("m", "2")])
     assert batchwire.decode_request(framed) == bodies
+    # a replica from before `models` looks for `sizes` only: it must refuse such a call, not misread it
+    assert b'"sizes"' not in framed.split(b"\n")[0]
     for models in ([None], [None, 3], [None, ["m"]], [None, [1, None]], "x"):
         head = orjson.dumps({"sizes": [len(b) for b in bodies], "models": models})
         with pytest.raises(batchwire.BatchWireError):
