@@ -8,10 +8,16 @@ would, with the same statuses and messages.
 
     request  (content-type application/x-scanflow-batch):
         {"sizes": [n1, n2, ...]}\\n<body 1><body 2>...
+        {"infer_sizes": [...], "models": [null, ["digits", null], ...]}\\n...   (with v2 items)
     response (same content-type, status 200):
         {"model_version": "3", "items": [[status1, m1], [status2, m2], ...]}\\n<answer 1><answer 2>...
 
 Every item answered 200 in one response was computed by the one model version named in the header.
+`models` says, item by item, which bodies are Open Inference Protocol v2 infer requests and for which
+`{name}` and `{version}` of their path (null: a native /predict body); the replica answers those items
+in the protocol's shape. With it the sizes go under `infer_sizes`, not `sizes`: a replica from before
+it finds no `sizes` and refuses the whole call (400), which the gateway answers by forwarding each
+request alone to its own path; with `sizes` it would answer the v2 bodies as malformed native ones.
 Who calls: scanflow.serving.gateway (encode_request, decode_response) and scanflow.serving.replica
 (decode_request, encode_response).
 """
@@ -30,8 +36,16 @@ class BatchWireError(ValueError):
     """The batch framing itself is wrong (not an item's payload): the whole call is refused (400)."""
 
 
-def encode_request(bodies: Sequence[bytes]) -> bytes:
-    return b"".join((orjson.dumps({"sizes": [len(b) for b in bodies]}), b"\n", *bodies))
+# Which v2 model an item asks for: ({name}, {version} or None); None for a native /predict body.
+ItemModel = tuple[str, str | None] | None
+
+
+def encode_request(bodies: Sequence[bytes], models: Sequence[ItemModel] | None = None) -> bytes:
+    sizes = [len(b) for b in bodies]
+    header: dict[str, object] = {"sizes": sizes}
+    if models is not None:  # `infer_sizes`: see the module's docstring
+        header = {"infer_sizes": sizes, "models": [None if m is None else list(m) for m in models]}
+    return b"".join((orjson.dumps(header), b"\n", *bodies))
 
 
 def _split(payload: bytes) -> tuple[object, int]:
@@ -47,8 +61,16 @@ def _split(payload: bytes) -> tuple[object, int]:
 
 def decode_request(payload: bytes) -> list[bytes]:
     """The client bodies, in order; BatchWireError when the framing does not add up."""
+    return decode_request_items(payload)[0]
+
+
+def decode_request_items(payload: bytes) -> tuple[list[bytes], list[ItemModel]]:
+    """(the client bodies, the v2 model of each or None), in order; BatchWireError when the framing
+    does not add up."""
     header, pos = _split(payload)
-    sizes = header.get("sizes") if isinstance(header, dict) else None
+    if not isinstance(header, dict):
+        header = {}
+    sizes = header.get("infer_sizes") if "models" in header else header.get("sizes")
     if (
         not isinstance(sizes, list)
         or not 0 < len(sizes) <= MAX_ITEMS
@@ -61,6 +83,24 @@ def decode_request(payload: bytes) -> list[bytes]:
     for n in sizes:
         out.append(payload[pos : pos + n])
         pos += n
+    return out, _models(header, len(sizes))  # type: ignore[arg-type]
+
+
+def _models(header: dict[str, object], n: int) -> list[ItemModel]:
+    if "models" not in header:
+        return [None] * n
+    raw = header["models"]
+    if not isinstance(raw, list) or len(raw) != n:
+        raise BatchWireError("batch 'models' must give one entry per item")
+    out: list[ItemModel] = []
+    for m in raw:
+        if m is None:
+            out.append(None)
+        elif (isinstance(m, list) and len(m) == 2 and isinstance(m[0], str)
+              and (m[1] is None or isinstance(m[1], str))):
+            out.append((m[0], m[1]))
+        else:
+            raise BatchWireError("a batch 'models' entry must be null or [name, version or null]")
     return out
 
 

@@ -13,6 +13,11 @@ ASGI app exactly as before, and so does a request whose coalesced call needs a r
 502/503: `Gateway.forward_with_retries` in a task). The answers (status, body, `content-type`,
 `x-scanflow-upstream`) are the same bytes as the ASGI path's.
 
+Open Inference Protocol v2 infer (`POST /v2/models/{name}[/versions/{v}]/infer`, plain names only:
+scanflow.serving.oip_path) is taken the same way: its body joins the same queue marked with its model,
+and the coalesced call (POST /predict_batch, framed with the models) has the replica check and answer it as its v2 route would
+(scanflow.serving.oip_items), so the answer is the protocol's, and a retry goes to the v2 path upstream.
+
 Per-request work of uvicorn's protocol that a fast request never needs is left out: the ASGI scope
 (a dict and a copy of the app state, built by uvicorn at every message begin) is built only when a
 request turns out to need the ASGI path; the header callback does uvicorn's and ours in one call; the
@@ -42,7 +47,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from scanflow.serving.asgi import is_json_media_type
+from scanflow.serving.batchwire import ItemModel
 from scanflow.serving.corked import CorkedHttpToolsProtocol
+from scanflow.serving.oip_path import infer_path, infer_target, v2_shaped
 from scanflow.serving.outcomes import final
 
 if TYPE_CHECKING:
@@ -97,7 +104,7 @@ class FastCycle:
 
 
 class FastFrontProtocol(CorkedHttpToolsProtocol):
-    """uvicorn's httptools protocol with the gateway's common `POST /predict` answered in place.
+    """uvicorn's httptools protocol with the gateway's common `POST /predict` and v2 infer answered in place.
     Bound to one gateway by `protocol_for`."""
 
     gateway: Gateway
@@ -105,6 +112,7 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._fast: FastCycle | None = None  # the fast request whose body is being read
+        self._fast_model: ItemModel = None  # its OIP v2 (name, version), None for POST /predict
         self._fast_chunks: list[bytes] = []
         self._ctype_ok = True
         self._length: int | None = None
@@ -157,23 +165,32 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         gw = self.gateway
+        url = self.url
         if (
             self._plain
             and self._ctype_ok
             and self._length is not None
             and self._length <= gw.fast_body_limit
-            and self.url == b"/predict"
+            and (url == b"/predict" or url.startswith(b"/v2/models/"))
             and (self.cycle is None or self.cycle.response_complete)
             and self.parser.get_method() == b"POST"
             and self.parser.get_http_version() == "1.1"
             and gw.fast_path_open()
+            and (url == b"/predict" or self._v2_target(url))
         ):
+            if url == b"/predict":
+                self._fast_model = None
             self.head_complete()  # the head deadline (scanflow.httpdeadline) ends here, as on the ASGI path
             self._fast = self.cycle = FastCycle(self.parser.should_keep_alive(), time.perf_counter())  # type: ignore[assignment]
             self._fast_chunks = []
             return
         self._asgi_scope()
         super().on_headers_complete()
+
+    def _v2_target(self, url: bytes) -> bool:
+        """An OIP v2 infer URL the fast front takes (`oip_path.infer_target`): noted for the body."""
+        self._fast_model = infer_target(url)
+        return self._fast_model is not None
 
     def on_body(self, body: bytes) -> None:
         if self._fast is not None:
@@ -193,11 +210,11 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
         chunks = self._fast_chunks
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._fast_chunks = []
-        gw = self.gateway
+        gw, model = self.gateway, self._fast_model
         if gw.fast_path_open():
-            gw.enqueue_cb(body, lambda outcome: self._coalesced_done(cycle, body, outcome))
+            gw.enqueue_cb(body, lambda outcome: self._coalesced_done(cycle, body, outcome, model), model)
         else:  # the route changed between headers and body: the full path
-            self._retry(cycle, body, None)
+            self._retry(cycle, body, None, model)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -206,18 +223,27 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
             cycle.timer = self.loop.call_later(self.gateway.config.body_timeout_s, self._body_timeout, cycle)
 
     # ---- answers ----------------------------------------------------------------------------
-    def _coalesced_done(self, cycle: FastCycle, body: bytes, outcome: Outcome) -> None:
+    def _coalesced_done(self, cycle: FastCycle, body: bytes, outcome: Outcome, model: ItemModel) -> None:
         if final(outcome):
             assert outcome is not None
             status, payload, ctype, up = outcome
+            if model is not None and status >= 500:  # the gateway's own 504 (upstream timeout): v2's shape
+                status, payload = v2_shaped(status, payload)
             self._answer(cycle, status, payload, b"content-type: " + ctype + b"\r\nx-scanflow-upstream: "
                          + up.url.encode() + b"\r\n", "primary")
         else:
-            self._retry(cycle, body, outcome)
+            self._retry(cycle, body, outcome, model)
 
-    def _retry(self, cycle: FastCycle, body: bytes, outcome: Outcome) -> None:
+    def _retry(self, cycle: FastCycle, body: bytes, outcome: Outcome, model: ItemModel) -> None:
+        """The request alone, with the gateway's retries and failover; a v2 request to its own path
+        upstream, and a refusal the gateway makes itself in the protocol's error shape."""
         async def run() -> None:
-            status, payload, headers, route = await self.gateway.forward_with_retries(body, outcome)
+            if model is None:
+                status, payload, headers, route = await self.gateway.forward_with_retries(body, outcome)
+            else:
+                status, payload, headers, route = await self.gateway.forward_with_retries(
+                    body, outcome, infer_path(model))
+                status, payload = v2_shaped(status, payload)
             self._answer(cycle, status, payload, b"".join(n + b": " + v + b"\r\n" for n, v in headers), route)
 
         task = self.loop.create_task(run())

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from scanflow.serving import batchwire
+from scanflow.serving.batchwire import ItemModel
 from scanflow.serving.outcomes import NO_ANSWER, RETRY_STATUSES, Outcome
 from scanflow.serving.routing import RouteMode, Upstream, can_batch, pick_for_batch
 from scanflow.serving.upstream import UpstreamError, UpstreamPool
@@ -54,7 +55,7 @@ class Forwarding:
 
     def __init__(self) -> None:
         # coalescing state: client requests waiting for an upstream call, batches in flight per replica
-        self._waiting: collections.deque[tuple[bytes, Callable[[Outcome], None]]] = collections.deque()
+        self._waiting: collections.deque[tuple[bytes, Callable[[Outcome], None], ItemModel]] = collections.deque()
         self._batches_in_flight: dict[str, int] = {}
         self._no_batch: set[str] = set()  # replicas that answered 404/405 to /predict_batch (older ones)
         self._dispatch_scheduled = False
@@ -99,11 +100,13 @@ class Forwarding:
         self.enqueue_cb(body, done)
         return fut
 
-    def enqueue_cb(self, body: bytes, done: Callable[[Outcome], None]) -> None:
+    def enqueue_cb(self, body: bytes, done: Callable[[Outcome], None], model: ItemModel = None) -> None:
         """Queue `body` for the next coalesced call; `done(outcome)` is called once with its outcome, in
         the loop turn the call's answer arrives (no Future, no extra turn: scanflow.serving.fastfront
-        writes the client's answer from it). `done` must not raise; an exception is logged and dropped."""
-        self._waiting.append((body, done))
+        writes the client's answer from it). `done` must not raise; an exception is logged and dropped.
+        `model`: (name, version) when `body` is an OIP v2 infer request for that model (the replica's
+        /predict_batch then answers it in the protocol's shape), None for a /predict body."""
+        self._waiting.append((body, done, model))
         self._schedule_dispatch()
 
     def _schedule_dispatch(self) -> None:
@@ -121,25 +124,27 @@ class Forwarding:
             if up is None:
                 if self.mode == "backup" or not can_batch(self.replicas, self._no_batch):
                     while self._waiting:  # nobody can take batches any more: forward them one by one
-                        _, done = self._waiting.popleft()
+                        _, done, _ = self._waiting.popleft()
                         _settle(done, None)
                 return  # every slot busy: the next finished batch dispatches again
-            items: list[tuple[bytes, Callable[[Outcome], None]]] = []
+            items: list[tuple[bytes, Callable[[Outcome], None], ItemModel]] = []
             size = 0
             while self._waiting and len(items) < cfg.coalesce_max:
-                body, done = self._waiting[0]
-                if items and size + len(body) > cfg.coalesce_max_bytes:
+                item = self._waiting[0]
+                if items and size + len(item[0]) > cfg.coalesce_max_bytes:
                     break
                 self._waiting.popleft()
-                items.append((body, done))
-                size += len(body)
+                items.append(item)
+                size += len(item[0])
             if items:
                 task = asyncio.get_running_loop().create_task(self._send_batch(up, items))
                 self._batch_tasks.add(task)
                 task.add_done_callback(self._batch_tasks.discard)
 
-    async def _send_batch(self, up: Upstream, items: list[tuple[bytes, Callable[[Outcome], None]]]) -> None:
-        """One POST /predict_batch; every item's callback gets its own answer (never raises)."""
+    async def _send_batch(self, up: Upstream, items: list[tuple[bytes, Callable[[Outcome], None], ItemModel]]) -> None:
+        """One POST /predict_batch (framed with `models` when some item is an OIP v2 request: a replica
+        from before that refuses the call, and its items go one by one); every item's callback gets its
+        own answer (never raises)."""
         n = len(items)
         self._batches_in_flight[up.url] = self._batches_in_flight.get(up.url, 0) + 1
         self.counts["coalesced_calls"] += 1
@@ -148,8 +153,10 @@ class Forwarding:
         up.requests += n
         results: list[Outcome]
         try:
-            status, payload, ctype = await self._post(up.url, batchwire.encode_request([b for b, _ in items]),
-                                                      b"/predict_batch")
+            models = [m for _, _, m in items]
+            bodies = [b for b, _, _ in items]
+            call = batchwire.encode_request(bodies, models if any(m is not None for m in models) else None)
+            status, payload, ctype = await self._post(up.url, call, b"/predict_batch")
             if status == 200 and ctype.startswith(batchwire.CONTENT_TYPE):
                 results = [(s, b, b"application/json", up) for s, b in batchwire.decode_response(payload, n)]
             elif status in (404, 405):  # a replica without /predict_batch: forward to it one by one
@@ -184,7 +191,7 @@ class Forwarding:
             self._batches_in_flight[up.url] -= 1
             if self._waiting:
                 self._schedule_dispatch()
-        for (_, done), result in zip(items, results, strict=True):
+        for (_, done, _), result in zip(items, results, strict=True):
             _settle(done, result)
 
     def _mark_dead(self, up: Upstream, exc: BaseException) -> None:

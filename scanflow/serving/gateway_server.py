@@ -290,10 +290,10 @@ class Gateway(Forwarding):
         if route != "none" or status != 503:
             self.metrics.latency.observe(time.perf_counter() - t0)
 
-    async def forward_with_retries(self, body: bytes, outcome: Outcome = None) -> Answer:
-        """Forward one client body until some upstream answers it, after `outcome`, the answer of a
-        coalesced call that was not final (dead replica, 502/503) or None when none was tried.
-        Returns (status, body, headers, route). Shared by `predict` and scanflow.serving.fastfront."""
+    async def forward_with_retries(self, body: bytes, outcome: Outcome = None, path: bytes = b"/predict") -> Answer:
+        """Forward one client body (to `path` upstream) until some upstream answers it, after `outcome`,
+        the answer of a coalesced call that was not final (dead replica, 502/503) or None when none was
+        tried. Returns (status, body, headers, route). Shared by `predict` and scanflow.serving.fastfront."""
         exclude: frozenset[str] = frozenset()
         status, payload, ctype, route, up = 503, b"", b"application/json", None, None
         first_attempt = 0
@@ -315,7 +315,7 @@ class Gateway(Forwarding):
                 break
             if route is not None and route != self.routed_to:
                 self._update_route(route)
-            result = await self._forward(up, body)
+            result = await self._forward(up, body, path)
             if result is not None:
                 status, payload, ctype = result
                 if status not in RETRY_STATUSES:

@@ -191,7 +191,8 @@ HOT_PATHS: dict[str, dict[str, Any]] = {
     }},
     "/predict_batch": {"post": {
         "summary": "Coalesced predict calls from the gateway", "tags": ["native"],
-        "description": "Request `{\"sizes\": [n1, ...]}\\n` then the client bodies back to back; answer "
+        "description": "Request `{\"sizes\": [n1, ...]}\\n` then the client bodies back to back (with OIP v2 "
+                       "infer items: `{\"infer_sizes\": [...], \"models\": [null or [name, version], ...]}`); answer "
                        "`{\"model_version\", \"items\": [[status, length], ...]}\\n` then the answers "
                        "(scanflow.serving.batchwire).",
         "requestBody": {"required": True, "content": {"application/x-scanflow-batch": {

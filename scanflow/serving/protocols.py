@@ -6,9 +6,11 @@ replica's own raw `/predict` handler answers in-process (`call_native`: no socke
 path). So drain, micro-batching, metrics and exactly one Tracker record per served request hold as for
 `/predict`, and the native hot path is not touched. The record's request id is the infer `id` when given.
 
-Gateway: protocol requests are forwarded unchanged, one by one (not coalesced: `/predict_batch` carries
-native bodies only), to the replica the balancer picks, with the same retries and failover to the
+Gateway: protocol requests are forwarded unchanged, one by one, to the replica the balancer picks, with the same retries and failover to the
 backup as `/predict` (`forward`); the replica that answers does the protocol work and the record.
+The common v2 infer request does not reach these routes on a gateway with the fast front: it is
+coalesced there with `/predict` (scanflow.serving.fastfront, answered by the replica's /predict_batch with
+scanflow.serving.oip_items, which shares `OipCatalog` and `oip.parse_infer` with the route below).
 Metadata and model-ready GETs go to a healthy replica (then the backup). Who calls: `create_app` of
 scanflow.serving.replica_server and scanflow.serving.gateway_server (`install_replica`, `install_gateway`).
 """
@@ -30,7 +32,8 @@ from scanflow import __version__
 from scanflow.serving import invocations, oip, openapi
 from scanflow.serving.asgi import BodyTooLarge, Message
 from scanflow.serving.invocations import ScoringError
-from scanflow.serving.oip import ModelMeta, OipError
+from scanflow.serving.oip import OipError
+from scanflow.serving.oip_items import OipCatalog
 from scanflow.serving.routing import MAX_ATTEMPTS, choose_attempt
 
 if TYPE_CHECKING:
@@ -136,29 +139,8 @@ def _server_metadata() -> dict[str, object]:
 def install_replica(api: FastAPI, replica: Replica) -> None:
     """Mount OIP v2 and /invocations on a replica's FastAPI app, and document every route."""
     cfg = replica.config
-    startup_name = oip.model_name(cfg.model_uri, cfg.service)
-    cache: list[Any] = [None, None]  # [LoadedModel, its ModelMeta]: rebuilt when a swap installs another
-
-    def current() -> ModelMeta | None:
-        model = replica.batcher.model
-        if model is None:
-            return None
-        if cache[0] is not model:
-            cache[:] = [model, oip.metadata(model, cfg.service)]
-        meta: ModelMeta = cache[1]
-        return meta
-
-    def known(name: str, version: str | None) -> ModelMeta:
-        meta = current()
-        if meta is None:
-            if name in (startup_name, cfg.service):
-                raise OipError(503, f"model {name!r} not loaded yet{': ' + replica.load_error if replica.load_error else ''}")
-            raise OipError(404, f"unknown model {name!r}; this service serves {startup_name!r}")
-        if not meta.answers_to(name):
-            raise OipError(404, f"unknown model {name!r}; this service serves {meta.name!r}")
-        if version is not None and version != meta.version:
-            raise OipError(404, f"model {name!r} has no version {version!r} here; serving {meta.version!r}")
-        return meta
+    catalog = replica.oip_catalog = OipCatalog(replica)  # the replica's /predict_batch reads it too
+    current, known = catalog.current, catalog.known
 
     def model_metadata(name: str, version: str | None) -> Response:
         try:

@@ -37,6 +37,7 @@ from scanflow.serving.asgi import (
 )
 from scanflow.serving.batching import BatchResult, MicroBatcher, ModelNotReady
 from scanflow.serving.model import as_probabilities
+from scanflow.serving.oip_items import OipCatalog, V2Item, answer_item, error_item, parse_item
 from scanflow.serving.payload import (
     ParsedBatch,
     PayloadError,
@@ -66,6 +67,7 @@ class ReplicaHotPath:
     load_error: str | None
     in_flight: int
     _idle: asyncio.Event
+    oip_catalog: OipCatalog | None = None  # set by scanflow.serving.protocols.install_replica
 
     # ---- hot path ---------------------------------------------------------------------------
     async def predict(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -183,7 +185,7 @@ class ReplicaHotPath:
             await send_error(send, 503, f"model not loaded yet{': ' + self.load_error if self.load_error else ''}")
             return
         try:
-            bodies = batchwire.decode_request(
+            bodies, models = batchwire.decode_request_items(
                 await read_body(scope, receive, self.config.max_batch_body_bytes, deadlines=self.body_deadlines)
             )
         except BodyTooLarge as exc:
@@ -197,22 +199,11 @@ class ReplicaHotPath:
             return
         except ClientGone:
             return
-        try:
-            parsed = parse_batch(
-                bodies, n_features=model.n_features, max_rows=self.config.max_rows,
-                max_body_bytes=self.config.max_body_bytes,
-            )
-        except Exception:  # e.g. rows of different widths for a model that declares none: item by item
-            log.exception("batch parse failed; parsing its items one by one")
-            parsed = self._parse_one_by_one(bodies, model.n_features)
-        answers: list[tuple[int, bytes] | None] = []
-        valid: list[tuple[int, PredictRequest]] = []
-        for i, req in enumerate(parsed.items):
-            if isinstance(req, PayloadError):
-                answers.append((req.status, _error_body(req.message)))
-            else:
-                answers.append(None)
-                valid.append((i, req))
+        v2: dict[int, V2Item] = {}
+        if any(m is not None for m in models):
+            parsed, answers, valid = self._parse_mixed(bodies, models, model.n_features, v2)
+        else:
+            parsed, answers, valid = self._parse_native(bodies, model.n_features)
         version: str | None = None
         if parsed.x is not None:
             x = parsed.x  # the valid items' rows, already stacked in item order
@@ -224,16 +215,83 @@ class ReplicaHotPath:
             except Exception:  # the model failed on the batch: find out which items it fails on
                 log.exception("model call failed on a coalesced batch of %d items; retrying them one by one",
                               len(valid))
-                version = await self._items_alone(valid, answers, t0)
+                version = await self._items_alone(valid, answers, t0, v2)
             else:
                 version = result.version
-                self._answer_items(valid, answers, x, result, time.perf_counter() - t0)
+                self._answer_items(valid, answers, x, result, time.perf_counter() - t0, v2)
+        for i in v2:  # a v2 item refused after its parse (model failure, swap): the protocol's error shape
+            answer = answers[i]
+            if answer is not None and answer[0] != 200:
+                answers[i] = error_item(*answer)
         done = [a for a in answers if a is not None]
         await send_raw(send, 200, batchwire.encode_response(version, done), [(b"content-type", batchwire.CONTENT_TYPE)])
         for status, n in collections.Counter(status for status, _ in done).items():
             self.metrics.requests.inc(str(status), amount=n)
         if version is not None:  # one observation per coalesced call: its items share that latency
             self.metrics.latency.observe(time.perf_counter() - t0)
+
+    def _parse_native(
+        self, bodies: list[bytes], n_features: int | None
+    ) -> tuple[ParsedBatch, list[tuple[int, bytes] | None], list[tuple[int, PredictRequest]]]:
+        """The items of a call of native bodies only -> (parsed, answers with the refusals filled in,
+        the valid items with their index)."""
+        try:
+            parsed = parse_batch(
+                bodies, n_features=n_features, max_rows=self.config.max_rows,
+                max_body_bytes=self.config.max_body_bytes,
+            )
+        except Exception:  # e.g. rows of different widths for a model that declares none: item by item
+            log.exception("batch parse failed; parsing its items one by one")
+            parsed = self._parse_one_by_one(bodies, n_features)
+        answers: list[tuple[int, bytes] | None] = []
+        valid: list[tuple[int, PredictRequest]] = []
+        for i, req in enumerate(parsed.items):
+            if isinstance(req, PayloadError):
+                answers.append((req.status, _error_body(req.message)))
+            else:
+                answers.append(None)
+                valid.append((i, req))
+        return parsed, answers, valid
+
+    def _parse_mixed(
+        self, bodies: list[bytes], models: list[batchwire.ItemModel], n_features: int | None, v2: dict[int, V2Item]
+    ) -> tuple[ParsedBatch, list[tuple[int, bytes] | None], list[tuple[int, PredictRequest]]]:
+        """A call with OIP v2 infer items (batchwire `models`): the native bodies as `_parse_native` does,
+        each v2 body on its own (`oip_items.parse_item`: what the replica's v2 route would check), then
+        the valid rows of both stacked in item order for the one model call. `v2` gets the checked v2
+        items by index."""
+        native = [i for i, m in enumerate(models) if m is None]
+        _, native_answers, native_valid = self._parse_native([bodies[i] for i in native], n_features)
+        answers: list[tuple[int, bytes] | None] = [None] * len(bodies)
+        reqs: dict[int, PredictRequest] = {native[j]: req for j, req in native_valid}
+        for j, i in enumerate(native):
+            answers[i] = native_answers[j]
+        cfg, catalog = self.config, self.oip_catalog
+        for i, m in enumerate(models):
+            if m is None:
+                continue
+            if catalog is None:  # an app built without the protocols (tests): nothing knows the v2 names
+                answers[i] = (404, orjson.dumps({"error": f"unknown model {m[0]!r}"}))
+                continue
+            out = parse_item(bodies[i], m[0], m[1], catalog, n_features=n_features, max_rows=cfg.max_rows,
+                             max_body_bytes=cfg.max_body_bytes)
+            if isinstance(out[0], PredictRequest):
+                reqs[i], v2[i] = out  # type: ignore[assignment]
+            else:
+                answers[i] = out  # type: ignore[assignment]
+        valid: list[tuple[int, PredictRequest]] = []
+        width: int | None = None
+        for i in sorted(reqs):
+            req = reqs[i]
+            width = req.inputs.shape[1] if width is None else width
+            if req.inputs.shape[1] != width:  # only for a model that declares no width
+                refused = (422, _error_body(f"rows of {req.inputs.shape[1]} features cannot share a model "
+                                            f"call with rows of {width}; send this request alone"))
+                answers[i] = error_item(*refused) if v2.pop(i, None) is not None else refused
+                continue
+            valid.append((i, req))
+        x = np.concatenate([req.inputs for _, req in valid]) if valid else None
+        return ParsedBatch([], x), answers, valid
 
     def _parse_one_by_one(self, bodies: list[bytes], n_features: int | None) -> ParsedBatch:
         """The items of a call that `parse_batch` could not stack: each parsed alone; the valid ones
@@ -260,7 +318,8 @@ class ReplicaHotPath:
         return ParsedBatch(items, np.concatenate(kept) if kept else None)
 
     async def _items_alone(
-        self, valid: list[tuple[int, PredictRequest]], answers: list[tuple[int, bytes] | None], t0: float
+        self, valid: list[tuple[int, PredictRequest]], answers: list[tuple[int, bytes] | None], t0: float,
+        v2: dict[int, V2Item],
     ) -> str | None:
         """After a failed model call on a whole batch: each valid item alone, so an input the model
         cannot take fails only its own request (500, as on /predict). Returns the version of the items
@@ -284,7 +343,7 @@ class ReplicaHotPath:
                 answers[i] = (503, _error_body("model swapped during this call; send it again"))
                 continue
             version = result.version
-            self._answer_items([(i, req)], answers, req.inputs, result, time.perf_counter() - t0)
+            self._answer_items([(i, req)], answers, req.inputs, result, time.perf_counter() - t0, v2)
         return version
 
     def _answer_items(
@@ -294,11 +353,13 @@ class ReplicaHotPath:
         x: np.ndarray,
         result: BatchResult,
         latency: float,
+        v2: dict[int, V2Item],
     ) -> None:
         """Fill `answers[i]` for each valid item from the one shared model call (rows in item order),
         and queue one Tracker record per item (all of them in one `record_many`: one spool write per
         call, before the answer goes out). Slices the probabilities and converts the rows only for
-        items and replicas that use them: this loop runs once per client request."""
+        items and replicas that use them: this loop runs once per client request. The items in `v2`
+        are answered in the Open Inference Protocol's shape (scanflow.serving.oip_items)."""
         version, outputs, probs = result.version, result.outputs, result.probabilities
         rows = x.tolist() if self.sink is not None else None  # one conversion for every record
         records: list[dict[str, object]] = []
@@ -314,7 +375,8 @@ class ReplicaHotPath:
             if req.want_probabilities and probs is not None:
                 doc["probabilities"] = as_probabilities(probs[start:end])
             try:
-                answers[i] = (200, dumps(doc, option=opt))
+                item = v2.get(i) if v2 else None
+                answers[i] = (200, dumps(doc, option=opt) if item is None else answer_item(doc, item))
             except (TypeError, orjson.JSONEncodeError) as exc:  # this item's own answer only
                 answers[i] = (400, _error_body(f"the answer to this request could not be encoded: {exc}"))
                 start = end

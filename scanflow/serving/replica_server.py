@@ -1,7 +1,7 @@
 """The inference replica's server: one process serving one model over HTTP (its state and its app).
 
 Endpoints: POST /predict (raw ASGI hot path, micro-batched), POST /predict_batch (the gateway's
-coalesced requests, scanflow.serving.batchwire), GET /health, /ready, /metrics, /info,
+coalesced requests, OIP v2 infer items among them: scanflow.serving.batchwire), GET /health, /ready, /metrics, /info,
 POST /admin/model (hot swap), /admin/threads, /admin/drain, /admin/undrain (token).
 The standard protocols (Open Inference Protocol v2 under /v2, MLflow's POST /invocations) are mounted
 by scanflow.serving.protocols and answered through the same /predict handler. The model loads in a worker
