@@ -15,5 +15,30 @@ import typer
 from scanflow.serving import gateway_args, replica_args
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
+
+
+def _serve_replica(args: replica_args.ReplicaArgs) -> None:
+    from scanflow.serving.replica import serve  # torch, mlflow: only when serving, never for --help
+
+    serve(args)
+
+
+def _serve_gateway(args: gateway_args.GatewayArgs) -> None:
+    from scanflow.serving.gateway import serve  # uvicorn, aiohttp: only when serving
+
+    serve(args)
+
+
+SERVERS = {"replica": _serve_replica, "gateway": _serve_gateway}
+
+
+@app.callback()
+def _hand_over_the_server(ctx: typer.Context) -> None:
+    """The sub-command's server, as its ctx.obj (cliargs.server_of); a caller's own callable wins
+    (tests parse without serving)."""
+    if not callable(ctx.obj) and ctx.invoked_subcommand in SERVERS:
+        ctx.obj = SERVERS[ctx.invoked_subcommand]
+
+
 app.command("replica")(replica_args.command)
 app.command("gateway")(gateway_args.command)

@@ -14,11 +14,9 @@ Who calls: scanflow.serving.replica_args, scanflow.serving.gateway_args.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import typer
-
-T = TypeVar("T")
 
 # the servers' deadline on a request head, as scanflow.httpdeadline.DEFAULT_HEAD_TIMEOUT_S: that module
 # imports uvicorn, too heavy for `scanflow --help` (tests/contracts/test_serve_cli.py pins them equal)
@@ -36,10 +34,15 @@ def standalone_app(command: Callable[..., None]) -> typer.Typer:
     return app
 
 
-def then_or(ctx: typer.Context, serve: Callable[[T], None]) -> Callable[[T], None]:
-    """What a server command does with its checked arguments: `ctx.obj` when the caller passed a
-    callable (parsing without serving: `parse_with`, tests), else serve them."""
-    return ctx.obj if callable(ctx.obj) else serve
+def server_of(ctx: typer.Context) -> Callable[[Any], None]:
+    """What a server command does with its checked arguments: `ctx.obj`, the callable its caller passed.
+    The server module passes its `serve` (`python -m`), scanflow.serving.cli a lazy import of it, and
+    `parse_with` a collector (parsing without serving). The argument modules never import the servers:
+    the servers import them, so the reverse would be an import cycle."""
+    if not callable(ctx.obj):
+        raise TypeError(f"{ctx.info_name}: run without a server to hand the arguments to (ctx.obj)")
+    serve: Callable[[Any], None] = ctx.obj
+    return serve
 
 
 def parse_with(app: typer.Typer, argv: list[str] | None, prog: str) -> Any:

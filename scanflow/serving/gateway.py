@@ -63,7 +63,7 @@ def serve(args: GatewayArgs) -> None:
 def main(argv: list[str] | None = None, prog: str = GATEWAY_PROG) -> None:
     """`python -m scanflow.serving.gateway`: parse the flags (env vars as defaults) and serve; bad input
     exits 2 with a usage error."""
-    app(args=argv, prog_name=prog)
+    app(args=argv, prog_name=prog, obj=serve)
 
 
 if __name__ == "__main__":

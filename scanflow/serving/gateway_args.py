@@ -7,7 +7,8 @@ names are a contract with the manifests (tests/contracts/test_container_commands
 option alone cannot make are in `checked`; bad input exits 2 with click's usage error either way.
 
 Who calls: scanflow.serving.gateway (`python -m`), scanflow.serving.cli (`scanflow serve gateway`).
-Imports nothing heavy: the server is imported only when the command serves.
+Imports nothing heavy and never the server: whoever runs the command hands the server's `serve` in as
+`ctx.obj` (cliargs.server_of), so the server imports this module and not the reverse.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from scanflow.serving.cliargs import (
     env_stripped,
     from_command_line,
     parse_with,
+    server_of,
     standalone_app,
-    then_or,
     url_list,
 )
 
@@ -105,7 +106,7 @@ def command(
 ) -> None:
     """The gateway: one endpoint per service in front of its replicas."""
     # the values are read from ctx.params, where click also says where each came from (flag or env)
-    then_or(ctx, _serve)(checked(ctx))
+    server_of(ctx)(checked(ctx))
 
 
 def checked(ctx: typer.Context) -> GatewayArgs:
@@ -117,12 +118,6 @@ def checked(ctx: typer.Context) -> GatewayArgs:
     if min(v["health_interval_s"], v["body_timeout_s"], v["head_timeout_s"]) <= 0:
         ctx.fail("--health-interval-s, --body-timeout-s and --head-timeout-s must be > 0")
     return GatewayArgs(**v)
-
-
-def _serve(args: GatewayArgs) -> None:
-    from scanflow.serving.gateway import serve  # the server's imports only when serving
-
-    serve(args)
 
 
 app = standalone_app(command)

@@ -8,7 +8,8 @@ env (`SCANFLOW_HOST=0.0.0.0`, `SCANFLOW_THREADS`, ...), so these names are a con
 bad input exits 2 with click's usage error either way.
 
 Who calls: scanflow.serving.replica (`python -m`), scanflow.serving.cli (`scanflow serve replica`).
-Imports nothing heavy: the server is imported only when the command serves.
+Imports nothing heavy and never the server: whoever runs the command hands the server's `serve` in as
+`ctx.obj` (cliargs.server_of), so the server imports this module and not the reverse.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from scanflow.serving.cliargs import (
     env_stripped,
     from_command_line,
     parse_with,
+    server_of,
     standalone_app,
-    then_or,
 )
 from scanflow.tracking.record_ids import SERVICE_RECORD_KEY_ENV, RecordKeyError, parse_key
 
@@ -105,7 +106,7 @@ def command(
 ) -> None:
     """The inference replica: one process serving one model over HTTP."""
     # the values are read from ctx.params, where click also says where each came from (flag or env)
-    then_or(ctx, _serve)(checked(ctx))
+    server_of(ctx)(checked(ctx))
 
 
 def checked(ctx: typer.Context) -> ReplicaArgs:
@@ -132,12 +133,6 @@ def checked(ctx: typer.Context) -> ReplicaArgs:
     except RecordKeyError as exc:
         ctx.fail(str(exc))
     return ReplicaArgs(**v, threads_pinned=from_command_line(ctx, "threads"), record_key=record_key)
-
-
-def _serve(args: ReplicaArgs) -> None:
-    from scanflow.serving.replica import serve  # the server's imports (torch, mlflow) only when serving
-
-    serve(args)
 
 
 app = standalone_app(command)
