@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -104,3 +105,26 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -
     return time.monotonic() - t0
 
 
+async def read_body(receive: Any) -> bytes:
+    """An ASGI request's whole body (stand-in servers in tests read it the way a real app does)."""
+    body = b""
+    while True:
+        msg = await receive()
+        body += msg.get("body", b"")
+        if not msg.get("more_body"):
+            return body
+
+
+def record_asgi_paths(app: Any) -> list[str]:
+    """Wrap a gateway app's ASGI side so every HTTP path it handles is appended to the returned list:
+    what the fast front answered itself never shows up there."""
+    seen: list[str] = []
+    plain_api = app.api
+
+    async def counted(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            seen.append(scope["path"])
+        await plain_api(scope, receive, send)
+
+    app.api = counted
+    return seen

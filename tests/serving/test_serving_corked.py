@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import uvicorn
+from serving_helpers import read_body
 
 from scanflow.serving.corked import FLUSH_BYTES, CorkedHttpToolsProtocol, CorkedTransport
 
@@ -63,12 +64,7 @@ async def test_a_large_queue_goes_out_at_once() -> None:
 async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
-    body = b""
-    while True:
-        msg = await receive()
-        body += msg.get("body", b"")
-        if not msg.get("more_body"):
-            break
+    body = await read_body(receive)
     out = body[::-1] or b"x" * 300_000  # an empty request gets a large answer (several socket writes)
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-length", str(len(out)).encode())]})

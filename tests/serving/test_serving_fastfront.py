@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 import uvicorn
+from serving_helpers import read_body
 
 from scanflow.serving import batchwire
 from scanflow.serving.fastfront import protocol_for
@@ -26,12 +27,7 @@ from scanflow.serving.gateway_server import GatewayConfig, create_app
 async def _replica(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
-    body = b""
-    while True:
-        msg = await receive()
-        body += msg.get("body", b"")
-        if not msg.get("more_body"):
-            break
+    body = await read_body(receive)
     ctype = b"application/json"
     if scope["path"] == "/predict_batch":
         items = batchwire.decode_request(body)

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from serving_helpers import read_body, record_asgi_paths
 from test_serving_fastfront import _read, _serve
 
 from scanflow.serving import batchwire
@@ -28,15 +29,7 @@ def stack(digits_models, launch) -> Iterator[tuple[str, int, list[str]]]:  # typ
     """(replica URL, port of a fast-front gateway in front of it, paths its ASGI app saw)."""
     rep = launch("replica", "--model-uri", digits_models["v1"], "--allow-anonymous", "--service", "digits")
     app = create_app(GatewayConfig(service="digits", replicas=(rep.url,), allow_anonymous=True))
-    asgi_paths: list[str] = []
-    plain_api = app.api
-
-    async def counted(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            asgi_paths.append(scope["path"])
-        await plain_api(scope, receive, send)
-
-    app.api = counted  # type: ignore[assignment]
+    asgi_paths = record_asgi_paths(app)
     server, thread, port = _serve(app, http=protocol_for(app.gateway), lifespan="on")
     try:
         yield rep.url, port, asgi_paths
@@ -138,12 +131,7 @@ def _fake_replica(draining: bool) -> Any:
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         status, ctype = 200, b"application/json"
         if scope["path"] == "/ready":
             out = b'{"ready": true}'
@@ -169,15 +157,7 @@ def test_fast_v2_goes_to_predict_batch_and_a_refusal_keeps_the_protocol_shape(dr
     fake, seen = _fake_replica(draining)
     rep, rep_thread, rport = _serve(fake, lifespan="off")
     app = create_app(GatewayConfig(replicas=(f"http://127.0.0.1:{rport}",), allow_anonymous=True))
-    asgi_paths: list[str] = []
-    plain_api = app.api
-
-    async def counted(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            asgi_paths.append(scope["path"])
-        await plain_api(scope, receive, send)
-
-    app.api = counted  # type: ignore[assignment]
+    asgi_paths = record_asgi_paths(app)
     server, thread, port = _serve(app, http=protocol_for(app.gateway), lifespan="on")
     try:
         status, _, answer = _infer_raw(port, "/v2/models/m/versions/2/infer", b'{"inputs": []}')

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from serving_helpers import free_port, wait_for
+from serving_helpers import free_port, read_body, wait_for
 from test_serving_sink import tracker
 
 from scanflow.serving import batchwire
@@ -211,12 +211,7 @@ def test_a_whole_call_error_is_not_copied_to_every_item(launch, serve_app) -> No
     async def replica(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         seen.append(scope["path"])
         if scope["path"] == "/ready":
             status, answer = 200, b"{}"
