@@ -10,17 +10,22 @@ are dropped. No import is executed.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 
-def modules(base: Path, roots: Iterable[str]) -> dict[str, Path]:
-    """Dotted module name -> file, for every .py file under each root package in `base`."""
+def modules(base: Path, roots: Iterable[str], installed_as: Mapping[str, str] | None = None) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file under each root package in `base`. `installed_as`
+    names a folder by the package it installs as (pyproject.toml maps workflows/ to scanflow.examples),
+    so the graph has the names the imports use."""
     found: dict[str, Path] = {}
     for root in roots:
         for path in sorted((base / root).rglob("*.py")):
             parts = path.relative_to(base).with_suffix("").parts
-            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            head, _, rest = name.partition(".")
+            mapped = (installed_as or {}).get(head)
+            found[f"{mapped}.{rest}".rstrip(".") if mapped else name] = path
     return found
 
 
