@@ -21,11 +21,6 @@ log = logging.getLogger(__name__)
 MODULES = ("scanflow.serving.gateway", "scanflow.serving.replica", "scanflow.platform.jobrunner")
 
 
-def matches(argv: list[str], environ: dict[str, str], home: str) -> bool:
-    """Pure: is this process (its argv and environment) one of ours for `home`?"""
-    return any(m in argv for m in MODULES) and environ.get("SCANFLOW_HOME") == home
-
-
 def find_leftovers(home: str | Path, exclude: set[int] | None = None) -> list[int]:
     """Pids of our serving/job processes started with SCANFLOW_HOME=home (less `exclude`)."""
     if not Path("/proc").is_dir():

@@ -1,9 +1,10 @@
 """OS process helpers for the local platform: spawn, stop, pin, read back, and small HTTP calls.
 
 Kept apart from local.py so the platform module reads as "what to apply" and this one as "how the
-OS does it". Readings of other processes (start time, argv, environment, threads, cores, memory) come
-from psutil: its readers handle what hand-written /proc parsers get wrong (a command name holding ")" or
-spaces, a process that ends or turns zombie mid-read, permissions) in one place.
+OS does it". Readings of other processes (argv, environment, threads, cores, memory) come from
+psutil, whose readers handle what hand-written /proc parsers get wrong (a command name holding ")" or
+spaces, a process that ends or turns zombie mid-read, permissions) in one place; the start time alone
+is read by hand (`start_time` says why).
 Who calls: scanflow.platform.local, benchmarks/tuning_sweep.py, tests.
 """
 
@@ -230,10 +231,14 @@ def find_processes(key: str, value: str, modules: tuple[str, ...], exclude: set[
     """Pids (other than ours and `exclude`) running `python -m <one of modules>` with KEY=value in
     their environment: how processes a killed platform left behind are found."""
 
-    def match(argv: list[str], env: dict[str, str]) -> bool:
-        return any(m in argv for m in modules) and env.get(key) == value
+    return scan_proc(lambda argv, env: runs_module_with(argv, env, key, value, modules), exclude)
 
-    return scan_proc(match, exclude)
+
+def runs_module_with(argv: list[str], environ: dict[str, str], key: str, value: str,
+                     modules: tuple[str, ...]) -> bool:
+    """Pure: `find_processes`' test of one process: one of `modules` is an argument of its own (as
+    `python -m` gives it) and the environment holds KEY=value exactly."""
+    return any(m in argv for m in modules) and environ.get(key) == value
 
 
 def kill_groups(pids: list[int], timeout_s: float = 5.0) -> list[int]:

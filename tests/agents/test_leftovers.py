@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from scanflow.embedded.leftovers import matches
+from scanflow.embedded.leftovers import MODULES
+from scanflow.platform.processes import runs_module_with
+
+
+def matches(argv: list[str], env: dict[str, str], home: str) -> bool:
+    """The test `find_leftovers` applies to one process (through `find_processes`)."""
+    return runs_module_with(argv, env, "SCANFLOW_HOME", home, MODULES)
 
 
 def test_ours_for_this_home_only() -> None:
