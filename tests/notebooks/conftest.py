@@ -52,6 +52,15 @@ def run_notebook(tmp_path: Path):  # type: ignore[no-untyped-def]
             try:
                 for i, cell in enumerate(nb.cells):
                     client.execute_cell(cell, i)
+            except Exception:
+                # the failing cell's error says what broke, the cells before it say why: show them too
+                print(f"{name}: the outputs of the cells run so far")
+                for i, cell in enumerate(nb.cells):
+                    for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+                        text = str(out.get("text", "")) or str(out.get("data", {}).get("text/plain", ""))
+                        if text:
+                            print(f"[cell {i}] {text.rstrip()[-3000:]}")
+                raise
             finally:
                 if kernel_pid:
                     for pid in _descendants(kernel_pid):
