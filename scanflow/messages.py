@@ -188,6 +188,15 @@ PLAN: TypeAdapter[Plan] = TypeAdapter(Plan)
 PLAN_KINDS = ("retrain", "route", "scale", "resources")
 
 # event name -> the model of its payload; the names are the standard agents' strategy events
+class ImageOutdated(Message):
+    """Executor (to itself, at start-up): a service it adopted runs another image than the configured one
+    (an upgrade: kustomize's `images:` or SCANFLOW_IMAGE moved); its `execute-upgrade` strategy rolls it."""
+
+    service: str
+    running: str = Field(description="the image the service's replicas run now")
+    configured: str = Field(description="the image the configuration names (the service's own, else the Executor's)")
+
+
 EVENTS: dict[str, Any] = {
     "predictions.logged": PredictionsLogged,
     "drift.checked": DriftChecked,
@@ -195,6 +204,7 @@ EVENTS: dict[str, Any] = {
     "latency.checked": LatencyChecked,
     "drift.detected": DriftDetected,
     "plan.approved": Plan,
+    "image.outdated": ImageOutdated,
 }
 
 

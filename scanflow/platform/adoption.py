@@ -3,12 +3,16 @@
 Why: the Executor deploys its workflow's services at start-up. Deploying the declaration as written
 would undo what the loop decided since (a scale-out, a resize, a promoted model, an image an operator
 rolled), every time the Executor restarts. So for the fields actuations change, what runs wins; the
-declaration keeps the rest (backup, SLO, batching). Same rule on every platform: LocalPlatform and
+declaration keeps the rest (backup, SLO, batching). An image that differs from the configured one is
+adopted too, then rolled as a separate, recorded step (`image_upgrades`). Same rule on every platform: LocalPlatform and
 KubernetesPlatform both answer `services()` with what runs now.
 Who calls: scanflow/standard/executor.py (start_platform), tests.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from scanflow.spec import Service
 
@@ -28,6 +32,31 @@ def adopt_running(declared: Service, running: Service | None) -> Service:
     update["min_replicas"] = min(declared.min_replicas, running.replicas)
     update["max_replicas"] = max(declared.max_replicas, running.replicas)
     return declared.model_copy(update=update)
+
+
+@dataclass(frozen=True)
+class ImageUpgrade:
+    """A service that runs `running` where the configuration names `configured`."""
+
+    service: str
+    running: str
+    configured: str
+
+
+def image_upgrades(declared: Iterable[Service], running: Mapping[str, Service],
+                   default_image: str | None) -> list[ImageUpgrade]:
+    """Pure: the adopted services whose running image is not the configured one (the service's declared
+    image, else `default_image`: the platform's, e.g. the Executor's own). Adoption deploys what runs, so a
+    restart changes nothing; an upgrade is then its own step, one the Executor decides and records, not
+    a side effect of a restart. A service with no image (local processes) or nothing configured is never
+    an upgrade."""
+    out = []
+    for spec in declared:
+        now = running.get(spec.name)
+        want = spec.image or default_image
+        if now is not None and now.image and want and now.image != want:
+            out.append(ImageUpgrade(spec.name, now.image, want))
+    return out
 
 
 def at_configured_port(service: Service, urls: dict[str, str]) -> Service:

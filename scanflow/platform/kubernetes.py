@@ -21,6 +21,8 @@ How each operation maps onto the API (docs/kubernetes.md has the why):
   update (maxUnavailable 0) where in-place cannot work (older cluster, QoS change, static CPU manager)
   (k8s_resize);
 - route: the Service selector is switched to the backup's pods, and back;
+- set_image: an upgrade (the configured image is not the running one) rolls the replicas, surge 1,
+  unavailable 0; adoption deploys what runs first, so the upgrade is a step of its own;
 - run_job: one MLflow run per Job, opened first and passed in the Job's env (MLFLOW_RUN_ID) so the
   job runner logs into it; a batch/v1 Job, waited on through its conditions; pod logs attached
   and the function's outputs.json read back into the JobResult (k8s_jobs).
@@ -399,6 +401,24 @@ class KubernetesPlatform:
         Service(name=service, model_uri=model_uri)  # validates the URI with the spec's rules
         body = {"spec": {"strategy": mf.rolling_strategy(), "template": {"spec": {"containers": [
             {"name": mf.REPLICA_CONTAINER, "command": mf.replica_command(model_uri)}]}}}}
+        self._patch_deployment(service, body)
+        self._wait_ready(service)
+        return self.status(service)
+
+    def set_image(self, service: str, image: str) -> ServiceStatus:
+        """Roll the replicas onto another image (maxSurge 1, maxUnavailable 0: every old pod serves until
+        a new one is ready), and wait for the rollout. The rest of the container stays as it runs (the
+        patch carries the running container with only its image changed)."""
+        _ensure_not_on_event_loop("set_image")
+        if not image or any(c.isspace() for c in image):
+            raise PlatformError(f"set_image {service!r}: {image!r} is not an image reference")
+        dep = self._read_deployment(service)
+        containers = ((dep.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+        container = next((c for c in containers if c.get("name") == mf.REPLICA_CONTAINER), None)
+        if container is None:
+            raise PlatformError(f"set_image {service!r}: the Deployment has no {mf.REPLICA_CONTAINER!r} container")
+        body = {"spec": {"strategy": mf.rolling_strategy(),
+                         "template": {"spec": {"containers": [{**container, "image": image}]}}}}
         self._patch_deployment(service, body)
         self._wait_ready(service)
         return self.status(service)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,9 +40,8 @@ from scanflow import messages
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError, get_context
 from scanflow.agentkit.detectors import model_name_of
 from scanflow.agentkit.env import primary_service
-from scanflow.platform.adoption import adopt_running, at_configured_port
 from scanflow.platform.base import PlatformError
-from scanflow.platform.jobruns import jobs_experiment
+from scanflow.standard.executor_platform import deploy_services, open_platform
 from scanflow.standard.model_loads import ModelLoads
 from scanflow.standard.retraining import (
     DRIFT_PARAM,
@@ -59,7 +57,8 @@ CHAMPION_ALIAS = "champion"
 agent = Agent("executor", role="executor", description="runs jobs, promotes models, scales, routes",
               settings_keys=("holdout_fraction", "duplicate_tolerance", "reference_rows", "serving_wait_s", "promotion",
                              "readback_s"),
-              messages=messages.receiving("plan.approved"), needs_workflow=True)
+              messages=messages.receiving("plan.approved"), needs_workflow=True,
+              emits=("image.outdated",))  # to itself, at start-up: never accepted on POST /events
 
 
 def platform(ctx: Context) -> Any:
@@ -99,56 +98,46 @@ def _loads(ctx: Context) -> ModelLoads:
 
 @agent.on_startup
 def start_platform(ctx: Context) -> None:
-    """Open the platform SCANFLOW_PLATFORM names, adopt what already runs, deploy what is missing.
-
-    Everything comes from configuration (scanflow.settings), the same on every platform: the Tracker
-    the replicas post to (SCANFLOW_TRACKER_URL, else the `tracker` peer), MLflow (MLFLOW_TRACKING_URI).
-    local (default): adopt the services a killed predecessor left running (LocalPlatform.adopt), kill
-    its other leftovers, run services as local processes.
-    kubernetes: in-cluster config, namespace SCANFLOW_NAMESPACE, image SCANFLOW_IMAGE (else its own
-    pod's image), KubernetesPlatform.from_settings; the Deployments it owns (managed-by
-    scanflow-executor) are read back (KubernetesPlatform.services).
-    Either way an adopted service is deployed with the settings it runs with now (replicas, model,
-    image, resources, affinity, threads: what earlier actuations set), so deploying it changes nothing.
-    """
-    wf = ctx.workflow
-    tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or ctx.settings.tracking_uri
-    if not tracking_uri:
-        raise PermanentError("MLFLOW_TRACKING_URI (or SCANFLOW_TRACKING_URI) must name the MLflow server")
-    tracker_url = ctx.settings.tracker_endpoint() or ctx.peers.get("tracker")
+    """Open the platform SCANFLOW_PLATFORM names, adopt what already runs, deploy what is missing
+    (scanflow.standard.executor_platform), then ask for each upgrade the adoption left: an adopted
+    service whose image is not the configured one gets an `image.outdated` event, which the
+    `execute-upgrade` strategy below rolls (a decision on GET /decisions, like every other change)."""
     monitoring.start_monitoring(ctx.state, _monitors(ctx))
-    if ctx.settings.platform == "kubernetes":
-        from scanflow.platform.kubernetes import KubernetesPlatform
-
-        try:
-            plat: Any = KubernetesPlatform.from_settings(ctx.settings, workflow=wf.name, tracking_uri=tracking_uri,
-                                                         tracker_url=tracker_url)
-        except PlatformError as exc:
-            raise PermanentError(str(exc)) from None
-    else:
-        from scanflow.platform.local import LocalPlatform
-
-        home = Path(ctx.settings.home).resolve()
-        token = ctx.settings.token.get_secret_value() if ctx.settings.token else None
-        plat = LocalPlatform(home / "platform", tracking_uri, tracker_url=tracker_url, token=token,
-                             experiment=jobs_experiment(wf.name))
-        # also kills what the predecessor's platform left and no one adopts (stray replicas, cut jobs)
-        adopted = plat.adopt()
-        if adopted:
-            ctx.log.info("adopted running services: %s", adopted)
+    plat = open_platform(ctx)
     ctx.resources["platform"] = plat
-    # all at once: a first start (or a service that could not be adopted) waits for its replicas, and
-    # one after the other doubled that (the platform wires a backup deployed second); an adopted
-    # service gets the settings it runs with, so its deploy changes nothing
-    running = plat.services() if hasattr(plat, "services") else {}
-    if running:
-        ctx.log.info("running services adopted with their current settings: %s", sorted(running))
-    services = [adopt_running(s, running.get(s.name)) for s in sorted(wf.services, key=lambda s: s.backup is None)]
-    if ctx.settings.platform == "local":  # serve where the configuration says the services are
-        services = [at_configured_port(s, ctx.settings.service_urls) for s in services]
-    with ThreadPoolExecutor(max(1, len(services)), thread_name_prefix="deploy") as pool:
-        for f in [pool.submit(plat.deploy, svc) for svc in services]:
-            f.result()
+    for up in deploy_services(ctx, plat):
+        ctx.log.info("service %s runs %s, configured %s: rolling it", up.service, up.running, up.configured)
+        ctx.emit_sync("image.outdated", messages.ImageOutdated(**dataclasses.asdict(up)).payload(),
+                      key=f"image.outdated:{up.service}:{up.running}:{up.configured}")
+
+
+agent.strategy("execute-upgrade", event="image.outdated", actions=["upgrade_image"])
+
+
+@agent.actuator("upgrade_image")
+def upgrade_image(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """Roll a service onto the configured image (surge 1, unavailable 0), then report what its replicas
+    run. The event only names the service: the image comes from the configuration again (the
+    declaration, else the platform's), never from the payload, so whoever may post an event cannot
+    choose what the replicas run. Only platforms that run images have `set_image`."""
+    from scanflow.platform.adoption import image_upgrades
+
+    name = messages.parse("image.outdated", {**(ctx.event.payload if ctx.event else {}), **args}).service
+    spec = next((s for s in ctx.workflow.services if s.name == name), None)
+    if spec is None:
+        raise PermanentError(f"upgrade_image: the workflow has no service {name!r}")
+    plat = platform(ctx)
+    if not hasattr(plat, "set_image"):
+        raise PermanentError(f"upgrade_image: the platform {type(plat).__name__} runs no images")
+    try:
+        ups = image_upgrades([spec], plat.services(), getattr(plat, "image", None))
+        if not ups:
+            return {"service": name, "rolled": False, "reason": "it runs the configured image"}
+        st = plat.set_image(name, ups[0].configured)
+    except PlatformError as exc:
+        raise PermanentError(f"upgrade_image {name!r}: {exc}") from None
+    return {"service": name, "rolled": True, "from": ups[0].running, "to": ups[0].configured,
+            "ready": st.ready_replicas}
 
 
 @agent.on_shutdown

@@ -112,6 +112,8 @@ def planner_and_executor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
     ("executor", "plan.approved", {"plan": "scale", "service": "digits", "replicas": 1.5},
      ["body", "payload", "scale", "replicas"]),
     ("executor", "drift.checked", {"drift": True}, ["body", "name"]),
+    # the Executor's own start-up event: no one outside may ask it to roll an image
+    ("executor", "image.outdated", {"service": "digits", "running": "a", "configured": "b"}, ["body", "name"]),
 ])
 def test_a_malformed_or_unknown_event_is_a_422_naming_the_field(
         planner_and_executor: dict[str, TestClient], role: str, name: str, payload: dict[str, Any],

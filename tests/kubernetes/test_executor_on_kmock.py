@@ -28,6 +28,8 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 NS = "scanflow"
 IMAGE = "registry.example.com/scanflow@sha256:" + "b" * 64
+UPGRADED = "registry.example.com/scanflow@sha256:" + "c" * 64
+TOKEN = "t" * 32
 START_S = 120.0  # the agent imports FastAPI, SQLAlchemy, numpy and the kubernetes client on a loaded box
 
 
@@ -52,7 +54,7 @@ def start_executor(tmp_path: Path, kubeconfig: Path, port: int) -> subprocess.Po
     env = {**os.environ,
            "SCANFLOW_PLATFORM": "kubernetes", "SCANFLOW_NAMESPACE": NS, "SCANFLOW_POD_NAME": "executor-0",
            "KUBECONFIG": str(kubeconfig), "SCANFLOW_WORKFLOW": str(ROOT / "workflows/digits/workflow.yaml"),
-           "SCANFLOW_TOKEN": "t" * 32, "SCANFLOW_HOME": str(tmp_path / "home"),
+           "SCANFLOW_TOKEN": TOKEN, "SCANFLOW_HOME": str(tmp_path / "home"),
            "SCANFLOW_PEERS": "tracker=http://tracker:8080,planner=http://planner:8080",
            "SCANFLOW_TRACKER_URL": "http://tracker:8080",
            "MLFLOW_TRACKING_URI": "http://127.0.0.1:9",  # unreachable: monitoring gives up, the loop goes on
@@ -79,6 +81,20 @@ def wait_healthy(proc: subprocess.Popen[bytes], port: int, tmp_path: Path) -> No
             pass
         time.sleep(0.3)
     raise AssertionError("executor not healthy in time")
+
+
+def wait_upgrades(port: int, n: int) -> list[dict[str, Any]]:
+    """The Executor's `execute-upgrade` decisions, once `n` of them have every outcome in (GET /decisions)."""
+    deadline, got = time.monotonic() + START_S, []
+    while time.monotonic() < deadline:
+        r = httpx.get(f"http://127.0.0.1:{port}/decisions", params={"strategy": "execute-upgrade"},
+                      headers={"Authorization": "Bearer " + TOKEN}, timeout=5)
+        r.raise_for_status()
+        got = [d for d in r.json() if d["result"] == "fired"]
+        if len(got) >= n and all(d.get("outcomes") and len(d["outcomes"]) == len(d["actions"]) for d in got):
+            return got
+        time.sleep(0.3)
+    raise AssertionError(f"no {n} finished upgrade decisions in {START_S:.0f} s: {got}")
 
 
 def stored(km: Any, plural: str, name: str) -> dict[str, Any]:
@@ -129,6 +145,27 @@ def test_executor_process_creates_what_it_owns_and_adopts_it_after_a_sigkill(kmo
         proc = start_executor(tmp_path, kubeconfig, port)
         wait_healthy(proc, port, tmp_path)
         assert stored(kmock_server, "deployments", "digits")["spec"]["replicas"] == 3  # adopted, not reset to 1
+        assert stored(kmock_server, "deployments", "digits")["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+
+        # an upgrade: kustomize's `images:` moved, so the Executor's own pod comes back on the new image.
+        # It adopts what runs, then rolls the replicas onto the new image as a decision of its own
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        core.delete_namespaced_pod("executor-0", NS)
+        core.create_namespaced_pod(NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "executor-0"},
+                                        "spec": {"containers": [{"name": "executor", "image": UPGRADED}]}})
+        proc = start_executor(tmp_path, kubeconfig, port)
+        wait_healthy(proc, port, tmp_path)
+        upgrades = wait_upgrades(port, 2)
+        assert {d["inputs"]["event"]["service"] for d in upgrades} == {"digits", "digits-backup"}, upgrades
+        for d in upgrades:
+            assert d["inputs"]["event"]["running"] == IMAGE and d["inputs"]["event"]["configured"] == UPGRADED
+            assert [o["status"] for o in d["outcomes"].values()] == ["ok"], d
+        for name in ("digits", "digits-backup"):
+            dep = stored(kmock_server, "deployments", name)
+            assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == UPGRADED
+            assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+        assert stored(kmock_server, "deployments", "digits")["spec"]["replicas"] == 3  # still what the loop decided
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)

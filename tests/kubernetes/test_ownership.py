@@ -12,6 +12,7 @@ import pytest
 from scanflow.platform import k8s_resources as kr
 from scanflow.platform import manifests as mf
 from scanflow.platform.adoption import adopt_running
+from scanflow.platform.base import PlatformError
 from scanflow.spec import Affinity, Job, Resources, Service
 
 NS = "scanflow"
@@ -53,6 +54,40 @@ def test_restarted_executor_adopts_replicas_image_and_resources(kmock_server, ma
     assert dep["spec"]["replicas"] == 4
     assert container["image"] == "registry.example.com/scanflow:1.1"
     assert container["resources"]["limits"] == {"cpu": "2", "memory": "1Gi"}
+
+
+def test_an_image_that_is_not_the_configured_one_is_an_upgrade_and_set_image_rolls_it(kmock_server, make_platform):
+    from scanflow.platform.adoption import ImageUpgrade, image_upgrades
+
+    old, new = "registry.example.com/scanflow:1.0", "registry.example.com/scanflow:1.1"
+    first = make_platform(workflow="digits", image=old)
+    first.deploy(PRIMARY)
+    first.scale("digits", 3)
+    # the Executor restarts after kustomize's `images:` moved to 1.1: adoption deploys what runs (1.0,
+    # 3 replicas), and the difference is an upgrade of its own
+    again = make_platform(workflow="digits", image=new)
+    running = again.services()
+    again.deploy(adopt_running(PRIMARY, running["digits"]))
+    dep = stored(kmock_server, "apps/v1/deployments", "digits")
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == old  # the restart changed nothing
+    assert image_upgrades([PRIMARY], running, again.image) == [ImageUpgrade("digits", old, new)]
+    # the declared image wins over the platform's; nothing running, or the same image, is no upgrade
+    pinned = PRIMARY.model_copy(update={"image": old})
+    assert image_upgrades([pinned], running, new) == []
+    assert image_upgrades([PRIMARY], {}, new) == []
+    assert image_upgrades([PRIMARY], running, None) == []
+
+    before = dep["spec"]["template"]["spec"]["containers"][0]
+    again.set_image("digits", new)
+    dep = stored(kmock_server, "apps/v1/deployments", "digits")
+    after = dep["spec"]["template"]["spec"]["containers"][0]
+    assert after["image"] == new
+    assert {k: v for k, v in after.items() if k != "image"} == {k: v for k, v in before.items() if k != "image"}
+    assert dep["spec"]["replicas"] == 3  # an upgrade keeps what the loop decided
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    assert again.services()["digits"].image == new
+    with pytest.raises(PlatformError, match="not an image reference"):
+        again.set_image("digits", "bad image")
 
 
 def test_deploy_without_a_running_deployment_uses_the_configured_image(kmock_server, make_platform):
