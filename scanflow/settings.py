@@ -90,6 +90,10 @@ class Settings(BaseSettings):
     image: str | None = Field(None, description="image of the pods the Executor creates (SCANFLOW_IMAGE); "
                               "on Kubernetes default: the Executor's own pod's image")
     pod_name: str | None = Field(None, description="this pod's name (SCANFLOW_POD_NAME, downward API)")
+    sync_template_after_resize: bool = Field(
+        False, description="Kubernetes: after an in-place resize also write the new size into the Deployment's "
+        "pod template (SCANFLOW_SYNC_TEMPLATE_AFTER_RESIZE); that starts a rollout replacing the pods just "
+        "resized. Off: the size is kept in an annotation and pods started later are resized to it")
     peers: UrlMap = Field(default_factory=dict, description="other agents: SCANFLOW_PEERS='tracker=http://tracker:8080,...'")
     tracker_url: str | None = Field(None, description="the Tracker replicas post predictions to (SCANFLOW_TRACKER_URL); "
                                     "default: peers['tracker']")

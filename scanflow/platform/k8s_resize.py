@@ -2,8 +2,12 @@
 
 `resize_service` (KubernetesPlatform.set_resources) reads the Deployment, picks the method
 (k8s_resources.choose_resize_method), patches every pod's `resize` subresource and waits until the
-kubelet applied it (`resize_pods`, which says why to roll the pods instead when it cannot), then
-brings the pod template in line (`template_patch`: resources, thread env, placement). `resources_patch`
+kubelet applied it (`resize_pods`, which says why to roll the pods instead when it cannot). An
+in-place resize leaves the pod template alone (a template change is a rollout that would replace the
+pods just resized): the size goes into the Deployment's RESIZED_ANNOTATION, and `reconcile_resized`
+resizes pods created later as they appear, as VPA's in-place updater does. A rolling update (or
+`sync_template_after_resize`, an operator's choice) writes the template (`template_patch`: resources,
+thread env, placement). `resources_patch`
 turns a container's `resources` into the wanted ones (keys no longer wanted become null), and
 `wanted_resources` is what a pod's status must show afterwards (scanflow.platform.readback). Separate
 from `KubernetesPlatform` (which passes itself in for its API calls) because the resize is the one
@@ -12,6 +16,8 @@ operation that acts on pods one by one and waits on the kubelet.
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +36,8 @@ from scanflow.spec import Affinity, Resources, parse_memory
 
 if TYPE_CHECKING:
     from scanflow.platform.kubernetes import KubernetesPlatform
+
+log = logging.getLogger(__name__)
 
 
 def resize_service(
@@ -66,10 +74,20 @@ def resize_service(
             plan = ResizePlan("rolling-update", fallback)
             notes.append(fallback)
         elif plat.sync_template_after_resize:
-            notes.append("Deployment template brought in line so new pods get the same resources")
+            notes.append("Deployment template brought in line (sync_template_after_resize): a rollout "
+                         "replaces the pods just resized")
     if plan.method == "in-place" and not plat.sync_template_after_resize:
+        # the template stays: patching it would start a rollout replacing the pods just resized. The
+        # size goes into an annotation of the Deployment itself, and pods created later (scale-up,
+        # restarts) are resized to it as they appear (reconcile_resized, the Executor's sensor)
+        plat._patch_deployment(service, {"metadata": {"annotations": {mf.RESIZED_ANNOTATION: json.dumps(
+            {"resources": desired_res, "threads": n_threads}, sort_keys=True)}}})
+        notes.append(f"no rollout: the size is kept in the Deployment's {mf.RESIZED_ANNOTATION} annotation, "
+                     "and pods started later are resized to it in place")
         return ResourceChange(service, "in-place", applied, tuple(notes), wanted_resources(desired_res, None))
     body = template_patch(service, current_res, desired_res, aff, want_placement, pod_spec, n_threads)
+    # the template now says what the pods run: an earlier in-place size no longer stands beside it
+    body["metadata"] = {"annotations": {mf.RESIZED_ANNOTATION: None}}
     plat._patch_deployment(service, body)
     if plan.method == "rolling-update":
         plat._wait_ready(service)
@@ -175,3 +193,41 @@ def resize_pods(
         time.sleep(plat.poll_interval_s)
     notes.append(f"resized {len(pods)} pod(s) in place")
     return None
+
+
+def same_resources(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Pure: two container `resources` blocks ask the same (quantities compared by value: "1" == "1000m")."""
+    def values(res: dict[str, Any]) -> dict[tuple[str, str], float]:
+        return {(section, k): normalise(k, v) for section in ("requests", "limits")
+                for k, v in (res.get(section) or {}).items() if v is not None}
+    return values(a) == values(b)
+
+
+def reconcile_resized(plat: KubernetesPlatform, service: str) -> list[str]:
+    """Resize in place every live pod of `service` whose replica container differs from the size its
+    Deployment was resized to (RESIZED_ANNOTATION; none: nothing to do). Returns the pods asked. A pod
+    that refuses is logged and asked again on the next call; the kubelet's progress shows in the pod's
+    status (the Executor's GET /services)."""
+    resized = mf.resized_to(plat._read_deployment(service))
+    if resized is None:
+        return []
+    desired, _threads = resized
+    asked = []
+    for pod in plat._pods(service):
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        container = next((c for c in (pod.get("spec") or {}).get("containers") or []
+                          if c.get("name") == mf.REPLICA_CONTAINER), None)
+        if container is None or same_resources(container.get("resources") or {}, desired):
+            continue
+        body = {"spec": {"containers": [{"name": mf.REPLICA_CONTAINER,
+                                         "resources": resources_patch(container.get("resources") or {}, desired)}]}}
+        try:
+            plat._call("patch", "pods/resize", plat.core.patch_namespaced_pod_resize, meta["name"], plat.namespace,
+                       body, _content_type=STRATEGIC_PATCH)
+        except (KubernetesInvalid, KubernetesNotFound) as exc:
+            log.warning("pod %s of %s: in-place resize to the service's size refused: %s", meta["name"], service, exc)
+            continue
+        asked.append(str(meta["name"]))
+    return asked

@@ -17,7 +17,8 @@ How each operation maps onto the API (docs/kubernetes.md has the why):
 - scale: the `deployments/scale` subresource (merge patch); when an HPA targets the Deployment the
   Planner's count becomes the HPA's floor, under its ceiling (manifests.hpa_bounds) instead, since
   the HPA would overwrite replicas within 15 s;
-- set_resources: `pods/resize` on clusters >= 1.33 then the template is brought in line; rolling
+- set_resources: `pods/resize` on clusters >= 1.33, the template left alone (no rollout) and the size
+  kept in a Deployment annotation that pods started later are resized to (reconcile_resized); rolling
   update (maxUnavailable 0) where in-place cannot work (older cluster, QoS change, static CPU manager)
   (k8s_resize);
 - route: the Service selector is switched to the backup's pods, and back;
@@ -61,7 +62,7 @@ from scanflow.platform.k8s_api import (
     retryable,
 )
 from scanflow.platform.k8s_jobs import run_k8s_job
-from scanflow.platform.k8s_resize import resize_service
+from scanflow.platform.k8s_resize import reconcile_resized, resize_service
 from scanflow.platform.k8s_resources import normalise, parse_server_version
 from scanflow.spec import Affinity, Job, Resources, Service, parse_memory
 
@@ -102,7 +103,7 @@ class KubernetesPlatform:
         ready_timeout_s: float = 180.0,
         resize_timeout_s: float = 60.0,
         poll_interval_s: float = 1.0,
-        sync_template_after_resize: bool = True,
+        sync_template_after_resize: bool = False,
         job_grace_s: float = 30.0,
         tracker_url: str | None = None,
         field_manager: str = mf.FIELD_MANAGER,
@@ -141,6 +142,7 @@ class KubernetesPlatform:
         if not settings.namespace:
             raise PlatformError("SCANFLOW_NAMESPACE is not set: the Executor must know its namespace "
                                 "(deploy/base sets it from metadata.namespace)")
+        kwargs.setdefault("sync_template_after_resize", bool(settings.sync_template_after_resize))
         plat = cls.from_config(namespace=settings.namespace, workflow=workflow, tracking_uri=tracking_uri,
                                tracker_url=tracker_url, **kwargs)
         plat.image = settings.image or plat.own_image(settings.pod_name)
@@ -384,6 +386,12 @@ class KubernetesPlatform:
         scanflow.platform.k8s_resize."""
         _ensure_not_on_event_loop("set_resources")
         return resize_service(self, service, resources, affinity, threads)
+
+    def reconcile_resized(self, service: str) -> list[str]:
+        """Resize pods created since an in-place resize (scale-up, restarts) to the service's size;
+        the pods asked (scanflow.platform.k8s_resize.reconcile_resized)."""
+        _ensure_not_on_event_loop("reconcile_resized")
+        return reconcile_resized(self, service)
 
     def route(self, service: str, to: str | None = None) -> ServiceStatus:
         """Point the Service `service` at `to`'s pods (failover), or back at its own when `to` is None."""

@@ -46,6 +46,10 @@ SPOOL_DIR = "/tmp/scanflow-spool"  # replica's durable prediction spool (emptyDi
 SERVICE_LABEL = "scanflow.io/service"
 WORKFLOW_LABEL = "scanflow.io/workflow"
 AFFINITY_ANNOTATION = "scanflow.io/affinity"
+# on a Deployment (not its pod template): the resources its pods were resized to in place, as JSON
+# {"resources": <a container's resources block>, "threads": n}. The template keeps what it had, so the
+# resize starts no rollout; pods created later are resized to it as they appear (k8s_resize)
+RESIZED_ANNOTATION = "scanflow.io/resized"
 ROUTED_TO_ANNOTATION = "scanflow.io/routed-to"
 REPLICA_CONTAINER = "replica"
 JOB_CONTAINER = "job"
@@ -345,7 +349,31 @@ def running_service(dep: Manifest) -> dict[str, Any]:
     env = {e.get("name"): e.get("value") for e in c.get("env") or []}
     if str(env.get("SCANFLOW_THREADS", "")).isdigit():
         out["threads"] = int(env["SCANFLOW_THREADS"])
+    resized = resized_to(dep)
+    if resized is not None:  # resized in place since the template was written: that is what runs
+        res, threads = resized
+        cpu = (res.get("requests") or {}).get("cpu") or (res.get("limits") or {}).get("cpu")
+        mem = (res.get("limits") or {}).get("memory") or (res.get("requests") or {}).get("memory")
+        if cpu is not None and mem is not None:
+            parse_memory(str(mem))
+            out["resources"] = {"cpu": normalise("cpu", cpu), "memory": str(mem)}
+        if threads is not None:
+            out["threads"] = threads
     return out
+
+
+def resized_to(dep: Manifest) -> tuple[dict[str, Any], int | None] | None:
+    """Pure: (resources block, threads) a Deployment's pods were resized to in place
+    (RESIZED_ANNOTATION), or None when its template says what its pods run."""
+    raw = ((dep.get("metadata") or {}).get("annotations") or {}).get(RESIZED_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+        res, threads = dict(value["resources"]), value.get("threads")
+    except (ValueError, KeyError, TypeError):
+        return None  # not ours to read (edited by hand): the template stands
+    return res, int(threads) if isinstance(threads, int) else None
 
 
 # -- jobs ---------------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from scanflow.agent import Agent, Context, PermanentError, TemporaryError, get_c
 from scanflow.agentkit.detectors import model_name_of
 from scanflow.agentkit.env import primary_service
 from scanflow.platform.base import PlatformError
-from scanflow.standard.executor_platform import deploy_services, open_platform
+from scanflow.standard.executor_platform import RECONCILE_S, deploy_services, open_platform, reconcile_sizes
 from scanflow.standard.model_loads import ModelLoads
 from scanflow.standard.retraining import (
     DRIFT_PARAM,
@@ -138,6 +138,10 @@ def upgrade_image(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         raise PermanentError(f"upgrade_image {name!r}: {exc}") from None
     return {"service": name, "rolled": True, "from": ups[0].running, "to": ups[0].configured,
             "ready": st.ready_replicas}
+
+
+# Kubernetes: pods started since an in-place resize are brought to their service's size
+agent.sensor(every=RECONCILE_S)(reconcile_sizes)
 
 
 @agent.on_shutdown

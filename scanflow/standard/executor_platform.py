@@ -10,7 +10,8 @@ replicas post to (SCANFLOW_TRACKER_URL, else the `tracker` peer), MLflow (MLFLOW
 Either way an adopted service is deployed with the settings it runs with now (replicas, model, image,
 resources, affinity, threads: what earlier actuations set), so deploying it changes nothing; an image
 that is not the configured one is returned as an upgrade for the Executor to decide on.
-Who calls: scanflow/standard/executor.py (start_platform).
+`reconcile_sizes` is the Executor's sensor that resizes pods started since an in-place resize.
+Who calls: scanflow/standard/executor.py (start_platform, its sensor).
 """
 
 from __future__ import annotations
@@ -70,3 +71,23 @@ def deploy_services(ctx: Context, plat: Any) -> list[ImageUpgrade]:
         for f in [pool.submit(plat.deploy, svc) for svc in services]:
             f.result()
     return image_upgrades(wf.services, running, getattr(plat, "image", None))
+
+
+RECONCILE_S = 10.0  # how often pods started since an in-place resize are brought to their service's size
+
+
+def reconcile_sizes(ctx: Context) -> None:
+    """Kubernetes: a pod started since an in-place resize (a scale-up, a restart) runs its template's
+    size, which the resize left alone (changing it would roll the pods just resized); resize such pods
+    in place to their service's size (KubernetesPlatform.reconcile_resized). Elsewhere: nothing to do."""
+    plat = ctx.resources.get("platform")
+    if plat is None or not hasattr(plat, "reconcile_resized"):
+        return
+    for svc in ctx.workflow.services:
+        try:
+            asked = plat.reconcile_resized(svc.name)
+        except PlatformError as exc:
+            ctx.log.warning("service %s: pods not brought to its size: %s", svc.name, exc)
+            continue
+        if asked:
+            ctx.log.info("service %s: resized %s in place to its size", svc.name, ", ".join(asked))

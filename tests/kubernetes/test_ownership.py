@@ -263,3 +263,19 @@ def test_an_own_service_with_a_cluster_ip_is_recreated_headless(kmock_server, ma
     assert any("re-created headless" in n for n in status.notes)
     plat.deploy(PRIMARY)  # already headless: left as it is
     assert stored(kmock_server, "v1/services", "digits-own")["spec"]["clusterIP"] == "None"
+
+
+def test_the_resized_annotation_is_what_runs_unless_it_cannot_be_read() -> None:
+    import json
+
+    dep = mf.deployment(PRIMARY, workflow="digits")
+    assert mf.resized_to(dep) is None and mf.running_service(dep)["resources"] == {"cpu": 1.5, "memory": "512Mi"}
+    block = {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}}
+    dep["metadata"].setdefault("annotations", {})[mf.RESIZED_ANNOTATION] = json.dumps({"resources": block, "threads": 1})
+    assert mf.resized_to(dep) == (block, 1)
+    found = mf.running_service(dep)
+    assert found["resources"] == {"cpu": 0.5, "memory": "256Mi"} and found["threads"] == 1
+    for garbage in ("not json", "[]", '{"threads": 2}'):  # edited by hand: the template stands
+        dep["metadata"]["annotations"][mf.RESIZED_ANNOTATION] = garbage
+        assert mf.resized_to(dep) is None
+        assert mf.running_service(dep)["resources"] == {"cpu": 1.5, "memory": "512Mi"}

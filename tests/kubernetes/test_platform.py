@@ -134,11 +134,12 @@ def test_scale_moves_hpa_bounds_instead_of_fighting_it(kmock_server, make_platfo
         plat.scale("digits", 0)
 
 
-def test_resize_in_place_then_template(kmock_server, make_platform):
+def test_resize_in_place_leaves_the_template_and_resizes_pods_started_later(kmock_server, make_platform):
     plat = make_platform(minor=34)
     plat.deploy(PRIMARY)
     add_pod(plat, "digits-a", "digits")
     add_pod(plat, "digits-b", "digits")
+    template_before = stored(kmock_server, "apps/v1/deployments", "digits")["spec"]["template"]
     kmock_server.mark()
     change = plat.set_resources("digits", Resources(cpu=1, memory="768Mi"))
     assert change.method == "in-place", change.notes
@@ -150,6 +151,41 @@ def test_resize_in_place_then_template(kmock_server, make_platform):
         "requests": {"cpu": "1", "memory": "768Mi"}, "limits": {"cpu": "1", "memory": "768Mi"}}}]}}
     pod = stored(kmock_server, "v1/pods", "digits-a")
     assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
+    # no rollout: the pod template is not touched; the size goes into the Deployment's own annotation
+    dep_patches = [r for r in kmock_server.requests() if r.url.path == f"{DEP}/digits" and r.method.value == "PATCH"]
+    assert [set(r.data) for r in dep_patches] == [{"metadata"}], [r.data for r in dep_patches]
+    dep = stored(kmock_server, "apps/v1/deployments", "digits")
+    assert dep["spec"]["template"] == template_before
+    assert any("no rollout" in n for n in change.notes), change.notes
+    # what runs is the resized size: a restarted Executor adopts it, not the template's
+    assert plat.services()["digits"].resources == Resources(cpu=1, memory="768Mi")
+
+    # a pod started later (a scale-up, a restart) comes from the template: the reconcile resizes it, only it
+    add_pod(plat, "digits-c", "digits")
+    kmock_server.mark()
+    assert plat.reconcile_resized("digits") == ["digits-c"]
+    resizes = [r for r in kmock_server.requests() if r.url.path.endswith("/resize")]
+    assert [r.url.path for r in resizes] == ["/api/v1/namespaces/scanflow/pods/digits-c/resize"]
+    assert resizes[0].data["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "1", "memory": "768Mi"}
+    assert plat.reconcile_resized("digits") == []  # every pod runs the size now
+    plat.deploy(BACKUP)
+    add_pod(plat, "digits-backup-a", "digits-backup")
+    assert plat.reconcile_resized("digits-backup") == []  # never resized: its template stands
+
+    # a rolling update writes the template, and the annotation goes: the template says it again
+    plat.set_resources("digits", Resources(cpu=2, memory="768Mi"), Affinity(policy="pinned"))
+    dep = stored(kmock_server, "apps/v1/deployments", "digits")
+    assert not (dep["metadata"].get("annotations") or {}).get("scanflow.io/resized")
+    assert dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2"
+
+
+def test_the_template_follows_an_in_place_resize_only_when_the_operator_asks(kmock_server, make_platform):
+    plat = make_platform(minor=34, sync_template_after_resize=True)
+    plat.deploy(PRIMARY)
+    add_pod(plat, "digits-a", "digits")
+    kmock_server.mark()
+    change = plat.set_resources("digits", Resources(cpu=1, memory="768Mi"))
+    assert change.method == "in-place" and any("rollout" in n for n in change.notes), change.notes
     template_patch = [r for r in kmock_server.requests() if r.url.path == f"{DEP}/digits"
                       and r.method.value == "PATCH"]
     assert len(template_patch) == 1 and template_patch[0].headers["Content-Type"] == SMP
