@@ -14,7 +14,9 @@ Secret keys (Kubernetes; compose uses the same names upper-cased, `-` -> `_`: `t
 - `<component>-mlflow-password`: its MLflow password (login name = the component's name);
 - `auth-tokens`: SCANFLOW_AUTH_TOKENS, the digests and scopes every server accepts (no token in it);
 - `mlflow-users`: SCANFLOW_MLFLOW_USERS, the MLflow proxy's logins (digests and roles only);
-- `postgres-password`.
+- `postgres-password`: the PostgreSQL superuser's (MLflow's backend store);
+- `<agent>-store-password`: each agent's own database role (`agent_<agent>`, owner of `agents_<agent>`
+  only: deploy/base/postgres-init.sql), for its durable store.
 
 `python -m scanflow.deploy_secrets [--format kube|compose] FILE` writes a fresh set (mode 0600) and
 refuses to overwrite a file: the cluster already has those values.
@@ -37,6 +39,7 @@ from scanflow.tracking.mlflow_routes import Role
 AUTH_TOKENS_KEY = "auth-tokens"
 MLFLOW_USERS_KEY = "mlflow-users"
 POSTGRES_KEY = "postgres-password"
+STORE_AGENTS = ("tracker", "checker", "planner", "executor")  # each has a database role of its own
 # binds prediction records to their service (scanflow.tracking.record_ids): the Tracker and the Executor,
 # which derives each service's key for the replicas it starts (compose; on Kubernetes replicas are
 # Deployments the Executor does not hand keys to yet, so there the Tracker gets none and binds nothing)
@@ -75,6 +78,10 @@ def mlflow_password_key(component: str) -> str:
     return f"{component}-mlflow-password"
 
 
+def store_password_key(agent: str) -> str:
+    return f"{agent}-store-password"
+
+
 def env_name(key: str) -> str:
     """The compose (.env) variable of a Secret key: `tracker-token` -> `TRACKER_TOKEN`."""
     return key.upper().replace("-", "_")
@@ -96,6 +103,8 @@ def generate(rand: Callable[[int], str] = secrets.token_hex) -> dict[str, str]:
     out[AUTH_TOKENS_KEY] = TokenTable.of(tokens).to_json().replace(" ", "")
     out[MLFLOW_USERS_KEY] = users_json(logins).replace(" ", "")
     out[POSTGRES_KEY] = rand(24)
+    for agent in STORE_AGENTS:
+        out[store_password_key(agent)] = rand(24)
     out[RECORD_KEY_KEY] = rand(32)
     return out
 

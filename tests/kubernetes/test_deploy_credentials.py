@@ -154,9 +154,14 @@ def test_compose_mlflow_behind_the_proxy_and_a_credential_each(tmp_path: Path) -
         for var, value in env.items():
             if var.endswith(("_TOKEN", "_PASSWORD")) and var != "POSTGRES_PASSWORD" and value:
                 assert owner.setdefault(value, f"{name}:{var}") == f"{name}:{var}", (var, owner[value])
+    superuser = svcs["postgres"]["environment"]["POSTGRES_PASSWORD"]
     for agent in ("tracker", "checker", "planner", "executor"):
         assert svcs[agent]["environment"]["MLFLOW_TRACKING_USERNAME"] == agent
         assert svcs[agent]["environment"]["SCANFLOW_TOKEN"]
+        # its store as its own database role, never with PostgreSQL's superuser password
+        store = svcs[agent]["environment"]["SCANFLOW_STORE_URL"]
+        assert store.startswith(f"postgresql+psycopg2://agent_{agent}:") and store.endswith(f"/agents_{agent}")
+        assert not any(superuser in str(v) for v in svcs[agent]["environment"].values()), agent
     ex = svcs["executor"]["environment"]
     assert ex["SCANFLOW_REPLICA_TOKEN"] != ex["SCANFLOW_TOKEN"] and ex["SCANFLOW_JOB_MLFLOW_USERNAME"] == "job"
     assert svcs["bootstrap"]["environment"]["MLFLOW_TRACKING_USERNAME"] == "bootstrap"

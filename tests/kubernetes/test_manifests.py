@@ -196,11 +196,14 @@ def test_agents_are_wired_by_configuration_and_single_instance(overlay: str, tmp
             assert host in services and "127.0.0.1" not in url
         assert env["SCANFLOW_WORKFLOW"]["value"].startswith("/app/workflows/")
         assert dep["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
-        names = [e["name"] for e in c["env"]]  # $(POSTGRES_PASSWORD) expands only if defined earlier
-        assert names.index("POSTGRES_PASSWORD") < names.index("SCANFLOW_STORE_URL")
+        names = [e["name"] for e in c["env"]]  # $(STORE_PASSWORD) expands only if defined earlier
+        assert names.index("STORE_PASSWORD") < names.index("SCANFLOW_STORE_URL")
+        # its own database role's password, never the superuser's (least privilege)
+        assert env["STORE_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == f"{role}-store-password"
+        assert "POSTGRES_PASSWORD" not in names
         store = env["SCANFLOW_STORE_URL"]["value"]
         if overlay == "prod":
-            assert store == f"postgresql+psycopg2://scanflow:$(POSTGRES_PASSWORD)@postgres:5432/agents_{role}"
+            assert store == f"postgresql+psycopg2://agent_{role}:$(STORE_PASSWORD)@postgres:5432/agents_{role}"
         else:
             assert store.startswith("sqlite:")
     checker = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "checker")

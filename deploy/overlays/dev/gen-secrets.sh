@@ -9,6 +9,9 @@ out="$(dirname "$0")/secrets.env"
 if [ -s "$out" ] && ! grep -q '^auth-tokens=' "$out"; then
   echo "$out holds a single shared token (old format): delete it and run again" >&2; exit 1
 fi
+if [ -s "$out" ] && ! grep -q '^tracker-store-password=' "$out"; then
+  echo "$out has no per-agent database passwords (older format): delete it and run again" >&2; exit 1
+fi
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
 py="${PYTHON:-}"
 if [ -z "$py" ] && [ -x "$root/.venv/bin/python" ]; then py="$root/.venv/bin/python"; fi
