@@ -107,14 +107,16 @@ def test_cli_refuses_a_bad_workflow_with_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "name" in result.output
 
 
-K8S_SCHEMAS = ("1.33.0", "1.35.0")  # in-place resize beta (1.33) and GA (1.35); offline schemas ship with
-# kubernetes-validate, so this needs no network
+# in-place resize beta (1.33) and GA (1.35), and every release since that kubernetes-validate ships
+# schemas for (offline: this needs no network)
+K8S_SCHEMAS = ("1.33.0", "1.34.0", "1.35.0", "1.36.0", "1.37.0")
 NAMESPACED = {"Deployment", "StatefulSet", "Service", "Secret", "ConfigMap", "ServiceAccount", "Role",
               "RoleBinding", "PersistentVolumeClaim", "PodDisruptionBudget", "NetworkPolicy", "Job"}
 AGENTS = ("tracker", "checker", "planner", "executor")
 # variables that hold a secret: only ever by secretKeyRef
 SECRET_VARS = {"SCANFLOW_TOKEN", "SCANFLOW_AUTH_TOKENS", "MLFLOW_TRACKING_PASSWORD", "POSTGRES_PASSWORD",
-               "SCANFLOW_MLFLOW_USERS"}
+               "SCANFLOW_MLFLOW_USERS", "STORE_PASSWORD",
+               *(f"{a.upper()}_STORE_PASSWORD" for a in AGENTS)}
 
 
 def kustomize(overlay: str, tmp_path: Path | None = None) -> list[dict[str, Any]]:
