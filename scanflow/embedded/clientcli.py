@@ -5,7 +5,8 @@ arrive) and, like a client that learns the truth later, posts the true label of 
 requests to the Tracker's `/feedback` a little after each answer. `feedback FILE` posts labels a team
 collected for requests its own client sent (by the `request_id` each answer returned). Both find the stack
 as `status` does (--home, --workflow-name, or the one stack under ./.scanflow) and read its token from
-the file `up` wrote. Exit codes: 0; 1 when nothing was answered or stored (or, with
+the file `up` wrote; for a stack elsewhere (a cluster) `--url` / `--tracker-url` name the addresses and
+SCANFLOW_TOKEN holds the token. Exit codes: 0; 1 when nothing was answered or stored (or, with
 `--until-new-version`, no new model version came); 2 for bad input or no stack.
 Who calls: scanflow/cli.py registers these commands; docs/quickstart.md uses them.
 """
@@ -138,6 +139,29 @@ def _service_url(state: StackState, service: str | None) -> str:
     return str(services[service])
 
 
+UrlOpt = Annotated[str | None, typer.Option(
+    "--url", help="the service's base URL when its stack does not run here (a cluster, e.g. through "
+    "`kubectl port-forward svc/digits-gateway 8080`); the token is read from SCANFLOW_TOKEN, never argv")]
+TrackerOpt = Annotated[str | None, typer.Option(
+    "--tracker-url", help="the Tracker's base URL, where labels go, with --url")]
+
+
+def _remote(url: str | None, tracker_url: str | None, need_tracker: bool) -> tuple[str | None, str | None, str | None]:
+    """(service URL, Tracker URL, token) given on the command line and in SCANFLOW_TOKEN for a stack this
+    machine did not start, or (None, None, None) to read them from a local stack's home."""
+    import os
+
+    if url is None and tracker_url is None:
+        return None, None, None
+    for name, value in (("--url", url), ("--tracker-url", tracker_url)):
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise _fail(f"{name} {value!r}: give an http:// or https:// address")
+    if need_tracker and not tracker_url:
+        raise _fail("labels go to the Tracker: give --tracker-url too (or --labels 0)")
+    return (url.rstrip("/") if url else None, tracker_url.rstrip("/") if tracker_url else None,
+            os.environ.get("SCANFLOW_TOKEN") or None)
+
+
 def progress_line(elapsed: float, answers: list[Any], since: int, labelled: int, with_labels: bool) -> str:
     """Pure: one line of progress: requests answered and failed so far, then over the answers after index
     `since` (those of this interval): the model versions that answered and their accuracy."""
@@ -178,6 +202,8 @@ def traffic(
     until_new_version: Annotated[bool, typer.Option("--until-new-version", help="stop once every answer of the "
                                                     "last 5 s came from another model version than the first "
                                                     "answer (the loop promoted a new one), or after --seconds")] = False,
+    url: UrlOpt = None,
+    tracker_url: TrackerOpt = None,
 ) -> None:
     """Send rows to a service one request per row at a steady rate, and post the true labels of a share of
     them as feedback. A line every 5 s (the model versions that answered in those 5 s and their accuracy
@@ -192,16 +218,20 @@ def traffic(
         raise _fail(str(exc)) from None
     if y is None and labels > 0:
         raise _fail(f"{rows} holds no labels (array 'y' / column {label_column!r}): add them, or pass --labels 0")
-    state = _state_or_exit(_home(home, workflow_name))
-    url = _service_url(state, service)
-    tracker = (state.urls.get("agents") or {}).get("tracker")
-    if labels > 0 and not tracker:
-        raise _fail("the stack has no Tracker address to post labels to (still starting? see `scanflow status`)")
+    if url is None and tracker_url is not None:
+        raise _fail("--tracker-url goes with --url (the service's address)")
+    url, tracker, token = _remote(url, tracker_url, labels > 0)
+    if url is None:
+        state = _state_or_exit(_home(home, workflow_name))
+        url, token = _service_url(state, service), _token(state)
+        tracker = (state.urls.get("agents") or {}).get("tracker")
+        if labels > 0 and not tracker:
+            raise _fail("the stack has no Tracker address to post labels to (still starting? see `scanflow status`)")
     pool = (x, y if y is not None else np.zeros(len(x), np.int64))
     t0 = time.monotonic()
     new_at: float | None = None
     with Traffic(url, pool, pool, rate=rate, clients=clients, seed=seed, tracker_url=tracker if labels > 0 else None,
-                 token=_token(state), feedback_fraction=labels, feedback_delay_s=label_delay_s) as load:
+                 token=token, feedback_fraction=labels, feedback_delay_s=label_delay_s) as load:
         shown = 0
         try:
             while (elapsed := time.monotonic() - t0) < seconds:
@@ -237,6 +267,9 @@ def feedback(
                                          "{\"request_id\", \"labels\"} per line")],
     home: HomeOpt = None,
     workflow_name: NameOpt = None,
+    tracker_url: Annotated[str | None, typer.Option(
+        "--tracker-url", help="the Tracker's base URL when its stack does not run here; the token is read "
+        "from SCANFLOW_TOKEN, never argv")] = None,
 ) -> None:
     """Post true labels, by the request ids your predictions returned, to the stack's Tracker (exactly once
     per request id: a label posted again is counted as a duplicate, not stored twice)."""
@@ -247,12 +280,14 @@ def feedback(
         records = read_labels(file)
     except RowsError as exc:
         raise _fail(str(exc)) from None
-    state = _state_or_exit(_home(home, workflow_name))
-    tracker = (state.urls.get("agents") or {}).get("tracker")
-    if not tracker:
-        raise _fail("the stack has no Tracker address yet (still starting? see `scanflow status`)")
+    _url, tracker, token = _remote(None, tracker_url, True) if tracker_url else (None, None, None)
+    if tracker is None:
+        state = _state_or_exit(_home(home, workflow_name))
+        tracker, token = (state.urls.get("agents") or {}).get("tracker"), _token(state)
+        if not tracker:
+            raise _fail("the stack has no Tracker address yet (still starting? see `scanflow status`)")
     try:
-        got = post_feedback(str(tracker), _token(state), records)
+        got = post_feedback(str(tracker), token, records)
     except AgentHTTPError as exc:
         raise _fail(f"{file}: the Tracker refused the labels: {exc}", 2 if not exc.retryable else 1) from None
     except Exception as exc:  # noqa: BLE001 - the Tracker is unreachable: say so in one line

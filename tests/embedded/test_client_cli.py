@@ -156,3 +156,24 @@ def test_traffic_with_labels_needs_the_trackers_address(tmp_path: Path) -> None:
     (home / "stack.json").write_text(json.dumps(state))
     res = CliRunner().invoke(app, ["traffic", str(tmp_path / "rows.npz"), "--home", str(home)])
     assert res.exit_code == 2 and "no Tracker address" in res.stderr, res.output
+
+
+def test_a_stack_elsewhere_by_its_addresses_and_the_token_from_the_environment(
+        tmp_path: Path, tracker: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster's stack (reached e.g. through kubectl port-forward): no home here, the addresses on the
+    command line, the token only from SCANFLOW_TOKEN."""
+    monkeypatch.chdir(tmp_path)  # no stack under ./.scanflow
+    (tmp_path / "labels.csv").write_text("request_id,label\nr1,3\n")
+    monkeypatch.delenv("SCANFLOW_TOKEN", raising=False)
+    anonymous = CliRunner().invoke(app, ["feedback", "labels.csv", "--tracker-url", tracker])
+    assert anonymous.exit_code == 2 and "refused" in anonymous.stderr, anonymous.output
+    monkeypatch.setenv("SCANFLOW_TOKEN", TOKEN)
+    done = CliRunner().invoke(app, ["feedback", "labels.csv", "--tracker-url", tracker + "/"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"accepted": 1, "stored": 1, "duplicates": 0}
+    np.savez(tmp_path / "rows.npz", x=np.zeros((3, 2)), y=np.zeros(3))
+    for args, says in ((["--url", "http://127.0.0.1:9"], "give --tracker-url too"),
+                       (["--url", "127.0.0.1:9", "--labels", "0"], "give an http:// or https:// address"),
+                       (["--tracker-url", tracker], "--tracker-url goes with --url")):
+        res = CliRunner().invoke(app, ["traffic", "rows.npz", *args])
+        assert res.exit_code == 2 and says in res.stderr, (args, res.output)

@@ -142,9 +142,13 @@ def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return list((tmpl.get("spec") or {}).get("containers") or [])
 
 
-@pytest.mark.parametrize("overlay", ["dev", "prod"])
+@pytest.mark.parametrize("overlay", ["dev", "prod", "kind"])
 def test_kustomize_overlays_validate(overlay: str, tmp_path: Path) -> None:
     docs = kustomize(overlay, tmp_path)
+    if overlay == "kind":  # prod with the image kind loads: every scanflow container runs it
+        images = {c["image"] for d in docs if d["kind"] in ("Deployment", "Job") for c in containers(d)}
+        assert images == {"scanflow:dev"}, images
+        assert {d["kind"] for d in docs} >= {"NetworkPolicy", "PodDisruptionBudget"}
     for version in K8S_SCHEMAS:
         for doc in docs:
             kubernetes_validate.validate(doc, version, strict=True)
