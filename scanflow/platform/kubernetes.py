@@ -213,7 +213,10 @@ class KubernetesPlatform:
             "list", "pods", self.core.list_namespaced_pod, self.namespace,
             label_selector=f"{mf.SERVICE_LABEL}={service}",
         )
-        return list(self._dict(pods).get("items") or [])
+        # the label checked again: an emulator or an old API server may ignore the selector, and a resize
+        # or a read-back must never touch another service's pods
+        return [p for p in self._dict(pods).get("items") or []
+                if ((p.get("metadata") or {}).get("labels") or {}).get(mf.SERVICE_LABEL) == service]
 
     def _hpa_for(self, deployment: str) -> dict[str, Any] | None:
         hpas = self._call(

@@ -304,6 +304,27 @@ class Cluster:
             if pod.owner not in wanted and not pod.terminating:
                 self._terminate(pod)
             self._supervise(pod)
+        self._resizes(pods)
+
+    def _resizes(self, pods: list[Pod]) -> None:
+        """Play the kubelet's in-place resize (`pods/resize`): a running pod whose containers' resources the
+        API server now holds differently takes them, and its status reports the new allocation
+        (status.containerStatuses[].resources), as a kubelet's does once it actuated the resize; the pod
+        keeps its name, process and owner's template. An emulation: no cgroup limit is applied (none is
+        here at all), and no resize is ever Pending or Infeasible."""
+        stored = {p["metadata"]["name"]: p for p in self.list("v1", "Pod")}
+        for pod in pods:
+            obj = stored.get(pod.name)
+            if obj is None or pod.terminating or pod.done:
+                continue
+            want = {c.get("name"): c.get("resources") or {} for c in (obj.get("spec") or {}).get("containers") or []}
+            changed = [c for c in pod.spec["containers"]
+                       if c["name"] in want and want[c["name"]] != (c.get("resources") or {})]
+            for c in changed:
+                c["resources"] = json.loads(json.dumps(want[c["name"]]))
+            if changed:
+                self.events.append(f"pod {pod.name} resized in place")
+                self._write_status(pod)
 
     def _owned(self, kind: str, name: str) -> list[Pod]:
         with self._lock:

@@ -139,6 +139,7 @@ def test_resize_in_place_leaves_the_template_and_resizes_pods_started_later(kmoc
     plat.deploy(PRIMARY)
     add_pod(plat, "digits-a", "digits")
     add_pod(plat, "digits-b", "digits")
+    add_pod(plat, "checker-a", "checker")  # another service's pod: never resized (kmock ignores selectors)
     template_before = stored(kmock_server, "apps/v1/deployments", "digits")["spec"]["template"]
     kmock_server.mark()
     change = plat.set_resources("digits", Resources(cpu=1, memory="768Mi"))
