@@ -29,7 +29,7 @@ from scanflow.platform.jobruns import jobs_experiment
 from scanflow.platform.k8s_resources import default_threads, normalise, resources_block
 from scanflow.platform.k8s_security import container_security_context, credential_env, pod_security_context
 from scanflow.secrets import public_params  # params minus secrets: the only ones in a Job's env
-from scanflow.spec import Affinity, Job, Resources, Service, Workflow
+from scanflow.spec import Affinity, Job, Resources, Service, Workflow, parse_memory
 
 Manifest = dict[str, Any]
 
@@ -321,8 +321,6 @@ def running_service(dep: Manifest) -> dict[str, Any]:
     """What a running Deployment the Executor owns says about its service (pure): the fields a
     restarted Executor adopts instead of resetting them: replicas, model_uri, image, resources,
     affinity, threads. Keys it cannot read are left out."""
-    from scanflow.spec import parse_memory
-
     spec = dep.get("spec") or {}
     tmpl = spec.get("template") or {}
     pod = tmpl.get("spec") or {}
@@ -337,12 +335,9 @@ def running_service(dep: Manifest) -> dict[str, Any]:
     cmd = list(c.get("command") or []) + list(c.get("args") or [])
     if "--model-uri" in cmd and cmd.index("--model-uri") + 1 < len(cmd):
         out["model_uri"] = cmd[cmd.index("--model-uri") + 1]
-    res = c.get("resources") or {}
-    cpu = (res.get("requests") or {}).get("cpu") or (res.get("limits") or {}).get("cpu")
-    mem = (res.get("limits") or {}).get("memory") or (res.get("requests") or {}).get("memory")
-    if cpu is not None and mem is not None:
-        parse_memory(str(mem))  # a quantity the spec cannot read raises here, naming it
-        out["resources"] = {"cpu": normalise("cpu", cpu), "memory": str(mem)}
+    resources = _service_resources(c.get("resources") or {})
+    if resources is not None:
+        out["resources"] = resources
     policy = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(AFFINITY_ANNOTATION)
     if policy:
         out["affinity"] = {"policy": policy}
@@ -351,15 +346,23 @@ def running_service(dep: Manifest) -> dict[str, Any]:
         out["threads"] = int(env["SCANFLOW_THREADS"])
     resized = resized_to(dep)
     if resized is not None:  # resized in place since the template was written: that is what runs
-        res, threads = resized
-        cpu = (res.get("requests") or {}).get("cpu") or (res.get("limits") or {}).get("cpu")
-        mem = (res.get("limits") or {}).get("memory") or (res.get("requests") or {}).get("memory")
-        if cpu is not None and mem is not None:
-            parse_memory(str(mem))
-            out["resources"] = {"cpu": normalise("cpu", cpu), "memory": str(mem)}
+        resources, threads = _service_resources(resized[0]), resized[1]
+        if resources is not None:
+            out["resources"] = resources
         if threads is not None:
             out["threads"] = threads
     return out
+
+
+def _service_resources(res: dict[str, Any]) -> dict[str, Any] | None:
+    """Pure: a Service's `resources` ({"cpu", "memory"}) from a container's resources block: the CPU
+    request (else limit) and the memory limit (else request); None when either is missing."""
+    cpu = (res.get("requests") or {}).get("cpu") or (res.get("limits") or {}).get("cpu")
+    mem = (res.get("limits") or {}).get("memory") or (res.get("requests") or {}).get("memory")
+    if cpu is None or mem is None:
+        return None
+    parse_memory(str(mem))  # a quantity the spec cannot read raises here, naming it
+    return {"cpu": normalise("cpu", cpu), "memory": str(mem)}
 
 
 def resized_to(dep: Manifest) -> tuple[dict[str, Any], int | None] | None:
