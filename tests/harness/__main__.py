@@ -125,6 +125,9 @@ def main() -> int:
             if args.overlay != "compose":
                 s1_on_kubernetes(cluster, result)
             result["phases"]["s1"] = round(time.monotonic() - t0, 1)
+        if "resize" in args.scenarios and args.overlay != "compose":
+            run_resize(cluster, token, result)
+            result["phases"]["resize"] = round(time.monotonic() - t0, 1)
         result["ok"] = True
     except Exception as exc:  # noqa: BLE001  # the result says what failed; the logs say why
         result["error"] = f"{type(exc).__name__}: {exc}"
@@ -281,6 +284,66 @@ def s1_on_kubernetes(cluster: Cluster, result: dict[str, Any]) -> None:
                          if j["metadata"]["name"] != "scanflow-bootstrap"]
     dep = cluster.get("apps/v1", "Deployment", "digits") or {}
     result["s1_digits_command"] = dep["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+def run_resize(cluster: Cluster, token: str, result: dict[str, Any]) -> None:
+    """An in-place resize through the Executor's REST API (the operator's token), on the emulated
+    kubelet: the Planner's autoscale strategy is taken off first (it would move the size meanwhile),
+    `digits` is resized, then scaled up by one. Records whether the pods and the pod template stayed
+    the same, and whether the added pod, started from the template at the old size, came to the new
+    size (the Executor's reconcile sensor, every 10 s)."""
+    from scanflow.platform.k8s_resources import normalise
+
+    from . import model
+
+    auth = {"Authorization": f"Bearer {token}"}
+    planner, executor = svc(cluster, "planner"), svc(cluster, "executor")
+    httpx.delete(f"{planner}/strategies/autoscale", headers=auth, timeout=30)  # 404 when already off
+
+    def pods() -> list[str]:
+        return sorted(p.name for p in cluster._owned("Deployment", "digits"))
+
+    def settled() -> bool:
+        """No plan left in the Executor's inbox, and the last rollout (S1's swap) complete."""
+        pending = httpx.get(f"{executor}/events", params={"status": "pending"}, headers=auth, timeout=10).json()
+        dep = cluster.get("apps/v1", "Deployment", "digits") or {}
+        current = model.template_hash(dep["spec"]["template"])
+        owned = cluster._owned("Deployment", "digits")
+        return (not pending and len(owned) == int(dep["spec"].get("replicas", 1))
+                and all(p.ready and p.hash == current for p in owned))
+
+    wait_for(settled, 180, "digits settled before the resize")
+
+    def limits(name: str) -> dict[str, Any]:
+        pod = cluster.get("v1", "Pod", name) or {}
+        status = next((c for c in (pod.get("status") or {}).get("containerStatuses") or []
+                       if c.get("name") == "replica"), {})
+        return (status.get("resources") or {}).get("limits") or {}
+
+    def template() -> str:
+        return model.template_hash((cluster.get("apps/v1", "Deployment", "digits") or {})["spec"]["template"])
+
+    before, hash_before = pods(), template()
+    now = {normalise("cpu", limits(n).get("cpu", "0")) for n in before}
+    cpu = 0.5 if 0.75 in now else 0.75
+    memory = limits(before[0]).get("memory", "512Mi")
+    r = httpx.post(f"{executor}/actuators/set_resources", headers=auth, timeout=180,
+                   json={"args": {"service": "digits", "resources": {"cpu": cpu, "memory": memory}}})
+    body = r.json()
+    result.update({"resize_cpu": cpu, "resize_status": body.get("status"),
+                   "resize_method": (body.get("result") or {}).get("method"),
+                   "resize_same_pods": pods() == before, "resize_same_template": template() == hash_before,
+                   "resize_pod_cpus": sorted(normalise("cpu", limits(n).get("cpu", "0")) for n in pods())})
+    r = httpx.post(f"{executor}/actuators/scale", headers=auth, timeout=180,
+                   json={"args": {"service": "digits", "replicas": len(before) + 1}})
+    result["resize_scale_status"] = r.json().get("status")
+
+    def added_at_the_new_size() -> str | None:
+        added = [n for n in pods() if n not in before]
+        return next((n for n in added if normalise("cpu", limits(n).get("cpu", "0")) == cpu), None)
+
+    result["resize_added_pod"] = wait_for(added_at_the_new_size, 120, "the added pod at the resized size")
+    result["resize_template_after_scale"] = template() == hash_before
 
 
 # -- docker-compose.yml ------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ def assert_s1_and_s4(r: dict) -> None:
 
 
 def test_dev_overlay_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> None:
-    r = run_harness(tmp_path, "dev", "wired,s4,s1")
+    r = run_harness(tmp_path, "dev", "wired,s4,s1,resize")
     # wired: the Executor created and owns the replicas, with the image of its own pod
     assert r["digits_managed_by"] == "scanflow-executor"
     assert r["digits_image"].startswith("scanflow")
@@ -99,6 +99,14 @@ def test_dev_overlay_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> None
     assert r["s4_direct_after_route"] == [200] * 10
     assert r["s1_jobs"], "no training Job was created"
     assert f"models:/digits/{r['s1_new_version']}" in r["s1_digits_command"]
+    # an in-place resize (the emulated kubelet actuates pods/resize): read back by the Executor, the same
+    # pods and pod template (no rollout); a replica added afterwards starts from the template at the old
+    # size and the Executor resizes it to the new one, still without a template change
+    assert r["resize_status"] == "succeeded" and r["resize_method"] == "in-place", r
+    assert r["resize_same_pods"] and r["resize_same_template"], r
+    assert set(r["resize_pod_cpus"]) == {r["resize_cpu"]}, r
+    assert r["resize_scale_status"] == "succeeded" and r["resize_added_pod"], r
+    assert r["resize_template_after_scale"], r
 
 
 def test_docker_compose_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> None:
