@@ -160,8 +160,7 @@ def right_size(plans: list[dict[str, Any]], config: Any) -> float | None:
     is used; None without an observed need."""
     from scanflow.policies import elastic
 
-    needs = [float(p["inputs"]["need_cores"]) / max(1, int(p.get("current") or 1))
-             for p in plans[-SETTLED_LOOKS:] if (p.get("inputs") or {}).get("need_cores")]
+    needs = [n for n in (steady_need(p, config) for p in plans[-SETTLED_LOOKS:]) if n is not None]
     if not needs:
         return None
     low, high = min(needs), max(needs)
@@ -181,8 +180,8 @@ def right_rate(plans: list[dict[str, Any]], size: float, replicas: int, config: 
     """Pure: the offered rate (requests/s) at which `replicas` replicas of `size` cores are right-sized: the
     one that puts the per-replica need the Planner observed (its last SETTLED_LOOKS decisions, as cores per
     request/s) at the geometric middle of that size's hold band (`elastic.hold_band`, its top edge at
-    `saturated_utilization` of the size where lower). Within [rate / RIGHT_RATE_SPAN, rate * RIGHT_RATE_SPAN]
-    and MAX_RATE; `rate` itself when nothing was observed.
+    `saturated_utilization` of the size where lower). Within [rate, rate * RIGHT_RATE_SPAN] and MAX_RATE;
+    `rate` itself when nothing was observed.
 
     Why move the load at all: the needs one load produces spread tick to tick (0.16-0.25 cores at 0.5 core in
     one CI run), and at some loads they straddle the shrink edge of one size and the grow edge of the size
@@ -190,9 +189,9 @@ def right_rate(plans: list[dict[str, Any]], size: float, replicas: int, config: 
     window), so case 2 picks the load a size is right for instead of a size for a load no size fits."""
     from scanflow.policies import elastic
 
-    per_rps = sorted(float(p["inputs"]["need_cores"]) / float(p["inputs"]["arrival_rate"])
+    per_rps = sorted(n * max(1, int(p.get("current") or 1)) / float(p["inputs"]["arrival_rate"])
                      for p in plans[-SETTLED_LOOKS:]
-                     if (p.get("inputs") or {}).get("need_cores") and (p.get("inputs") or {}).get("arrival_rate"))
+                     if (n := steady_need(p, config)) is not None and (p.get("inputs") or {}).get("arrival_rate"))
     if not per_rps:
         return rate
     lo, hi = elastic.hold_band(size, config)
@@ -200,7 +199,23 @@ def right_rate(plans: list[dict[str, Any]], size: float, replicas: int, config: 
     middle = math.sqrt(lo * hi) if lo > 0 else hi / 2  # no shrink below this size: half its top edge
     cores_per_rps = per_rps[len(per_rps) // 2]  # the median look
     want = middle * max(1, replicas) / cores_per_rps
-    return round(min(MAX_RATE, rate * RIGHT_RATE_SPAN, max(rate / RIGHT_RATE_SPAN, want)), 1)
+    # never below case 1's load: a request costs more CPU at a lower rate (fewer share a batch), so a
+    # lowered load reads a need the extrapolation did not foresee (a CI run: 112 -> 65 rps, and shrank)
+    return round(min(MAX_RATE, rate * RIGHT_RATE_SPAN, max(rate, want)), 1)
+
+
+def steady_need(plan: dict[str, Any], config: Any) -> float | None:
+    """Pure: the cores per replica one autoscale decision's observations ask for at a steady load: the
+    arrival rate times the measured CPU per request, at `target_utilization`, without the backlog term
+    of the Planner's own need (requests in flight drained within drain_s, which a gateway's batches keep
+    high and noisy, and which inflated case 1's needs in a CI run). The Planner's `need_cores` when the
+    CPU per request was not measured."""
+    inputs = plan.get("inputs") or {}
+    replicas = max(1, int(plan.get("current") or 1))
+    rate, cost = inputs.get("arrival_rate"), inputs.get("cpu_per_request_ms")
+    if rate and cost:
+        return float(rate) * float(cost) / 1000.0 / config.scale.target_utilization / replicas
+    return float(inputs["need_cores"]) / replicas if inputs.get("need_cores") else None
 
 
 def _elastic_config() -> Any:

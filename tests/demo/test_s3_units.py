@@ -160,5 +160,20 @@ def test_right_rate_puts_the_observed_need_in_the_middle_of_the_sizes_band() -> 
     assert right_rate(plans, size, 2, cfg, 189.4) == min(400.0, 189.4 * RIGHT_RATE_SPAN, 2 * rate)
     # bounded around case 1's load, and unchanged with nothing observed
     assert right_rate(looks(0.001, 0.001, 0.001, 0.001), size, 1, cfg, 100.0) == 100.0 * RIGHT_RATE_SPAN
-    assert right_rate(looks(5.0, 5.0, 5.0, 5.0), size, 1, cfg, 100.0) == 100.0 / RIGHT_RATE_SPAN
+    assert right_rate(looks(5.0, 5.0, 5.0, 5.0), size, 1, cfg, 100.0) == 100.0  # never lowered
     assert right_rate([_plan("hold", 1.0)], size, 1, cfg, 150.0) == 150.0
+
+
+def test_the_right_size_reads_the_steady_need_not_the_backlog() -> None:
+    """A CI run: at 112 rps and ~1 ms of CPU per request the Planner's needs read ~0.47 (the backlog term);
+    the steady need is 0.16, which a quarter core holds, and the load is not lowered."""
+    from scanflow.demo.s3_tune import right_rate, right_size
+    from scanflow.policies.elastic import ElasticConfig
+
+    cfg = ElasticConfig(min_cpu=0.25, cpu_step=0.25)
+    plans = [{**_plan("hold", 100.0 + i), "current": 1,
+              "inputs": {"need_cores": 0.47, "arrival_rate": 112.0, "cpu_per_request_ms": ms}}
+             for i, ms in enumerate((0.99, 1.06, 0.80, 1.24))]
+    size = right_size(plans, cfg)
+    assert size == 0.25
+    assert right_rate(plans, size, 1, cfg, 112.0) == 112.0
