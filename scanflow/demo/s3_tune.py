@@ -226,7 +226,10 @@ def _elastic_config() -> Any:
     planner = next(a for a in workflow.agents if a.role == "planner")
     auto = dict(planner.settings.get("autoscale", {}))
     config = elastic.ElasticConfig()
-    return replace(config, min_cpu=float(auto.get("min_cpu", config.min_cpu)),
+    # the demand's headroom too (steady_need divides by it), as the Planner reads it from the workflow
+    scale = replace(config.scale, target_utilization=float(auto.get("target_utilization",
+                                                                     config.scale.target_utilization)))
+    return replace(config, scale=scale, min_cpu=float(auto.get("min_cpu", config.min_cpu)),
                    cpu_step=float(auto.get("cpu_step", config.cpu_step)),
                    shrink_headroom=float(auto.get("shrink_headroom", config.shrink_headroom)))
 
