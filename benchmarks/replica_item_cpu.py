@@ -47,8 +47,8 @@ def fake_model() -> LoadedModel:
     return LoadedModel("bench", "bench", "1", N_FEATURES, predict)
 
 
-async def call(app: Any, path: str, body: bytes, ctype: bytes) -> int:
-    """One request through the ASGI app; returns the status."""
+async def call(app: Any, path: str, body: bytes, ctype: bytes, answer: list[bytes] | None = None) -> int:
+    """One request through the ASGI app; returns the status (and the body into `answer` when given)."""
     sent: list[dict[str, Any]] = []
     done = False
 
@@ -65,12 +65,23 @@ async def call(app: Any, path: str, body: bytes, ctype: bytes) -> int:
     scope = {"type": "http", "method": "POST", "path": path,
              "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode())]}
     await app(scope, receive, send)
+    if answer is not None:
+        answer.append(b"".join(m.get("body", b"") for m in sent[1:]))
     return int(sent[0]["status"])
+
+
+async def check_items(app: Any, batch: bytes, n: int) -> None:
+    """Every item of a coalesced call answered 200: a pass timing refusals would measure nothing."""
+    answer: list[bytes] = []
+    assert await call(app, "/predict_batch", batch, batchwire.CONTENT_TYPE, answer) == 200
+    statuses = {status for status, _ in batchwire.decode_response(answer[0], n)}
+    if statuses != {200}:
+        raise SystemExit(f"replica_item_cpu: items answered {sorted(statuses)}, not all 200: {answer[0][:300]!r}")
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     fields = {f.name for f in dataclasses.fields(ReplicaConfig)}
-    kw: dict[str, Any] = {"model_uri": "bench", "allow_anonymous": True}
+    kw: dict[str, Any] = {"model_uri": "bench", "allow_anonymous": True, "service": "bench"}
     if args.tracker:
         kw["tracker_url"] = "http://127.0.0.1:9"  # discard port: refused at once, the sink backs off
     if args.spool_dir and "spool_dir" in fields:
@@ -80,16 +91,28 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = np.random.default_rng(1).random((args.items, N_FEATURES)).round(4).tolist()
     bodies = [orjson.dumps({"inputs": [r], "request_id": f"req-{i}"}) for i, r in enumerate(rows)]
     batch = batchwire.encode_request(bodies)
-    out: dict[str, list[float]] = {"predict_batch_us_per_item": [], "predict_us_per_request": []}
+    # the same rows as Open Inference Protocol v2 infer bodies, coalesced as the gateway's fast front frames them
+    v2_bodies = [orjson.dumps({"id": f"req-{i}", "inputs": [{"name": "input", "shape": [1, N_FEATURES],
+                                                              "datatype": "FP32", "data": r}]})
+                 for i, r in enumerate(rows)]
+    v2_batch = batchwire.encode_request(v2_bodies, [("bench", None)] * len(v2_bodies))
+    out: dict[str, list[float]] = {"predict_batch_us_per_item": [], "predict_batch_v2_us_per_item": [],
+                                   "predict_us_per_request": []}
     async with replica.lifespan(app.api):
         await replica._install(fake_model())
         if replica.sink is not None:
             replica.sink.max_buffer = 10**9  # the outage lasts the whole run: keep every record
+        await check_items(app, batch, len(bodies))
+        await check_items(app, v2_batch, len(v2_bodies))
         for _ in range(args.rounds):
             t0 = time.process_time()
             for _ in range(args.calls):
                 assert await call(app, "/predict_batch", batch, batchwire.CONTENT_TYPE) == 200
             out["predict_batch_us_per_item"].append((time.process_time() - t0) / (args.calls * args.items) * 1e6)
+            t0 = time.process_time()
+            for _ in range(args.calls):
+                assert await call(app, "/predict_batch", v2_batch, batchwire.CONTENT_TYPE) == 200
+            out["predict_batch_v2_us_per_item"].append((time.process_time() - t0) / (args.calls * args.items) * 1e6)
             n = args.calls * 4
             t0 = time.process_time()
             for i in range(n):

@@ -37,7 +37,7 @@ from scanflow.serving.asgi import (
 )
 from scanflow.serving.batching import BatchResult, MicroBatcher, ModelNotReady
 from scanflow.serving.model import as_probabilities
-from scanflow.serving.oip_items import OipCatalog, V2Item, answer_item, error_item, parse_item
+from scanflow.serving.oip_items import OipCatalog, V2Item, answer_item, error_item, parse_items
 from scanflow.serving.payload import (
     ParsedBatch,
     PayloadError,
@@ -257,7 +257,7 @@ class ReplicaHotPath:
         self, bodies: list[bytes], models: list[batchwire.ItemModel], n_features: int | None, v2: dict[int, V2Item]
     ) -> tuple[ParsedBatch, list[tuple[int, bytes] | None], list[tuple[int, PredictRequest]]]:
         """A call with OIP v2 infer items (batchwire `models`): the native bodies as `_parse_native` does,
-        each v2 body on its own (`oip_items.parse_item`: what the replica's v2 route would check), then
+        each v2 body as the replica's v2 route would check it (`oip_items.parse_items`), then
         the valid rows of both stacked in item order for the one model call. `v2` gets the checked v2
         items by index."""
         native = [i for i, m in enumerate(models) if m is None]
@@ -267,14 +267,14 @@ class ReplicaHotPath:
         for j, i in enumerate(native):
             answers[i] = native_answers[j]
         cfg, catalog = self.config, self.oip_catalog
-        for i, m in enumerate(models):
-            if m is None:
-                continue
-            if catalog is None:  # an app built without the protocols (tests): nothing knows the v2 names
-                answers[i] = (404, orjson.dumps({"error": f"unknown model {m[0]!r}"}))
-                continue
-            out = parse_item(bodies[i], m[0], m[1], catalog, n_features=n_features, max_rows=cfg.max_rows,
-                             max_body_bytes=cfg.max_body_bytes)
+        v2_index = [i for i, m in enumerate(models) if m is not None]
+        if catalog is None:  # an app built without the protocols (tests): nothing knows the v2 names
+            for i in v2_index:
+                answers[i] = (404, orjson.dumps({"error": f"unknown model {models[i][0]!r}"}))  # type: ignore[index]
+            v2_index = []
+        parsed = parse_items([(bodies[i], *models[i]) for i in v2_index], catalog,  # type: ignore[misc, arg-type]
+                             n_features=n_features, max_rows=cfg.max_rows, max_body_bytes=cfg.max_body_bytes)
+        for i, out in zip(v2_index, parsed):
             if isinstance(out[0], PredictRequest):
                 reqs[i], v2[i] = out  # type: ignore[assignment]
             else:
@@ -361,6 +361,8 @@ class ReplicaHotPath:
         items and replicas that use them: this loop runs once per client request. The items in `v2`
         are answered in the Open Inference Protocol's shape (scanflow.serving.oip_items)."""
         version, outputs, probs = result.version, result.outputs, result.probabilities
+        if probs is not None and any(req.want_probabilities for _, req in valid):
+            probs = as_probabilities(probs)  # row by row, so once for the call, then sliced per item
         rows = x.tolist() if self.sink is not None else None  # one conversion for every record
         records: list[dict[str, object]] = []
         dumps, opt = orjson.dumps, orjson.OPT_SERIALIZE_NUMPY
@@ -373,7 +375,7 @@ class ReplicaHotPath:
             if req.request_id is not None:
                 doc["client_request_id"] = req.request_id
             if req.want_probabilities and probs is not None:
-                doc["probabilities"] = as_probabilities(probs[start:end])
+                doc["probabilities"] = probs[start:end]
             try:
                 item = v2.get(i) if v2 else None
                 answers[i] = (200, dumps(doc, option=opt) if item is None else answer_item(doc, item))
