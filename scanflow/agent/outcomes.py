@@ -12,11 +12,42 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from scanflow.agent.jsonsafe import NotJSONError, to_json_value
 from scanflow.agent.types import ActuatorSpec, Outcome, PermanentError, TemporaryError
+from scanflow.secrets import is_secret
 
 if TYPE_CHECKING:
     from scanflow.agent.context import Context
+
+
+RESULT_BYTES = 2048  # a recorded result's bound: what an operator reads on a decision, not a data dump
+HIDDEN = "[hidden]"
+
+
+def recorded_outcome(outcome: Outcome) -> dict[str, Any]:
+    """Pure: what a decision keeps of an action's outcome: its status, error and result, so that
+    `GET /decisions` (and `scanflow decisions`) shows what an action did (the version promoted, the
+    replicas set, the method of a resize) without a trip to MLflow or the logs.
+
+    The result is the public part only: a value under a secret-looking key (scanflow.secrets) is
+    hidden, at any depth; and it is bounded: a result of more than RESULT_BYTES of JSON is kept as its
+    size and its top-level keys. The result is already strict JSON (`json_outcome`)."""
+    result = _public(outcome.result)
+    size = len(orjson.dumps(result))
+    if size > RESULT_BYTES:
+        keys = sorted(result)[:50] if isinstance(result, dict) else []
+        result = {"truncated": True, "bytes": size, "keys": keys}
+    return {"status": outcome.status, "error": outcome.error, "result": result}
+
+
+def _public(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: HIDDEN if is_secret(str(k)) else _public(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_public(v) for v in value]
+    return value
 
 
 def outcome_from_exception(exc: BaseException) -> Outcome:

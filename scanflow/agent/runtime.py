@@ -37,7 +37,7 @@ from scanflow.agent.client import AgentClient
 from scanflow.agent.context import Context
 from scanflow.agent.engine import EvalEnv, Intent, StrategyState, decide, evaluates_code
 from scanflow.agent.metrics import Metrics
-from scanflow.agent.outcomes import call_actuator, outcome_from_exception
+from scanflow.agent.outcomes import call_actuator, outcome_from_exception, recorded_outcome
 from scanflow.agent.sensing import normalise_events, sensor_loop
 from scanflow.agent.store import REST_STRATEGIES_KEY, STATE_KEY, WATERMARK_PREFIX, Store
 from scanflow.agent.store_owner import watch_claim
@@ -298,7 +298,7 @@ class Runtime:
         outcomes: dict[str, Any] = {}
         for intent in intents:
             outcome = await self.execute(intent, event)
-            outcomes[intent.key] = {"status": outcome.status, "error": outcome.error}
+            outcomes[intent.key] = recorded_outcome(outcome)
         await asyncio.to_thread(self.store.finish_event, event.id, outcomes, self.clock())
         self.metrics.events_processed.inc()
         self.processed += 1

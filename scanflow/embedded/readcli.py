@@ -62,9 +62,26 @@ def decision_rows(by_role: dict[str, list[dict[str, Any]]], limit: int) -> list[
 
 
 def decision_line(d: dict[str, Any]) -> str:
-    """Pure: one decision as a line: time, agent, strategy, result, reason."""
-    return (f"{when(d.get('at'))}  {d.get('agent', ''):<8}  {d.get('strategy', '')!s:<24}  "
+    """Pure: one decision as a line: time, agent, strategy, result, reason, and what its actions did."""
+    line = (f"{when(d.get('at'))}  {d.get('agent', ''):<8}  {d.get('strategy', '')!s:<24}  "
             f"{d.get('result', '')!s:<8}  {str(d.get('reason') or '')[:100]}")
+    done = outcome_summary(d.get("outcomes") or {})
+    return f"{line}  -> {done}" if done else line
+
+
+def outcome_summary(outcomes: dict[str, Any], width: int = 120) -> str:
+    """Pure: the actions' outcomes of a decision in a few words: each action's status, then its error
+    or its result's plain values (`version=3`), cut at `width`. Nested values are left to `--json`."""
+    parts = []
+    for key, o in outcomes.items():
+        if not isinstance(o, dict):
+            continue
+        action = str(key).split(":")[0]
+        detail = o.get("error") or ", ".join(
+            f"{k}={v}" for k, v in (o.get("result") or {}).items() if isinstance(v, (str, int, float, bool)))
+        parts.append(f"{action} {o.get('status')}" + (f" ({detail})" if detail else ""))
+    text = "; ".join(parts)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def plan_line(p: dict[str, Any]) -> str:

@@ -60,7 +60,9 @@ async def test_event_fires_strategy_and_records_decision(store: Store) -> None:
             (2, "skipped", "false"),
             (1, "fired", "fired"),
         ]
-        assert decisions[1]["outcomes"] == {"retrain:1:0": {"status": "ok", "error": None}}
+        # what the action returned is on the decision: the operator sees what it did
+        assert decisions[1]["outcomes"] == {"retrain:1:0": {"status": "ok", "error": None,
+                                                            "result": {"planned": 1}}}
         assert decisions[1]["inputs"]["event"] == {"rate": 0.5}
         status = (await c.get("/status")).json()
         assert (

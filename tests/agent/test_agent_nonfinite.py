@@ -68,3 +68,19 @@ async def test_an_actuator_returning_nan_fails_with_a_message_not_a_500(store: S
         r = await c.post("/actuators/fine", json={})
         assert r.status_code == 200 and r.json()["result"]["x"] == 1.5
         assert isinstance(r.json()["result"]["when"], str)
+
+
+def test_a_recorded_outcome_hides_secret_keys_and_bounds_its_size() -> None:
+    from scanflow.agent.outcomes import HIDDEN, RESULT_BYTES, recorded_outcome
+    from scanflow.agent.types import Outcome
+
+    got = recorded_outcome(Outcome.ok({"version": "3", "run": {"id": "r1", "api_token": "s3cr3t"},
+                                       "steps": [{"db_password": "x", "ok": True}]}))
+    assert got == {"status": "ok", "error": None,
+                   "result": {"version": "3", "run": {"id": "r1", "api_token": HIDDEN},
+                              "steps": [{"db_password": HIDDEN, "ok": True}]}}
+    big = recorded_outcome(Outcome.ok({"rows": list(range(RESULT_BYTES)), "n": 1}))
+    assert big["result"]["truncated"] is True and big["result"]["keys"] == ["n", "rows"]
+    assert big["result"]["bytes"] > RESULT_BYTES
+    failed = recorded_outcome(Outcome.failed("boom"))
+    assert failed == {"status": "failed", "error": "boom", "result": {}}

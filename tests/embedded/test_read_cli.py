@@ -113,6 +113,12 @@ def test_decisions_of_all_agents_in_time_order_newest_kept() -> None:
     line = decision_line(rows[0])
     assert "executor" in line and "e1" in line and "fired" in line and "ok" in line
     assert plan_line({"at": None, "policy": "autoscale", "action": "hold", "reason": "r"}).startswith("-  autoscale")
+    # what the actions did: the result's plain values, or the error
+    rows[0]["outcomes"] = {"promote:7:0": {"status": "ok", "error": None,
+                                           "result": {"version": "3", "alias": "champion", "gate": {"n": 1}}},
+                           "notify:7:1": {"status": "failed", "error": "peer down", "result": {}}}
+    line = decision_line(rows[0])
+    assert line.endswith("-> promote ok (version=3, alias=champion); notify failed (peer down)"), line
 
 
 def test_logs_lists_and_tails(tmp_path: Path) -> None:
