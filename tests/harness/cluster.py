@@ -16,6 +16,8 @@ pair, so the host's network and /etc/hosts are untouched and everything vanishes
 - kube-proxy: every Service gets its own address (10.96.0.0/16) and a TCP forwarder per port to the
   ready pods its selector matches at the moment a connection is accepted (a selector patch, S4's
   failover, takes effect for the next connection as on a cluster).
+- API server: kmock, with list calls filtered by their `labelSelector` (`=`, `!=`, `in`, `notin`,
+  exists, `!`; model.parse_label_selector), which kmock alone ignores. Field selectors are not honoured.
 - DNS: a private /etc/hosts in the pods' root with name, name.ns, name.ns.svc, name.ns.svc.cluster.local.
 - ServiceAccount token: kmock speaks plain HTTP, so a pod whose ServiceAccount token is mounted gets
   KUBECONFIG pointing at a kubeconfig in that mount instead of the in-cluster config (the one deviation
@@ -112,6 +114,31 @@ class Pod:
         return [p for p in (self.proc, *self.sidecars.values()) if p is not None]
 
 
+def _selecting_emulator() -> type:
+    """kmock's emulator with list calls filtered by their `labelSelector` as an API server filters them
+    (kmock returns every object of the resource): a client that trusts the selector sees only what
+    it asked for here too. A selector kmock cannot parse is a 400, as on a real server."""
+    from kmock import KubernetesEmulator
+    from kmock._internal import rendering
+
+    class SelectingEmulator(KubernetesEmulator):  # type: ignore[misc]
+        async def _serve_list(self, request: rendering.Request) -> Any:
+            payload = await super()._serve_list(request)
+            selector = (request.params or {}).get("labelSelector")
+            if not selector:
+                return payload
+            try:
+                model.parse_label_selector(selector)
+            except ValueError as exc:
+                from kmock._internal.k8s import KubernetesError
+
+                raise KubernetesError(status=400, reason="BadRequest", message=str(exc)) from None
+            return {**payload, "items": [o for o in payload["items"] if model.list_selects(
+                selector, ((o or {}).get("metadata") or {}).get("labels"))]}
+
+    return SelectingEmulator
+
+
 class Cluster:
     """kmock + kubelet + kube-proxy in this (private) network and mount namespace."""
 
@@ -183,7 +210,7 @@ class Cluster:
         sh("mount", "--bind", str(self.workdir / "resolv.conf"), str(r / "etc/resolv.conf"))
 
     def _start_kmock(self) -> None:
-        from kmock import KubernetesEmulator, Server
+        from kmock import Server
         from kmock._internal import dicts
 
         original = dicts.patch_dict
@@ -202,7 +229,7 @@ class Cluster:
         async def main() -> None:
             box["loop"] = asyncio.get_running_loop()
             box["stop"] = asyncio.Event()
-            async with KubernetesEmulator() as emulator, Server(emulator, host=GATEWAY, port=API_PORT):
+            async with _selecting_emulator()() as emulator, Server(emulator, host=GATEWAY, port=API_PORT):
                 for res in RESOURCES:
                     emulator.resources[res] = {}
                 emulator["get /version/"] << {

@@ -152,6 +152,43 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+_REQUIREMENT = re.compile(
+    r"\s*(?:(?P<not>!)\s*(?P<absent>[\w./-]+)"
+    r"|(?P<key>[\w./-]+)\s*(?:(?P<op>==|=|!=)\s*(?P<value>[\w.-]*)"
+    r"|\s+(?P<set>in|notin)\s*\((?P<values>[^)]*)\))?)\s*(?:,|$)")
+
+
+def parse_label_selector(text: str) -> Obj:
+    """The API's `labelSelector` query parameter (`a=b,c!=d,e in (x,y),f notin (z),g,!h`) -> the
+    LabelSelector object it means (matchExpressions), for `selector_matches`. ValueError on bad syntax:
+    the API server answers 400 there."""
+    exprs: list[Obj] = []
+    pos, text = 0, text.strip()
+    while pos < len(text):
+        m = _REQUIREMENT.match(text, pos)
+        if m is None or m.end() == pos:
+            raise ValueError(f"unable to parse requirement at {text[pos:]!r}")
+        pos = m.end()
+        if m["absent"]:
+            exprs.append({"key": m["absent"], "operator": "DoesNotExist"})
+        elif m["op"]:
+            exprs.append({"key": m["key"], "operator": "NotIn" if m["op"] == "!=" else "In", "values": [m["value"]]})
+        elif m["set"]:
+            values = [v.strip() for v in m["values"].split(",") if v.strip()]
+            exprs.append({"key": m["key"], "operator": "In" if m["set"] == "in" else "NotIn", "values": values})
+        else:
+            exprs.append({"key": m["key"], "operator": "Exists"})
+    return {"matchExpressions": exprs}
+
+
+def list_selects(label_selector: str | None, labels: Mapping[str, str] | None) -> bool:
+    """Whether a list call with this `labelSelector` parameter returns an object with these labels:
+    no or an empty parameter returns everything (unlike a Service's empty selector)."""
+    if not label_selector or not label_selector.strip():
+        return True
+    return selector_matches(parse_label_selector(label_selector), labels)
+
+
 @dataclass
 class AddressPool:
     """Hands out addresses of one network in order, one per name, stable for the name's lifetime."""

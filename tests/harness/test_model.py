@@ -68,6 +68,21 @@ def test_selectors_plain_and_label_selector() -> None:
     assert not model.selector_matches({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, labels)
 
 
+def test_a_list_calls_label_selector_filters_as_the_api_server_does() -> None:
+    labels = {"scanflow.io/service": "digits", "tier": "web"}
+    assert model.list_selects(None, labels) and model.list_selects(" ", labels)  # no selector: everything
+    assert model.list_selects("scanflow.io/service=digits", labels)
+    assert model.list_selects("scanflow.io/service==digits,tier", labels)
+    assert not model.list_selects("scanflow.io/service=digits-backup", labels)
+    assert not model.list_selects("scanflow.io/service", {"app": "x"})
+    assert model.list_selects("tier!=db", labels) and model.list_selects("missing!=x", labels)
+    assert model.list_selects("tier in (web, api),!missing", labels)
+    assert not model.list_selects("tier notin (web)", labels)
+    assert not model.list_selects("!tier", labels)
+    with pytest.raises(ValueError, match="unable to parse"):
+        model.parse_label_selector("tier in web")
+
+
 def test_service_endpoints_are_the_ready_pods_the_selector_matches_now() -> None:
     def pod(name: str, svc: str, ready: bool, ip: str) -> dict:
         return {"metadata": {"name": name, "labels": {"scanflow.io/service": svc}},
