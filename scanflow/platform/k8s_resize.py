@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from scanflow.platform import manifests as mf
 from scanflow.platform.base import PlatformError, ResourceChange
-from scanflow.platform.k8s_api import STRATEGIC_PATCH, KubernetesInvalid, KubernetesNotFound
+from scanflow.platform.k8s_api import MERGE_PATCH, STRATEGIC_PATCH, KubernetesInvalid, KubernetesNotFound
 from scanflow.platform.k8s_resources import (
     ResizePlan,
     choose_resize_method,
@@ -90,7 +90,10 @@ def resize_service(
     body["metadata"] = {"annotations": {mf.RESIZED_ANNOTATION: None}}
     plat._patch_deployment(service, body)
     if plan.method == "rolling-update":
-        plat._wait_ready(service)
+        try:
+            plat._wait_ready(service)
+        except PlatformError as exc:
+            _roll_back_if_unschedulable(plat, service, dep, exc, notes)
     # a rolled pod starts with the new SCANFLOW_THREADS; one resized in place keeps its env (its
     # replica follows the new CPU limit by itself), so its threads are not checked
     return ResourceChange(service, plan.method, applied, tuple(notes),
@@ -177,9 +180,11 @@ def resize_pods(
                      if c.get("status") == "True"}
             waiting = conds.get("PodResizePending")
             if waiting is not None and waiting.get("reason") == "Infeasible":
+                # the kubelet never applies it; put every pod's spec back so none stays asking for it
+                _resize_back(plat, pods, desired)
                 return (f"pod {name!r}: resize infeasible on its node ({waiting.get('message', '')}); "
                         "falling back to a rolling update")
-            if waiting is None and "PodResizeInProgress" not in conds:
+            if waiting is None and "PodResizeInProgress" not in conds and _allocated(pod, desired) is not False:
                 pending.discard(name)
         if not pending:
             break
@@ -193,6 +198,83 @@ def resize_pods(
         time.sleep(plat.poll_interval_s)
     notes.append(f"resized {len(pods)} pod(s) in place")
     return None
+
+
+def _allocated(pod: dict[str, Any], desired: dict[str, Any]) -> bool | None:
+    """Pure: whether the kubelet reports the replica container running with `desired`
+    (status.containerStatuses[].resources); None when it reports no resources. Why both this and the
+    conditions: right after the patch, before the kubelet has seen it, a pod shows neither
+    PodResizePending nor PodResizeInProgress, which must not read as done."""
+    status = next((c for c in (pod.get("status") or {}).get("containerStatuses") or []
+                   if c.get("name") == mf.REPLICA_CONTAINER), None)
+    res = (status or {}).get("resources")
+    return None if res is None else same_resources(res, desired)
+
+
+def _resize_back(plat: KubernetesPlatform, pods: list[dict[str, Any]], desired: dict[str, Any]) -> None:
+    """Ask each of `pods` (as read before the resize) back to its own earlier resources after an
+    Infeasible resize, which may differ from the template's after an earlier in-place resize (best
+    effort: a pod that refuses keeps its allocation anyway, only its spec says otherwise)."""
+    for pod in pods:
+        mine = next((c.get("resources") or {} for c in (pod.get("spec") or {}).get("containers") or []
+                     if c.get("name") == mf.REPLICA_CONTAINER), None)
+        if mine is None:
+            continue
+        body = {"spec": {"containers": [{"name": mf.REPLICA_CONTAINER, "resources": resources_patch(desired, mine)}]}}
+        try:
+            plat._call("patch", "pods/resize", plat.core.patch_namespaced_pod_resize, pod["metadata"]["name"],
+                       plat.namespace, body, _content_type=STRATEGIC_PATCH)
+        except Exception as exc:  # noqa: BLE001 - best effort, said in the log
+            log.warning("pod %s: could not put the infeasible resize back: %s", pod["metadata"]["name"], exc)
+
+
+def unschedulable(pods: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Pure: (name, the scheduler's message) of each live pod the scheduler could not place
+    (PodScheduled False, reason Unschedulable)."""
+    out = []
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        for c in (pod.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+                out.append((pod["metadata"]["name"], str(c.get("message") or "")))
+    return out
+
+
+def rollback_patch(template: dict[str, Any], resized: str | None) -> dict[str, Any]:
+    """Pure: a JSON merge patch that puts a Deployment's pod template back to `template` in what
+    `template_patch` changes (the containers, wholesale, with their resources and thread env; the
+    placement; the affinity annotation), and its RESIZED_ANNOTATION back to `resized`. Keys the
+    template did not have become null (deleted)."""
+    spec = template.get("spec") or {}
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    return {
+        "metadata": {"annotations": {mf.RESIZED_ANNOTATION: resized}},
+        "spec": {"template": {
+            "metadata": {"annotations": {mf.AFFINITY_ANNOTATION: annotations.get(mf.AFFINITY_ANNOTATION)}},
+            "spec": {"containers": spec.get("containers"), "affinity": spec.get("affinity"),
+                     "topologySpreadConstraints": spec.get("topologySpreadConstraints")},
+        }},
+    }
+
+
+def _roll_back_if_unschedulable(plat: KubernetesPlatform, service: str, dep: dict[str, Any],
+                                exc: PlatformError, notes: list[str]) -> None:
+    """A rolling update of `service` that did not complete: when the scheduler cannot place its new
+    pods (no node has room for the new size), put the template back as it was in `dep` and say so
+    (not retryable: the same size would not fit again); otherwise re-raise `exc` as it is."""
+    stuck = unschedulable(plat._pods(service))
+    if not stuck:
+        raise exc
+    template = (dep.get("spec") or {}).get("template") or {}
+    resized = ((dep.get("metadata") or {}).get("annotations") or {}).get(mf.RESIZED_ANNOTATION)
+    plat._call("patch", "deployments", plat.apps.patch_namespaced_deployment, service, plat.namespace,
+               rollback_patch(template, resized), _content_type=MERGE_PATCH, field_manager=plat.field_manager)
+    name, message = stuck[0]
+    raise PlatformError(
+        f"{service!r}: the new size cannot be scheduled (pod {name!r} Unschedulable: {message}); the "
+        f"Deployment's template was put back as it was, and its running pods kept their size. "
+        + "; ".join(n for n in notes if n), retryable=False) from exc
 
 
 def same_resources(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -104,6 +104,8 @@ class Pod:
     terminating: bool = False
     done: bool = False  # a Job's pod that exited
     stop: threading.Event = field(default_factory=threading.Event)
+    unschedulable: str | None = None  # the scheduler's message: no node can take it, it never starts
+    resize_infeasible: str | None = None  # the kubelet's message for a resize its node can never give
 
     @property
     def container(self) -> dict[str, Any]:
@@ -114,14 +116,53 @@ class Pod:
         return [p for p in (self.proc, *self.sidecars.values()) if p is not None]
 
 
+REQUESTS_KEPT = 200  # the API server's request history the harness keeps (see _selecting_emulator)
+
+
 def _selecting_emulator() -> type:
     """kmock's emulator with list calls filtered by their `labelSelector` as an API server filters them
     (kmock returns every object of the resource): a client that trusts the selector sees only what
-    it asked for here too. A selector kmock cannot parse is a 400, as on a real server."""
+    it asked for here too. A selector kmock cannot parse is a 400, as on a real server. Its request
+    history is bounded (REQUESTS_KEPT)."""
     from kmock import KubernetesEmulator
-    from kmock._internal import rendering
+    from kmock._internal import enums, rendering
 
     class SelectingEmulator(KubernetesEmulator):  # type: ignore[misc]
+        async def _handle(self, request: rendering.Request) -> Any:
+            # kmock keeps every request for assertions, and finds each new one's reaction by walking
+            # that history (`request in payload._source`): O(n) per request, so a long run's kubelet
+            # polling made the API server use most of a core and answer slower and slower. The harness
+            # asserts on objects, never on requests: keep only the recent ones.
+            if len(self._requests) > 2 * REQUESTS_KEPT:
+                del self._requests[:-REQUESTS_KEPT]
+                for payload in self._payloads:
+                    del payload._requests[:-REQUESTS_KEPT]
+            key = self._spec_change(request)
+            before = self._spec_of(key)
+            response = await super()._handle(request)
+            if key is not None and self._spec_of(key) != before:
+                # an API server bumps metadata.generation with every spec change (kmock does not): a
+                # client waiting on observedGeneration then never mistakes the last rollout for this one
+                async with self._lock:
+                    obj = self._objects[key]
+                    obj.patch({"metadata": {"generation": int(obj.raw.get("metadata", {}).get("generation") or 1) + 1}})
+            return response
+
+        def _spec_change(self, request: rendering.Request) -> Any:
+            """The object key of a patch or update that may change a workload's spec, else None."""
+            data = request.data
+            if (request.resource is None or request.action != enums.action.UPDATE or not request.name
+                    or request.resource.plural not in ("deployments", "statefulsets")
+                    or not isinstance(data, dict) or "spec" not in data):
+                return None
+            return (request.resource, request.namespace, request.name)
+
+        def _spec_of(self, key: Any) -> str | None:
+            if key is None or key not in self._objects:
+                return None
+            obj = self._objects[key]
+            return None if obj.deleted else json.dumps(obj.raw.get("spec"), sort_keys=True)
+
         async def _serve_list(self, request: rendering.Request) -> Any:
             payload = await super()._serve_list(request)
             selector = (request.params or {}).get("labelSelector")
@@ -337,16 +378,29 @@ class Cluster:
         """Play the kubelet's in-place resize (`pods/resize`): a running pod whose containers' resources the
         API server now holds differently takes them, and its status reports the new allocation
         (status.containerStatuses[].resources), as a kubelet's does once it actuated the resize; the pod
-        keeps its name, process and owner's template. An emulation: no cgroup limit is applied (none is
-        here at all), and no resize is ever Pending or Infeasible."""
+        keeps its name, process and owner's template. A resize beyond the emulated node
+        (model.NODE_ALLOCATABLE) is not applied: the pod reports PodResizePending, reason Infeasible, until
+        its spec asks for what the node has again. An emulation: no cgroup limit is applied (none is here
+        at all), and a resize that fits is never Deferred or In Progress."""
         stored = {p["metadata"]["name"]: p for p in self.list("v1", "Pod")}
         for pod in pods:
             obj = stored.get(pod.name)
-            if obj is None or pod.terminating or pod.done:
+            if obj is None or pod.terminating or pod.done or pod.unschedulable:
                 continue
             want = {c.get("name"): c.get("resources") or {} for c in (obj.get("spec") or {}).get("containers") or []}
             changed = [c for c in pod.spec["containers"]
                        if c["name"] in want and want[c["name"]] != (c.get("resources") or {})]
+            infeasible = model.resize_infeasible(
+                [{**c, "resources": want.get(c["name"], c.get("resources") or {})} for c in pod.spec["containers"]])
+            if changed and infeasible:
+                if pod.resize_infeasible != infeasible:
+                    pod.resize_infeasible = infeasible
+                    self.events.append(f"pod {pod.name} resize infeasible: {infeasible}")
+                    self._write_status(pod)
+                continue
+            if pod.resize_infeasible:  # asked back to what it has, or to a size that fits
+                pod.resize_infeasible = None
+                self._write_status(pod)
             for c in changed:
                 c["resources"] = json.loads(json.dumps(want[c["name"]]))
             if changed:
@@ -438,6 +492,13 @@ class Cluster:
             labels["pod-template-hash"] = hash_[:10]
         pod = Pod(name, owner, hash_, ip, labels, json.loads(json.dumps(tmpl["spec"])), self.workdir / "pods" / name)
         pod.dir.mkdir(parents=True, exist_ok=True)
+        pod.unschedulable = model.unschedulable(pod.spec["containers"])
+        if pod.unschedulable:  # Pending for good: no node, no sandbox, no process
+            self.http.post(api_path("v1", "Pod", self.namespace), json=self._pod_object(pod))
+            with self._lock:
+                self.pods[name] = pod
+            self.events.append(f"pod {name} unschedulable ({owner[0]}/{owner[1]}): {pod.unschedulable}")
+            return pod
         self._sandbox(pod)
         obj = self._pod_object(pod)
         r = self.http.post(api_path("v1", "Pod", self.namespace), json=obj)
@@ -457,15 +518,21 @@ class Cluster:
         return {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": pod.name, "namespace": self.namespace, "labels": pod.labels,
                              "uid": f"uid-{pod.name}"},
-                "spec": {**spec, "nodeName": "emulated"},
+                "spec": {**spec, **({} if pod.unschedulable else {"nodeName": "emulated"})},
                 "status": self._pod_status(pod)}
 
     def _pod_status(self, pod: Pod) -> dict[str, Any]:
+        if pod.unschedulable:
+            return {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                        "reason": "Unschedulable", "message": pod.unschedulable}]}
         phase = "Running" if pod.proc is not None and pod.proc.poll() is None else (
             "Succeeded" if pod.exit_code == 0 else "Failed" if pod.done else "Pending")
         cond = "True" if pod.ready else "False"
+        resize = [{"type": "PodResizePending", "status": "True", "reason": "Infeasible",
+                   "message": pod.resize_infeasible}] if pod.resize_infeasible else []
         return {"phase": phase, "podIP": pod.ip, "podIPs": [{"ip": pod.ip}], "hostIP": GATEWAY,
-                "conditions": [{"type": "Ready", "status": cond}, {"type": "ContainersReady", "status": cond}],
+                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": cond},
+                               {"type": "ContainersReady", "status": cond}, *resize],
                 "containerStatuses": [{"name": c["name"], "ready": pod.ready, "restartCount": pod.restarts,
                                        "image": c.get("image"), "imageID": f"emulated://{c.get('image')}",
                                        "containerID": f"emulated://{pod.name}/{c['name']}",
@@ -576,7 +643,7 @@ class Cluster:
 
     def _supervise(self, pod: Pod) -> None:
         """A container that exited: a Job's pod is done; others restart after CrashLoopBackOff's delay."""
-        if pod.terminating or pod.done:
+        if pod.terminating or pod.done or pod.unschedulable:
             return
         if pod.proc is None:
             if time.monotonic() >= pod.restart_at:

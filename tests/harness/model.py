@@ -189,6 +189,55 @@ def list_selects(label_selector: str | None, labels: Mapping[str, str] | None) -
     return selector_matches(parse_label_selector(label_selector), labels)
 
 
+# The emulated cluster's one node: what it can give its pods. Fixed, not this machine's size, so a
+# scenario can ask for more than the node has whatever machine the harness runs on.
+NODE_ALLOCATABLE = {"cpu": "4", "memory": "8Gi"}
+
+
+def pod_requests(containers: Iterable[Obj]) -> dict[str, float]:
+    """Pure: what a pod asks its node for, summed over its containers: each container's request, or
+    its limit where the request is missing (the API server defaults a request to the limit)."""
+    from kubernetes.utils import parse_quantity
+
+    total = {"cpu": 0.0, "memory": 0.0}
+    for c in containers:
+        res = c.get("resources") or {}
+        requests, limits = res.get("requests") or {}, res.get("limits") or {}
+        for key in total:
+            value = requests.get(key, limits.get(key))
+            if value is not None:
+                total[key] += float(parse_quantity(value))
+    return total
+
+
+def _over(containers: Iterable[Obj], allocatable: Mapping[str, str]) -> list[tuple[str, float, float]]:
+    from kubernetes.utils import parse_quantity
+
+    return [(key, asked, float(parse_quantity(allocatable[key])))
+            for key, asked in pod_requests(containers).items() if asked > float(parse_quantity(allocatable[key]))]
+
+
+def unschedulable(containers: Iterable[Obj], allocatable: Mapping[str, str] = NODE_ALLOCATABLE) -> str | None:
+    """Pure: the scheduler's message for a pod no node can take (its requests exceed the one node's
+    allocatable), None when it fits. Other pods' requests are not counted: the emulation has no
+    bin packing, only the per-node bound."""
+    over = _over(containers, allocatable)
+    if not over:
+        return None
+    return "0/1 nodes are available: " + ", ".join(f"1 Insufficient {key}" for key, _, _ in over) + "."
+
+
+def resize_infeasible(containers: Iterable[Obj], allocatable: Mapping[str, str] = NODE_ALLOCATABLE) -> str | None:
+    """Pure: the kubelet's message for an in-place resize its node can never give (the pod's new
+    requests exceed the node's allocatable: PodResizePending, reason Infeasible), None when it fits."""
+    over = _over(containers, allocatable)
+    if not over:
+        return None
+    key, asked, has = over[0]
+    scale = 1000 if key == "cpu" else 1  # the kubelet says millicores for CPU
+    return f"Node didn't have enough capacity: {key}, requested: {asked * scale:.0f}, capacity: {has * scale:.0f}"
+
+
 @dataclass
 class AddressPool:
     """Hands out addresses of one network in order, one per name, stable for the name's lifetime."""

@@ -83,6 +83,17 @@ def test_a_list_calls_label_selector_filters_as_the_api_server_does() -> None:
         model.parse_label_selector("tier in web")
 
 
+def test_the_node_takes_a_pod_or_says_why_not() -> None:
+    small = [{"resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "512Mi"}}},
+             {"resources": {"limits": {"cpu": "1", "memory": "64Mi"}}}]  # a limit stands for its request
+    assert model.pod_requests(small) == {"cpu": 1.5, "memory": 576 * 2**20}
+    assert model.unschedulable(small) is None and model.resize_infeasible(small) is None
+    big = [{"resources": {"requests": {"cpu": "6", "memory": "512Mi"}}}]
+    assert model.unschedulable(big) == "0/1 nodes are available: 1 Insufficient cpu."
+    assert model.resize_infeasible(big) == "Node didn't have enough capacity: cpu, requested: 6000, capacity: 4000"
+    assert model.unschedulable(big, {"cpu": "8", "memory": "1Gi"}) is None
+
+
 def test_service_endpoints_are_the_ready_pods_the_selector_matches_now() -> None:
     def pod(name: str, svc: str, ready: bool, ip: str) -> dict:
         return {"metadata": {"name": name, "labels": {"scanflow.io/service": svc}},

@@ -13,7 +13,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from tests.harness.cluster import _selecting_emulator
+from tests.harness.cluster import REQUESTS_KEPT, _selecting_emulator
 
 
 @pytest.fixture
@@ -30,6 +30,7 @@ def core() -> Iterator[Any]:
         box["loop"], box["stop"] = asyncio.get_running_loop(), asyncio.Event()
         async with _selecting_emulator()() as emulator, Server(emulator, host="127.0.0.1", port=port):
             emulator.resources["v1/pods"] = {}
+            box["emulator"] = emulator
             ready.set()
             await box["stop"].wait()
 
@@ -39,7 +40,9 @@ def core() -> Iterator[Any]:
     cfg = kubernetes.client.Configuration()
     cfg.host = f"http://127.0.0.1:{port}"
     with kubernetes.client.ApiClient(cfg) as api:
-        yield kubernetes.client.CoreV1Api(api)
+        client = kubernetes.client.CoreV1Api(api)
+        client.emulator = box["emulator"]
+        yield client
     box["loop"].call_soon_threadsafe(box["stop"].set)
     thread.join(10)
 
@@ -49,7 +52,7 @@ def test_list_calls_honour_the_label_selector(core: Any) -> None:
         core.create_namespaced_pod("scanflow", {
             "apiVersion": "v1", "kind": "Pod", "spec": {"containers": []},
             "metadata": {"name": name, "namespace": "scanflow", "labels": {"scanflow.io/service": service}}})
-    names = lambda items: sorted(p.metadata.name for p in items)  # noqa: E731
+    names = lambda items: sorted(p.metadata.name for p in items)
     assert names(core.list_namespaced_pod("scanflow", label_selector="scanflow.io/service=digits").items) == [
         "digits-a", "digits-b"]
     assert names(core.list_namespaced_pod("scanflow", label_selector="scanflow.io/service notin (digits)").items) == [
@@ -58,3 +61,33 @@ def test_list_calls_honour_the_label_selector(core: Any) -> None:
     with pytest.raises(kubernetes.client.ApiException) as err:
         core.list_namespaced_pod("scanflow", label_selector="scanflow.io/service in digits")
     assert err.value.status == 400
+
+
+def test_the_request_history_stays_bounded(core: Any) -> None:
+    """kmock walks its whole request history to answer each request: the harness keeps it short, so
+    a long run's API server does not slow down (objects, not requests, are what the harness reads)."""
+    core.create_namespaced_pod("scanflow", {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": []},
+                                            "metadata": {"name": "p", "namespace": "scanflow"}})
+    for _ in range(3 * REQUESTS_KEPT):
+        assert core.read_namespaced_pod("p", "scanflow").metadata.name == "p"
+    assert len(core.emulator._requests) <= 2 * REQUESTS_KEPT + 1
+    assert [p.metadata.name for p in core.list_namespaced_pod("scanflow").items] == ["p"]
+
+
+def test_a_spec_change_bumps_the_generation_as_an_api_server_does(core: Any) -> None:
+    """kmock alone never moves metadata.generation, so a client waiting for observedGeneration to
+    catch up took the previous rollout's status for the new one."""
+    apps = kubernetes.client.AppsV1Api(core.api_client)
+    core.emulator.resources["apps/v1/deployments"] = {}
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "scanflow"},
+           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "d"}},
+                    "template": {"metadata": {"labels": {"app": "d"}},
+                                 "spec": {"containers": [{"name": "c", "image": "a"}]}}}}
+    apps.create_namespaced_deployment("scanflow", dep)
+    gen = lambda: apps.read_namespaced_deployment("d", "scanflow").metadata.generation or 1
+    first = gen()
+    apps.patch_namespaced_deployment("d", "scanflow", {"spec": {"replicas": 2}})
+    assert gen() == first + 1
+    apps.patch_namespaced_deployment("d", "scanflow", {"status": {"observedGeneration": first + 1}})
+    apps.patch_namespaced_deployment("d", "scanflow", {"spec": {"replicas": 2}})  # no change: no bump
+    assert gen() == first + 1

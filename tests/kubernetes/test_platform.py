@@ -47,13 +47,14 @@ def stored(km: Any, group_version_plural: str, name: str) -> dict[str, Any]:
 
 
 def add_pod(plat: KubernetesPlatform, name: str, service: str, *, cpu: str = "1500m",
-            conditions: list[dict[str, str]] | None = None) -> None:
+            conditions: list[dict[str, str]] | None = None, cpu_limit: str | None = None) -> None:
+    limits = {"memory": "512Mi", **({"cpu": cpu_limit} if cpu_limit else {})}
     plat.core.create_namespaced_pod(NS, {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": NS, "labels": {"scanflow.io/service": service}},
         "spec": {"containers": [{"name": "replica", "image": "scanflow:0.1.0",
                                  "resources": {"requests": {"cpu": cpu, "memory": "512Mi"},
-                                               "limits": {"memory": "512Mi"}}}]},
+                                               "limits": limits}}]},
         "status": {"podIP": "10.0.0.7", "conditions": [{"type": "Ready", "status": "True"},
                                                        *(conditions or [])]},
     })
@@ -253,6 +254,47 @@ def test_infeasible_in_place_resize_falls_back(kmock_server, make_platform):
     change = plat.set_resources("digits", Resources(cpu=64, memory="512Mi"))
     assert change.method == "rolling-update"
     assert any("infeasible" in n for n in change.notes)
+
+
+def test_a_pod_still_running_the_old_size_is_not_resized_yet(kmock_server, make_platform):
+    """Right after the patch, before the kubelet has seen it, a pod shows no resize condition at all:
+    its reported allocation (status.containerStatuses[].resources), still the old one, says not done."""
+    plat = make_platform(minor=34)  # resize_timeout_s 2 (conftest)
+    plat.deploy(PRIMARY)
+    add_pod(plat, "digits-a", "digits")
+    plat.core.patch_namespaced_pod_status("digits-a", NS, {"status": {"containerStatuses": [
+        {"name": "replica", "ready": True, "restartCount": 0, "image": "scanflow:0.1.0", "imageID": "",
+         "resources": {"requests": {"cpu": "1500m", "memory": "512Mi"}, "limits": {"memory": "512Mi"}}}]}})
+    with pytest.raises(PlatformError, match=r"still pending after 2s on pods \['digits-a'\]"):
+        plat.set_resources("digits", Resources(cpu=2, memory="512Mi"))
+
+
+def test_an_infeasible_resize_no_node_can_schedule_is_put_back_and_said(kmock_server, make_platform):
+    """Infeasible in place, then the rolling update's new pod Unschedulable: the pods' resize is asked
+    back, the template is put back as it was (merge patch), and the error says why, not retryable."""
+    plat = make_platform(minor=34)
+    plat.deploy(PRIMARY)
+    plat.ready_timeout_s = 0.3  # kmock never completes a rollout: the wait times out at once
+    # resized in place earlier: not the template's size (a CPU limit too: kmock would store a null for it)
+    add_pod(plat, "digits-a", "digits", cpu="750m", cpu_limit="750m", conditions=[
+        {"type": "PodResizePending", "status": "True", "reason": "Infeasible", "message": "Node didn't have enough capacity"}])
+    add_pod(plat, "digits-b", "digits", cpu_limit="1500m", conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/1 nodes are available: 1 Insufficient cpu."}])
+    before = stored(kmock_server, "apps/v1/deployments", "digits")["spec"]["template"]
+    kmock_server.mark()
+    with pytest.raises(PlatformError, match=r"pod 'digits-b' Unschedulable: 0/1 nodes are available") as err:
+        plat.set_resources("digits", Resources(cpu=64, memory="512Mi"))
+    assert not err.value.retryable and "infeasible" in str(err.value) and "put back" in str(err.value)
+    patches = [r for r in kmock_server.requests() if r.method.value.upper() == "PATCH"]
+    asked = [r for r in patches if r.url.path.endswith("/pods/digits-a/resize")]
+    assert len(asked) == 2  # the resize, then back to the size this pod runs at (not the template's)
+    assert asked[1].data["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "750m"
+    assert before["spec"]["containers"][0]["resources"]["requests"]["cpu"] != "750m"
+    last = patches[-1]
+    assert last.url.path.endswith("/deployments/digits") and last.headers["Content-Type"] == MERGE
+    after = stored(kmock_server, "apps/v1/deployments", "digits")["spec"]["template"]
+    assert after["spec"]["containers"] == before["spec"]["containers"]
 
 
 def test_an_in_place_resize_still_pending_at_the_deadline_is_an_error_not_a_success(kmock_server, make_platform):
