@@ -479,3 +479,17 @@ def test_every_request_is_granted_by_the_role(kmock_server, make_platform):
     helper_calls = {("jobs", "list"), ("pods", "create"), ("jobs/status", "patch")}  # the fake controller
     assert used - helper_calls <= grants, sorted(used - helper_calls - grants)
     assert {("pods/resize", "patch"), ("deployments/scale", "patch"), ("jobs", "create")} <= used
+
+
+def test_no_reconcile_while_a_resize_of_the_service_is_in_flight(kmock_server, make_platform):
+    """The size annotation is written only once the pods took the new size: a reconcile in between
+    would ask them back to the old one, so it waits its turn (the next tick)."""
+    plat = make_platform(minor=34)
+    plat.deploy(PRIMARY)
+    add_pod(plat, "digits-a", "digits")
+    plat._patch_deployment("digits", {"metadata": {"annotations": {
+        "scanflow.io/resized": '{"resources": {"limits": {"cpu": "1", "memory": "512Mi"}, '
+                               '"requests": {"cpu": "1", "memory": "512Mi"}}, "threads": 1}'}}})
+    with plat._resizing("digits"):
+        assert plat.reconcile_resized("digits") == []
+    assert plat.reconcile_resized("digits") == ["digits-a"]  # differs from the annotation: asked
