@@ -371,9 +371,8 @@ def run_infeasible_resize(cluster: Cluster, executor: str, auth: dict[str, str],
                    json={"args": {"service": "digits", "resources": {"cpu": too_big, "memory": memory}}})
     result.update({"infeasible_http": r.status_code, "infeasible_detail": str(r.json().get("detail", r.text))[:600],
                    "infeasible_events": [e for e in cluster.events if "infeasible" in e or "unschedulable" in e][:6]})
-    # the template put back makes the old pods current again; the unplaceable ones go. Recorded, not
-    # required yet: in two runs after S1 it did not settle within 120 s (cause not found: the emulated
-    # API server merges every patch by name, a merge patch included), while it did without S1
+    # the template put back makes the old pods current again; the unplaceable ones go (what is left
+    # when it does not is recorded for the failure message)
     try:
         wait_for(lambda: settled_on(before, hash_before), 120, "digits back as it was after the infeasible resize")
         result["infeasible_settled"] = True

@@ -27,6 +27,7 @@ pair, so the host's network and /etc/hosts are untouched and everything vanishes
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import os
@@ -117,6 +118,31 @@ class Pod:
 
 
 REQUESTS_KEPT = 200  # the API server's request history the harness keeps (see _selecting_emulator)
+# the Content-Type of the request being handled: how its patch merges lists (see Cluster._start_kmock)
+_PATCH_CONTENT_TYPE: contextvars.ContextVar[str] = contextvars.ContextVar("patch_content_type", default="")
+
+
+def _content_type(headers: Any) -> str:
+    return next((str(v) for k, v in (headers or {}).items() if str(k).lower() == "content-type"), "")
+
+
+def install_list_merge() -> Any:
+    """Make kmock's patches merge lists of named objects (containers, env, ports, volumes) by `name`, as
+    an API server's strategic merge and server-side apply do (model.merge_named_lists); a JSON merge
+    patch (the request's Content-Type) still replaces lists whole, as on a real server. kmock alone
+    replaces every list. Process-wide: returns the original, to put back (tests)."""
+    from kmock._internal import dicts
+
+    original = dicts.patch_dict
+
+    def strategic(value: Any, patch: Any, /, **kwargs: Any) -> Any:
+        if (isinstance(value, dict) and isinstance(patch, dict)
+                and not _PATCH_CONTENT_TYPE.get().startswith("application/merge-patch")):
+            patch = model.merge_named_lists(value, patch, strategic)
+        return original(value, patch, **kwargs)
+
+    dicts.patch_dict = strategic
+    return original
 
 
 def _selecting_emulator() -> type:
@@ -137,6 +163,7 @@ def _selecting_emulator() -> type:
                 del self._requests[:-REQUESTS_KEPT]
                 for payload in self._payloads:
                     del payload._requests[:-REQUESTS_KEPT]
+            _PATCH_CONTENT_TYPE.set(_content_type(request.headers))  # this request's task only
             key = self._spec_change(request)
             before = self._spec_of(key)
             response = await super()._handle(request)
@@ -252,17 +279,8 @@ class Cluster:
 
     def _start_kmock(self) -> None:
         from kmock import Server
-        from kmock._internal import dicts
 
-        original = dicts.patch_dict
-
-        def strategic(value: Any, patch: Any, /, **kwargs: Any) -> Any:
-            """kmock's patch with the API server's list-merge-by-name (see model.merge_named_lists)."""
-            if isinstance(value, dict) and isinstance(patch, dict):
-                patch = model.merge_named_lists(value, patch, strategic)
-            return original(value, patch, **kwargs)
-
-        dicts.patch_dict = strategic  # this process only: it runs nothing but the emulated cluster
+        install_list_merge()  # this process only: it runs nothing but the emulated cluster
 
         ready = threading.Event()
         box: dict[str, Any] = {}

@@ -110,11 +110,12 @@ def test_dev_overlay_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> None
     assert r["resize_scale_status"] == "succeeded" and r["resize_added_pod"], r
     assert r["resize_template_after_scale"], r
     # a resize beyond the emulated node: Infeasible in place, the rolling update's new pods Unschedulable,
-    # the template put back; the step fails, not retried, and says both (whether the emulation then
-    # settles on the same pods is recorded, `infeasible_settled`, not required yet: see run_infeasible_resize)
+    # the template put back; the step fails, not retried, and says both; then the same pods, at the same
+    # size, on the same template
     assert r["infeasible_http"] == 422, r
     assert "infeasible" in r["infeasible_detail"] and "Unschedulable" in r["infeasible_detail"], r
     assert "put back" in r["infeasible_detail"], r
+    assert r["infeasible_settled"] and r["infeasible_pod_cpus_kept"], r.get("infeasible_unsettled", r)
 
 
 def test_docker_compose_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> None:

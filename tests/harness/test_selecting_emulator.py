@@ -13,7 +13,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from tests.harness.cluster import REQUESTS_KEPT, _selecting_emulator
+from tests.harness.cluster import REQUESTS_KEPT, _selecting_emulator, install_list_merge
 
 
 @pytest.fixture
@@ -91,3 +91,31 @@ def test_a_spec_change_bumps_the_generation_as_an_api_server_does(core: Any) -> 
     apps.patch_namespaced_deployment("d", "scanflow", {"status": {"observedGeneration": first + 1}})
     apps.patch_namespaced_deployment("d", "scanflow", {"spec": {"replicas": 2}})  # no change: no bump
     assert gen() == first + 1
+
+
+def test_named_lists_merge_by_name_except_in_a_json_merge_patch(core: Any) -> None:
+    """A strategic merge patch merges `containers` and `env` by name; a JSON merge patch replaces the
+    list whole, as on a real server (a rollback sends the old containers that way, and an env entry
+    the old template lacked must go)."""
+    from kmock._internal import dicts
+
+    original = install_list_merge()
+    try:
+        apps = kubernetes.client.AppsV1Api(core.api_client)
+        core.emulator.resources["apps/v1/deployments"] = {}
+        old = [{"name": "c", "image": "a", "env": [{"name": "A", "value": "1"}]}]
+        apps.create_namespaced_deployment("scanflow", {
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "m", "namespace": "scanflow"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "m"}},
+                     "template": {"metadata": {"labels": {"app": "m"}}, "spec": {"containers": old}}}})
+        apps.patch_namespaced_deployment("m", "scanflow", {"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "env": [{"name": "B", "value": "2"}]}]}}}},
+            _content_type="application/strategic-merge-patch+json")
+        read = lambda: apps.api_client.sanitize_for_serialization(
+            apps.read_namespaced_deployment("m", "scanflow").spec.template.spec.containers)
+        assert [(c["name"], c["image"], [e["name"] for e in c["env"]]) for c in read()] == [("c", "a", ["A", "B"])]
+        apps.patch_namespaced_deployment("m", "scanflow", {"spec": {"template": {"spec": {"containers": old}}}},
+                                         _content_type="application/merge-patch+json")
+        assert [(c["name"], [e["name"] for e in c["env"]]) for c in read()] == [("c", ["A"])]
+    finally:
+        dicts.patch_dict = original
