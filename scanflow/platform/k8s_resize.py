@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -40,12 +41,35 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class ResizeLocks:
+    """One lock per service, held by a resize of it in this process. Why: `resize_service` writes the
+    service's size annotation only once its pods took the new size, and `reconcile_resized` resizes
+    pods to that annotation; a reconcile in between asked the freshly resized pods back to the old
+    size (the emulated cluster showed it). So a reconcile skips a service that is being resized."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def of(self, service: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(service, threading.Lock())
+
+
 def resize_service(
     plat: KubernetesPlatform, service: str, resources: Resources, affinity: Affinity | None = None,
     threads: int | None = None,
 ) -> ResourceChange:
     """`KubernetesPlatform.set_resources`: resize in place where the cluster allows it, else roll the
-    pods (maxUnavailable 0)."""
+    pods (maxUnavailable 0); one resize of a service at a time (ResizeLocks)."""
+    with plat.resizing.of(service):
+        return _resize_service(plat, service, resources, affinity, threads)
+
+
+def _resize_service(
+    plat: KubernetesPlatform, service: str, resources: Resources, affinity: Affinity | None,
+    threads: int | None,
+) -> ResourceChange:
     dep = plat._read_deployment(service)
     tmpl = (dep.get("spec") or {}).get("template") or {}
     pod_spec = tmpl.get("spec") or {}
@@ -289,7 +313,18 @@ def reconcile_resized(plat: KubernetesPlatform, service: str) -> list[str]:
     """Resize in place every live pod of `service` whose replica container differs from the size its
     Deployment was resized to (RESIZED_ANNOTATION; none: nothing to do). Returns the pods asked. A pod
     that refuses is logged and asked again on the next call; the kubelet's progress shows in the pod's
-    status (the Executor's GET /services)."""
+    status (the Executor's GET /services). Nothing while a resize of the service is in flight
+    (ResizeLocks): the next call does it."""
+    lock = plat.resizing.of(service)
+    if not lock.acquire(blocking=False):
+        return []
+    try:
+        return _reconcile_resized(plat, service)
+    finally:
+        lock.release()
+
+
+def _reconcile_resized(plat: KubernetesPlatform, service: str) -> list[str]:
     resized = mf.resized_to(plat._read_deployment(service))
     if resized is None:
         return []

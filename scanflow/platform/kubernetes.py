@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -63,7 +62,7 @@ from scanflow.platform.k8s_api import (
     retryable,
 )
 from scanflow.platform.k8s_jobs import run_k8s_job
-from scanflow.platform.k8s_resize import reconcile_resized, resize_service
+from scanflow.platform.k8s_resize import ResizeLocks, reconcile_resized, resize_service
 from scanflow.platform.k8s_resources import normalise, parse_server_version
 from scanflow.spec import Affinity, Job, Resources, Service, parse_memory
 
@@ -126,8 +125,7 @@ class KubernetesPlatform:
         self.backoff_s = backoff_s
         self.ready_timeout_s = ready_timeout_s
         self.resize_timeout_s = resize_timeout_s
-        self._resize_locks: dict[str, threading.Lock] = {}
-        self._resize_locks_guard = threading.Lock()
+        self.resizing = ResizeLocks()  # one resize of a service at a time in this process (k8s_resize)
         self.poll_interval_s = poll_interval_s
         self.sync_template_after_resize = sync_template_after_resize
         self.job_grace_s = job_grace_s  # past timeout_s: activeDeadlineSeconds should have fired first
@@ -391,27 +389,13 @@ class KubernetesPlatform:
         """Resize in place where the cluster allows it, else roll the pods (maxUnavailable 0):
         scanflow.platform.k8s_resize."""
         _ensure_not_on_event_loop("set_resources")
-        with self._resizing(service):
-            return resize_service(self, service, resources, affinity, threads)
+        return resize_service(self, service, resources, affinity, threads)
 
     def reconcile_resized(self, service: str) -> list[str]:
         """Resize pods created since an in-place resize (scale-up, restarts) to the service's size;
-        the pods asked (scanflow.platform.k8s_resize.reconcile_resized). Nothing while a resize of the
-        service is in flight: its size annotation is written only once its pods took the new size, so
-        a reconcile in between would ask them back to the old one (the emulated cluster showed it)."""
+        the pods asked (scanflow.platform.k8s_resize.reconcile_resized)."""
         _ensure_not_on_event_loop("reconcile_resized")
-        lock = self._resizing(service)
-        if not lock.acquire(blocking=False):
-            return []
-        try:
-            return reconcile_resized(self, service)
-        finally:
-            lock.release()
-
-    def _resizing(self, service: str) -> threading.Lock:
-        """The lock a resize of `service` holds in this process (set_resources, reconcile_resized)."""
-        with self._resize_locks_guard:
-            return self._resize_locks.setdefault(service, threading.Lock())
+        return reconcile_resized(self, service)
 
     def route(self, service: str, to: str | None = None) -> ServiceStatus:
         """Point the Service `service` at `to`'s pods (failover), or back at its own when `to` is None."""

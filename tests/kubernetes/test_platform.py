@@ -490,6 +490,6 @@ def test_no_reconcile_while_a_resize_of_the_service_is_in_flight(kmock_server, m
     plat._patch_deployment("digits", {"metadata": {"annotations": {
         "scanflow.io/resized": '{"resources": {"limits": {"cpu": "1", "memory": "512Mi"}, '
                                '"requests": {"cpu": "1", "memory": "512Mi"}}, "threads": 1}'}}})
-    with plat._resizing("digits"):
+    with plat.resizing.of("digits"):
         assert plat.reconcile_resized("digits") == []
     assert plat.reconcile_resized("digits") == ["digits-a"]  # differs from the annotation: asked
