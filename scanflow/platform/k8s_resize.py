@@ -124,6 +124,11 @@ def _resize_service(
                           wanted_resources(desired_res, n_threads if plan.method == "rolling-update" else None))
 
 
+def resize_body(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """Pure: the `pods/resize` patch that takes a pod's replica container from `current` to `desired`."""
+    return {"spec": {"containers": [{"name": mf.REPLICA_CONTAINER, "resources": resources_patch(current, desired)}]}}
+
+
 def resources_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
     """A `resources` patch that turns `current` into `desired`: keys no longer wanted become null."""
     out: dict[str, Any] = {}
@@ -179,8 +184,7 @@ def resize_pods(
     plat: KubernetesPlatform, service: str, current: dict[str, Any], desired: dict[str, Any], notes: list[str]
 ) -> str | None:
     """Patch every pod's `resize` subresource and wait for it; return a reason to fall back, or None."""
-    body = {"spec": {"containers": [{"name": mf.REPLICA_CONTAINER,
-                                     "resources": resources_patch(current, desired)}]}}
+    body = resize_body(current, desired)
     pods = [p for p in plat._pods(service) if not (p.get("metadata") or {}).get("deletionTimestamp")]
     for pod in pods:
         name = pod["metadata"]["name"]
@@ -244,7 +248,7 @@ def _resize_back(plat: KubernetesPlatform, pods: list[dict[str, Any]], desired: 
                      if c.get("name") == mf.REPLICA_CONTAINER), None)
         if mine is None:
             continue
-        body = {"spec": {"containers": [{"name": mf.REPLICA_CONTAINER, "resources": resources_patch(desired, mine)}]}}
+        body = resize_body(desired, mine)
         try:
             plat._call("patch", "pods/resize", plat.core.patch_namespaced_pod_resize, pod["metadata"]["name"],
                        plat.namespace, body, _content_type=STRATEGIC_PATCH)
@@ -338,8 +342,7 @@ def _reconcile_resized(plat: KubernetesPlatform, service: str) -> list[str]:
                           if c.get("name") == mf.REPLICA_CONTAINER), None)
         if container is None or same_resources(container.get("resources") or {}, desired):
             continue
-        body = {"spec": {"containers": [{"name": mf.REPLICA_CONTAINER,
-                                         "resources": resources_patch(container.get("resources") or {}, desired)}]}}
+        body = resize_body(container.get("resources") or {}, desired)
         try:
             plat._call("patch", "pods/resize", plat.core.patch_namespaced_pod_resize, meta["name"], plat.namespace,
                        body, _content_type=STRATEGIC_PATCH)
