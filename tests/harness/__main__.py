@@ -364,6 +364,9 @@ def run_infeasible_resize(cluster: Cluster, executor: str, auth: dict[str, str],
         return pods() == names and template() == hash_ and all(
             p.ready and p.hash == hash_ for p in cluster._owned("Deployment", "digits"))
 
+    # every pod ready first: a rolling update scales down an old pod that is not ready yet (as the
+    # Deployment controller does), and the step would then end on other pods than it began with
+    wait_for(lambda: settled_on(pods(), template()), 180, "digits ready before the infeasible resize")
     before, hash_before = pods(), template()
     cpus_before = sorted(normalise("cpu", limits(n).get("cpu", "0")) for n in before)
     too_big = normalise("cpu", model.NODE_ALLOCATABLE["cpu"]) + 2

@@ -442,15 +442,13 @@ class Cluster:
             for p in old:
                 self._terminate(p)
         elif not (recreate and self._terminating_of(("Deployment", name))):
-            for _ in range(want - len(new)):
+            create, terminate = model.rolling_step(want, spec.get("strategy"), [(p.name, p.ready) for p in new],
+                                                   [(p.name, p.ready) for p in old])
+            for _ in range(create):
                 self._create(("Deployment", name), tmpl, cur, f"{name}-{cur[:8]}-{_suffix()}")
-            ready = sum(p.ready for p in new) + sum(p.ready for p in old)
-            for p in sorted(old, key=lambda p: p.ready):  # maxUnavailable 0: keep `want` ready
-                if not p.ready or ready - 1 >= want:
-                    ready -= p.ready
+            for p in mine:
+                if p.name in terminate:
                     self._terminate(p)
-            for p in sorted(new, key=lambda p: p.ready)[:max(0, len(new) - want)]:
-                self._terminate(p)
         pods = [(p.hash, p.ready) for p in self._owned("Deployment", name)]
         status = model.rollout_status(int(dep["metadata"].get("generation") or 0), want, pods, cur)
         if {k: (dep.get("status") or {}).get(k) for k in status} != status:

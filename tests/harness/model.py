@@ -319,6 +319,42 @@ def pick_target(service: Obj, pods: Iterable[Obj]) -> list[tuple[str, Obj]]:
     return out
 
 
+def _int_or_percent(value: int | str | None, want: int, default: str, round_up: bool) -> int:
+    """maxSurge/maxUnavailable: an integer, or a percentage of the replicas (surge rounds up, unavailable down)."""
+    value = default if value is None else value
+    if isinstance(value, str) and value.endswith("%"):
+        share = want * int(value[:-1]) / 100
+        return int(-(-share // 1)) if round_up else int(share)
+    return int(value)
+
+
+def rolling_step(want: int, strategy: Obj | None, new: list[tuple[str, bool]],
+                 old: list[tuple[str, bool]]) -> tuple[int, list[str]]:
+    """One pass of the Deployment controller's rolling update: how many pods of the current template to
+    create, and which pods ((name, ready) each; `new` on the current template, `old` on earlier ones) to
+    terminate. As the controller does: at most want + maxSurge pods in all; an old pod goes only while at
+    least want - maxUnavailable stay ready, unready old pods first (so with maxUnavailable 0 a rollout
+    whose new pods never become ready keeps every old pod); extra current pods go when scaled down."""
+    rolling = (strategy or {}).get("rollingUpdate") or {}
+    surge = _int_or_percent(rolling.get("maxSurge"), want, "25%", round_up=True)
+    unavailable = _int_or_percent(rolling.get("maxUnavailable"), want, "25%", round_up=False)
+    if surge == 0 and unavailable == 0:
+        unavailable = 1  # what the API server's validation leaves possible
+    create = max(0, min(want, want + surge - len(old)) - len(new)) if old else max(0, want - len(new))
+    total, min_available = len(new) + len(old) + create, want - unavailable
+    new_unready = sum(not r for _, r in new) + create
+    terminate: list[str] = []
+    scale_down = total - min_available - new_unready
+    if scale_down > 0:
+        terminate += [name for name, ready in old if not ready][:scale_down]  # they cost no availability
+        ready = sum(r for _, r in new) + sum(r for _, r in old)
+        terminate += [name for name, r in old if r][:max(0, ready - min_available)]
+    extra = len(new) - want
+    for name, _ in sorted(new, key=lambda p: p[1])[:max(0, extra)]:
+        terminate.append(name)
+    return create, terminate
+
+
 def rollout_status(generation: int, want: int, pods: Iterable[tuple[str, bool]], current: str) -> Obj:
     """A Deployment's status from its pods ((template hash, ready) each) and the current template's hash."""
     pods = list(pods)

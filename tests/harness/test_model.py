@@ -190,3 +190,27 @@ def test_a_service_port_named_by_a_sidecar_resolves_on_the_pod() -> None:
     assert model.pod_port([mlflow, proxy], 5001) == 5001
     with pytest.raises(model.ResolveError):
         model.pod_port([mlflow, proxy], "grpc")
+
+
+def test_rolling_step_keeps_every_old_pod_while_the_new_one_is_not_ready() -> None:
+    strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    # a rollout starts: one pod more, nothing goes
+    assert model.rolling_step(2, strategy, [], [("a", True), ("b", True)]) == (1, [])
+    # the new pod never becomes ready (unschedulable): an old pod still starting is kept too
+    assert model.rolling_step(2, strategy, [("n", False)], [("a", True), ("b", False)]) == (0, [])
+    # ready: one old pod goes, the unready one first
+    assert model.rolling_step(2, strategy, [("n", True)], [("a", True), ("b", False)]) == (0, ["b"])
+    assert model.rolling_step(2, strategy, [("n", True)], [("a", True), ("b", True)]) == (0, ["a"])
+    # put back (the old template current again): the unplaceable pod goes once the others are ready
+    assert model.rolling_step(2, strategy, [("a", True), ("b", False)], [("n", False)]) == (0, [])
+    assert model.rolling_step(2, strategy, [("a", True), ("b", True)], [("n", False)]) == (0, ["n"])
+    # no rollout: scale up and down
+    assert model.rolling_step(3, strategy, [("a", True)], []) == (2, [])
+    assert model.rolling_step(1, strategy, [("a", True), ("b", False)], []) == (0, ["b"])
+
+
+def test_rolling_step_defaults_and_percentages() -> None:
+    # the defaults (25 % each): 4 replicas surge by 1 and may lose 1 ready pod
+    assert model.rolling_step(4, None, [], [(c, True) for c in "abcd"]) == (1, ["a"])
+    assert model.rolling_step(4, {"rollingUpdate": {"maxSurge": "50%", "maxUnavailable": 0}}, [],
+                              [(c, True) for c in "abcd"]) == (2, [])
