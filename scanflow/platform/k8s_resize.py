@@ -305,6 +305,45 @@ def _roll_back_if_unschedulable(plat: KubernetesPlatform, service: str, dep: dic
         + "; ".join(n for n in notes if n), retryable=False) from exc
 
 
+THREAD_ENV = ("SCANFLOW_THREADS", "OMP_NUM_THREADS")
+
+
+def apply_after_resize(manifest: dict[str, Any], existing: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
+    """Pure: the Deployment `manifest` a (re)deploy applies, reconciled with an in-place resize of the
+    running one (RESIZED_ANNOTATION). Returns (manifest to apply, whether the annotation must go).
+
+    When the manifest asks for the size the pods were resized to (a restarted Executor adopts that
+    size), its replica container keeps the running template's resources and thread env: the template
+    is unchanged, so the apply starts no rollout that would replace the pods just resized, and the
+    annotation keeps resizing pods started later. When it asks for another size, the template will
+    say what the pods run and the annotation must go (else pods started later would be resized back
+    to the stale size)."""
+    resized = mf.resized_to(existing) if existing is not None else None
+    if resized is None:
+        return manifest, False
+    desired, threads = resized
+
+    def replica(dep: dict[str, Any]) -> dict[str, Any] | None:
+        containers = (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+        return next((c for c in containers if c.get("name") == mf.REPLICA_CONTAINER), None)
+
+    new, old = replica(manifest), replica(existing or {})
+    if new is None or old is None:
+        return manifest, True
+    env = {e.get("name"): e.get("value") for e in new.get("env") or []}
+    same_threads = threads is None or env.get("SCANFLOW_THREADS") == str(threads)
+    if not (same_resources(new.get("resources") or {}, desired) and same_threads):
+        return manifest, True
+    old_env = {e.get("name"): e.get("value") for e in old.get("env") or []}
+    kept = json.loads(json.dumps(manifest))  # a copy: the caller's manifest stays as built
+    container = replica(kept)
+    assert container is not None
+    container["resources"] = old.get("resources") or {}
+    container["env"] = [{**e, "value": old_env[e["name"]]} if e.get("name") in THREAD_ENV and e.get("name") in old_env
+                        else e for e in container.get("env") or []]
+    return kept, False
+
+
 def same_resources(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Pure: two container `resources` blocks ask the same (quantities compared by value: "1" == "1000m")."""
     def values(res: dict[str, Any]) -> dict[tuple[str, str], float]:

@@ -62,7 +62,7 @@ from scanflow.platform.k8s_api import (
     retryable,
 )
 from scanflow.platform.k8s_jobs import run_k8s_job
-from scanflow.platform.k8s_resize import ResizeLocks, reconcile_resized, resize_service
+from scanflow.platform.k8s_resize import ResizeLocks, apply_after_resize, reconcile_resized, resize_service
 from scanflow.platform.k8s_resources import normalise, parse_server_version
 from scanflow.spec import Affinity, Job, Resources, Service, parse_memory
 
@@ -292,6 +292,9 @@ class KubernetesPlatform:
                             tracking_uri=self.tracking_uri, tracker_url=self.tracker_url)
         svc = mf.k8s_service(service, namespace=self.namespace, workflow=self.workflow)
         notes: list[str] = []
+        dep, stale_resize = apply_after_resize(dep, existing)
+        if stale_resize:  # first: the reconcile must not resize the new pods back to the old size
+            self._patch_deployment(service.name, {"metadata": {"annotations": {mf.RESIZED_ANNOTATION: None}}})
         if existing is not None and self._hpa_for(service.name) is not None:
             dep["spec"].pop("replicas")
             notes.append("an HPA targets this Deployment: replicas left to it")

@@ -7,6 +7,7 @@ that a real API server needs; strategic-merge semantics are asserted on the requ
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -161,6 +162,14 @@ def test_resize_in_place_leaves_the_template_and_resizes_pods_started_later(kmoc
     assert any("no rollout" in n for n in change.notes), change.notes
     # what runs is the resized size: a restarted Executor adopts it, not the template's
     assert plat.services()["digits"].resources == Resources(cpu=1, memory="768Mi")
+    # a restarted Executor applies what it adopted: the template stays as it was (a rollout would replace
+    # the pods just resized, and pods started later are resized by the annotation, which stays)
+    from scanflow.platform.adoption import adopt_running
+
+    plat.deploy(adopt_running(PRIMARY, plat.services()["digits"]))
+    dep = stored(kmock_server, "apps/v1/deployments", "digits")
+    assert dep["spec"]["template"] == template_before
+    assert json.loads(dep["metadata"]["annotations"]["scanflow.io/resized"])["resources"]["limits"]["cpu"] == "1"
 
     # a pod started later (a scale-up, a restart) comes from the template: the reconcile resizes it, only it
     add_pod(plat, "digits-c", "digits")
@@ -173,6 +182,18 @@ def test_resize_in_place_leaves_the_template_and_resizes_pods_started_later(kmoc
     plat.deploy(BACKUP)
     add_pod(plat, "digits-backup-a", "digits-backup")
     assert plat.reconcile_resized("digits-backup") == []  # never resized: its template stands
+
+    # a deploy asking for another size: the template says it, and the annotation goes first (else pods
+    # of the rollout would be resized back to the old in-place size)
+    kmock_server.mark()
+    plat.deploy(adopt_running(PRIMARY, plat.services()["digits"]).model_copy(
+        update={"resources": Resources(cpu=0.5, memory="768Mi")}))
+    dep = stored(kmock_server, "apps/v1/deployments", "digits")
+    assert "scanflow.io/resized" not in (dep["metadata"].get("annotations") or {})
+    assert dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "500m"
+    patches = [r for r in kmock_server.requests() if r.url.path == f"{DEP}/digits" and r.method.value == "PATCH"]
+    assert patches[0].data == {"metadata": {"annotations": {"scanflow.io/resized": None}}}, [r.data for r in patches]
+    plat.set_resources("digits", Resources(cpu=1, memory="768Mi"))  # in place again
 
     # a rolling update writes the template, and the annotation goes: the template says it again
     plat.set_resources("digits", Resources(cpu=2, memory="768Mi"), Affinity(policy="pinned"))
