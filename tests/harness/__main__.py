@@ -8,7 +8,9 @@ Scenarios, in order, on one install: `wired` (MLflow, PostgreSQL, the bootstrap 
 the gateway come up from the rendered manifests; the Executor creates `digits` and `digits-backup`
 through the API; a prediction through the gateway's Service reaches the Tracker), then `s4` (the
 primary's containers crash -> the Checker sees it -> the Planner routes -> the Executor patches the
-`digits` Service's selector; failed requests through the gateway's Service counted).
+`digits` Service's selector; failed requests through the gateway's Service counted), `s1` (drift ->
+retrain Job -> promotion -> the replicas roll), `resize` (in place, a scale-up after it, then one beyond
+the node) and `upgrade` (an image bump rolls every replica, under load; tests/harness/upgrade.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import yaml
 from scanflow.deploy_secrets import env_name, generate, mlflow_password_key, token_key
 
 from .cluster import ROOT, Cluster
+from .upgrade import run_upgrade
+from .waiting import deployment_ready, svc, wait_for
 
 NS = "scanflow"
 
@@ -49,19 +53,6 @@ def render(overlay: str, workdir: Path) -> list[dict[str, Any]]:
     out = subprocess.run(["kubectl", "kustomize", str(root / "overlays" / overlay)], capture_output=True,
                          text=True, timeout=120, check=True).stdout
     return [d for d in yaml.safe_load_all(out) if d]
-
-
-def wait_for(cond: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            got = cond()
-        except Exception:  # noqa: BLE001  # not up yet
-            got = None
-        if got:
-            return got
-        time.sleep(interval_s)
-    raise TimeoutError(f"{what}: not within {timeout_s:.0f}s")
 
 
 def operator_of(docs: list[dict[str, Any]]) -> tuple[str, str]:
@@ -128,6 +119,9 @@ def main() -> int:
         if "resize" in args.scenarios and args.overlay != "compose":
             run_resize(cluster, token, result)
             result["phases"]["resize"] = round(time.monotonic() - t0, 1)
+        if "upgrade" in args.scenarios and args.overlay != "compose":
+            run_upgrade(cluster, gateway, token, result)
+            result["phases"]["upgrade"] = round(time.monotonic() - t0, 1)
         result["ok"] = True
     except Exception as exc:  # noqa: BLE001  # the result says what failed; the logs say why
         result["error"] = f"{type(exc).__name__}: {exc}"
@@ -141,13 +135,6 @@ def main() -> int:
     return 0 if result["ok"] else 1
 
 
-def svc(cluster: Cluster, name: str, port: int = 8080) -> str:
-    return f"http://{cluster.service_ip(name)}:{port}"
-
-
-def deployment_ready(cluster: Cluster, name: str) -> bool:
-    dep = cluster.get("apps/v1", "Deployment", name)
-    return bool(dep) and int((dep.get("status") or {}).get("readyReplicas") or 0) >= int(dep["spec"].get("replicas", 1))
 
 
 def run_wired(cluster: Cluster, token: str, result: dict[str, Any], timeout_s: float) -> None:

@@ -23,8 +23,9 @@ from tests.harness.cluster import REPLACED, reap
 ROOT = Path(__file__).resolve().parents[2]
 # one install, wired + S4 + S1, on 2 shared cores: measured 340 s (dev) and 476 s (compose) at load ~12
 # the dev overlay's run: ~5 min quiet and up to 16 min at load ~5 before the infeasible resize, which
-# adds ~3 min (it waits out the rollout) and up to 2 min for the emulation to settle after it
-RUN_TIMEOUT_S = 1800
+# adds ~3 min (it waits out the rollout) and up to 2 min for the emulation to settle after it; the
+# image bump ~2 min more (the Executor restarts, then each pod rolls in turn)
+RUN_TIMEOUT_S = 2100
 pytestmark = pytest.mark.timeout(RUN_TIMEOUT_S + 120)  # the suite's 300 s default is for unit tests
 
 
@@ -86,7 +87,7 @@ def assert_s1_and_s4(r: dict) -> None:
 
 
 def test_dev_overlay_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> None:
-    r = run_harness(tmp_path, "dev", "wired,s4,s1,resize")
+    r = run_harness(tmp_path, "dev", "wired,s4,s1,resize,upgrade")
     # wired: the Executor created and owns the replicas, with the image of its own pod
     assert r["digits_managed_by"] == "scanflow-executor"
     assert r["digits_image"].startswith("scanflow")
@@ -116,6 +117,16 @@ def test_dev_overlay_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> None
     assert "infeasible" in r["infeasible_detail"] and "Unschedulable" in r["infeasible_detail"], r
     assert "put back" in r["infeasible_detail"], r
     assert r["infeasible_settled"] and r["infeasible_pod_cpus_kept"], r.get("infeasible_unsettled", r)
+    # an image bump in configuration (the Executor's own image): under load through the gateway, every
+    # replica of every service the Executor owns rolls onto it, 0 failed requests, replicas and resources
+    # kept by the adoption, each roll a decision of the `execute-upgrade` strategy that says what it did
+    assert r["upgrade_services"] == ["digits", "digits-backup"], r
+    assert r["upgrade_requests"] > 40 and r["upgrade_failed"] == 0, r["upgrade_failed_samples"]
+    assert all(all(kept.values()) for kept in r["upgrade_kept"].values()), r["upgrade_kept"]
+    # digits was resized in place above: the template kept its size, the rollout's pods were resized to it
+    assert r["upgrade_resized_services"] == ["digits"] and r["upgrade_pods_at_resized_size"], r
+    assert {o["result"]["service"] for o in r["upgrade_outcomes"] if o.get("status") == "ok"
+            and (o.get("result") or {}).get("to") == r["upgrade_image"]} == set(r["upgrade_services"]), r
 
 
 def test_docker_compose_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> None:
