@@ -33,6 +33,7 @@ import yaml
 from scanflow.deploy_secrets import env_name, generate, mlflow_password_key, token_key
 
 from .cluster import ROOT, Cluster
+from .policy_scenario import run_netpol
 from .upgrade import run_upgrade
 from .waiting import deployment_ready, svc, wait_for
 
@@ -52,7 +53,20 @@ def render(overlay: str, workdir: Path) -> list[dict[str, Any]]:
         subprocess.run(["sh", str(root / "overlays/dev/gen-secrets.sh")], check=True, capture_output=True, env=env)
     out = subprocess.run(["kubectl", "kustomize", str(root / "overlays" / overlay)], capture_output=True,
                          text=True, timeout=120, check=True).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    if not any(d["kind"] == "Secret" and d["metadata"]["name"] == "scanflow-secrets" for d in docs):
+        docs.insert(0, out_of_band_secret())  # prod: created out of band, as its kustomization says
+    return docs
+
+
+def out_of_band_secret() -> dict[str, Any]:
+    """`kubectl create secret generic scanflow-secrets --from-env-file=...` of fresh values (the prod
+    overlay's instructions: scanflow.deploy_secrets)."""
+    import base64
+
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "scanflow-secrets", "namespace": NS},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in generate().items()}}
 
 
 def operator_of(docs: list[dict[str, Any]]) -> tuple[str, str]:
@@ -119,6 +133,8 @@ def main() -> int:
         if "resize" in args.scenarios and args.overlay != "compose":
             run_resize(cluster, token, result)
             result["phases"]["resize"] = round(time.monotonic() - t0, 1)
+        if "netpol" in args.scenarios:
+            run_netpol(cluster, result)
         if "upgrade" in args.scenarios and args.overlay != "compose":
             run_upgrade(cluster, gateway, token, result)
             result["phases"]["upgrade"] = round(time.monotonic() - t0, 1)

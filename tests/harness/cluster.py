@@ -16,6 +16,8 @@ pair, so the host's network and /etc/hosts are untouched and everything vanishes
 - kube-proxy: every Service gets its own address (10.96.0.0/16) and a TCP forwarder per port to the
   ready pods its selector matches at the moment a connection is accepted (a selector patch, S4's
   failover, takes effect for the next connection as on a cluster).
+- NetworkPolicies (ingress): enforced by iptables in each pod's network namespace and by the
+  kube-proxy for Service addresses (netpolicy.py).
 - API server: kmock, with list calls filtered by their `labelSelector` (`=`, `!=`, `in`, `notin`,
   exists, `!`; model.parse_label_selector), which kmock alone ignores. Field selectors are not honoured.
 - DNS: a private /etc/hosts in the pods' root with name, name.ns, name.ns.svc, name.ns.svc.cluster.local.
@@ -45,7 +47,7 @@ from typing import Any
 
 import httpx
 
-from . import model
+from . import model, netpolicy
 
 log = logging.getLogger("harness")
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,6 +230,9 @@ class Cluster:
         self._services: dict[str, dict[str, Any]] = {}
         self._api_pods: list[dict[str, Any]] = []
         self.events: list[str] = []
+        self.policies: list[dict[str, Any]] = []  # the NetworkPolicies in force (netpolicy.py)
+        self._firewalls: dict[str, str] = {}  # pod -> the iptables rules its namespace has now
+        self.policy_drops: list[str] = []  # Service connections the policies refused: "src -> service:port"
 
     # -- setup ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -816,11 +821,39 @@ class Cluster:
                 services = {s["metadata"]["name"]: s for s in self.list("v1", "Service")}
                 self._api_pods = self.list("v1", "Pod")
                 self._services = services
+                self.policies = self.list("networking.k8s.io/v1", "NetworkPolicy")
+                self._enforce()
                 fut = asyncio.run_coroutine_threadsafe(self._listen(services), self._proxy_loop)
                 fut.result(30)
             except Exception as exc:  # noqa: BLE001
                 log.warning("kube-proxy: %s: %s", type(exc).__name__, exc)
             self._stop.wait(0.25)
+
+    def _enforce(self) -> None:
+        """Each pod's namespace filters new connections as the NetworkPolicies say (netpolicy.py);
+        rewritten only for pods whose rules changed (a pod came or went, a policy changed)."""
+        with self._lock:
+            pods = [p for p in self.pods.values() if p.spec.get("_netns") and not p.done]
+        sources = [(p.ip, p.labels) for p in pods]
+        for pod in pods:
+            rules = netpolicy.iptables_rules(pod.labels, netpolicy.container_ports(pod.spec), sources,
+                                             self.policies, self.namespace, GATEWAY)
+            if self._firewalls.get(pod.name, netpolicy.iptables_rules({}, (), (), [], "", "")) == rules:
+                continue
+            r = subprocess.run(["nsenter", f"--net=/run/netns/{pod.spec['_netns']}", "iptables-restore"],
+                               input=rules.encode(), capture_output=True, timeout=30, check=False)
+            if r.returncode == 0:
+                self._firewalls[pod.name] = rules
+            elif not pod.terminating:
+                log.warning("network policy of pod %s: %s", pod.name, r.stderr.decode(errors="replace")[-300:])
+        live = {p.name for p in pods}
+        for name in [n for n in self._firewalls if n not in live]:
+            self._firewalls.pop(name)
+
+    def _client_labels(self, ip: str | None) -> dict[str, str] | None:
+        """The labels of the pod a connection comes from; None for the node (probes, the test's calls)."""
+        with self._lock:
+            return next((dict(p.labels) for p in self.pods.values() if p.ip == ip), None)
 
     def service_ip(self, name: str) -> str:
         return self.svc_ips.get(name)
@@ -873,14 +906,28 @@ class Cluster:
         svc = self._services.get(name)
         targets = model.pick_target(svc, self._api_pods) if svc else []
         random.shuffle(targets)
-        upstream = None
+        client = self._client_labels((writer.get_extra_info("peername") or [None])[0])
+        upstream, refused = None, False
         for ip, pod in targets:
             try:
                 cport = model.pod_port(pod["spec"]["containers"] or [{}], port.get("targetPort", port["port"]))
+                if client is not None and not netpolicy.admitted(
+                        self.policies, client, (pod.get("metadata") or {}).get("labels") or {}, cport, self.namespace):
+                    refused = True
+                    continue
                 upstream = await asyncio.wait_for(asyncio.open_connection(ip, cport), 2)
                 break
             except (TimeoutError, OSError, model.ResolveError):
                 continue
+        if upstream is None and refused:  # dropped by a policy: no answer until the client gives up
+            src = (client or {}).get("app.kubernetes.io/name") or (client or {}).get("scanflow.io/service")
+            self.policy_drops.append(f"{src} -> {name}:{port['port']}")
+            try:
+                await asyncio.wait_for(reader.read(), 120)
+            except (TimeoutError, OSError):
+                pass
+            writer.close()
+            return
         if upstream is None:
             writer.close()  # no endpoint: the connection is refused, as on a cluster
             return

@@ -1,6 +1,6 @@
-"""The dev overlay on the emulated cluster (tests/harness/cluster.py): every container started with the
-env and args the rendered manifests give it, Service names resolved to their own addresses, the
-Executor driving KubernetesPlatform through kmock. An emulation: it catches wiring, it is no cluster.
+"""The dev and prod overlays and docker-compose.yml on the emulated cluster (tests/harness/cluster.py):
+every container started with the env and args the rendered manifests give it, Service names resolved
+to their own addresses, the Executor driving KubernetesPlatform through kmock. An emulation: it catches wiring, it is no cluster.
 
 The harness runs in `unshare -m -n` (a private mount and network namespace): the host's network and
 /etc/hosts are never touched, and everything it made vanishes with it.
@@ -60,6 +60,8 @@ def run_harness(tmp_path: Path, overlay: str, scenarios: str) -> dict:
     tool = "docker-compose" if overlay == "compose" else "kubectl"
     if shutil.which(tool) is None:
         pytest.skip(f"{tool} not installed (`make sysdeps` installs docker-compose)")
+    if overlay == "prod" and shutil.which("iptables-restore") is None:
+        pytest.skip("iptables-restore not installed: the NetworkPolicies cannot be enforced")
     workdir = tmp_path / "cluster"
     out = tmp_path / "result.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -134,3 +136,23 @@ def test_docker_compose_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> N
     assert r["peers"]["executor"] == ["checker", "planner", "tracker"]
     assert r["tracker_received"]
     assert_s1_and_s4(r)
+
+
+def test_prod_overlay_with_network_policies_enforced_runs_s4_and_s1(tmp_path: Path) -> None:
+    """The prod overlay as rendered (the Secret created out of band, the agents' stores on PostgreSQL
+    as their own roles, two gateways), with its NetworkPolicies enforced between the pods
+    (tests/harness/netpolicy.py): the loop comes up, fails over and retrains with every edge it needs,
+    and connections no component needs get no answer."""
+    r = run_harness(tmp_path, "prod", "wired,s4,s1,netpol")
+    assert r["digits_managed_by"] == "scanflow-executor" and r["tracker_received"]
+    assert r["gateway_replicas"] == [f"http://{ip}:8080" for ip in r["digits_pod_ips"]], r
+    assert_s1_and_s4(r)
+    # enforced, not only declared: every pod a policy selects has its filter, and the probes agree
+    assert {"digits", "digits-gateway", "mlflow", "postgres", "tracker"} <= {
+        name.rsplit("-", 2)[0] if name != "postgres-0" else "postgres" for name in r["netpol_firewalled_pods"]}, r
+    wrong = [e for e in r["netpol_edges"] if e["connected"] != e["want"]]
+    assert not wrong, wrong
+    # through a Service address, the policies refused only those probes: the loop itself never hit one
+    # (a refused call hangs to its client's timeout)
+    assert sorted(r["policy_drops"]) == ["digits -> postgres:5432", "digits-gateway -> mlflow:5000",
+                                         "digits-gateway -> postgres:5432"], r["policy_drops"]
