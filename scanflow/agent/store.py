@@ -53,6 +53,7 @@ from scanflow.agent.store_schema import (
     kv,
     make_engine,
     metadata,
+    wait_for_server,
 )
 from scanflow.agent.types import Event
 from scanflow.sqlschema import create_tables
@@ -81,6 +82,8 @@ class Store:
             # /tmp/scanflow/<agent>.db) has no directory yet: SQLite cannot create it, and the agent
             # would crash-loop on "unable to open database file"
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+        else:
+            wait_for_server(self.engine)  # a server starting beside this agent (store_schema.SERVER_WAIT_S)
         self._write = threading.Lock()
         self._owner = OwnerLock(self.engine, path)
         create_tables(metadata, self.engine)

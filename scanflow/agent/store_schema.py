@@ -9,11 +9,13 @@ the tables directly.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from scanflow.agent.inbox import EventRow
 from scanflow.agent.types import Event
@@ -159,6 +161,35 @@ def make_engine(url: str) -> Engine:
 
         return engine
     return sa.create_engine(url, pool_pre_ping=True)
+
+
+log = logging.getLogger(__name__)
+
+# how long an agent waits at start for its database server: on Kubernetes the agents and PostgreSQL
+# start together, and an agent that exits at once is restarted with a growing back-off (10 s, 20 s,
+# 40 s, ...) long after the server is up
+SERVER_WAIT_S = 120.0
+
+
+def wait_for_server(engine: Engine, wait_s: float = SERVER_WAIT_S) -> None:
+    """Connect once, retrying a refused or dropped connection with backoff (at most 5 s apart) for up
+    to `wait_s`; then the last error is raised. File-backed SQLite needs no server: returns at once.
+    Each retry is logged with the URL's password hidden and the driver's first line only."""
+    if engine.url.get_backend_name() == "sqlite":
+        return
+    where = engine.url.render_as_string(hide_password=True)
+
+    def say(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        first = str(getattr(exc, "orig", exc)).strip().splitlines()[:1]
+        log.warning("database server at %s not reachable yet (%s); waiting up to %.0f s in all", where,
+                    first[0] if first else type(exc).__name__, wait_s)
+
+    for attempt in Retrying(retry=retry_if_exception_type(sa.exc.OperationalError), reraise=True,
+                            stop=stop_after_delay(wait_s), wait=wait_exponential(multiplier=0.5, max=5),
+                            before_sleep=say):
+        with attempt, engine.connect():
+            pass
 
 
 def action_record(r: Any) -> ActionRecord:
