@@ -308,20 +308,25 @@ def _roll_back_if_unschedulable(plat: KubernetesPlatform, service: str, dep: dic
 THREAD_ENV = ("SCANFLOW_THREADS", "OMP_NUM_THREADS")
 
 
-def apply_after_resize(manifest: dict[str, Any], existing: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
+def apply_after_resize(manifest: dict[str, Any], existing: dict[str, Any] | None
+                       ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Pure: the Deployment `manifest` a (re)deploy applies, reconciled with an in-place resize of the
-    running one (RESIZED_ANNOTATION). Returns (manifest to apply, whether the annotation must go).
+    running one (RESIZED_ANNOTATION). Returns (manifest to apply, the annotations patch to make
+    first, or None when the annotation stays as it is).
 
-    When the manifest asks for the size the pods were resized to (a restarted Executor adopts that
-    size), its replica container keeps the running template's resources and thread env: the template
-    is unchanged, so the apply starts no rollout that would replace the pods just resized, and the
-    annotation keeps resizing pods started later. When it asks for another size, the template will
-    say what the pods run and the annotation must go (else pods started later would be resized back
-    to the stale size)."""
+    - The manifest asks for the size the pods were resized to (a restarted Executor adopts that size):
+      its replica container keeps the running template's resources and thread env, so the apply
+      changes nothing and starts no rollout that would replace the pods just resized; the annotation
+      goes on resizing pods started later.
+    - It asks for the template's own size: the template stays, so no rollout replaces the resized
+      pods either; the annotation now names that size, and the reconcile resizes the pods to it in place.
+    - It asks for another size: the template changes (a rollout) and says what the new pods run; the
+      annotation goes, else they would be resized back to the stale size."""
     resized = mf.resized_to(existing) if existing is not None else None
     if resized is None:
-        return manifest, False
+        return manifest, None
     desired, threads = resized
+    drop = {mf.RESIZED_ANNOTATION: None}
 
     def replica(dep: dict[str, Any]) -> dict[str, Any] | None:
         containers = (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
@@ -329,19 +334,23 @@ def apply_after_resize(manifest: dict[str, Any], existing: dict[str, Any] | None
 
     new, old = replica(manifest), replica(existing or {})
     if new is None or old is None:
-        return manifest, True
+        return manifest, drop
     env = {e.get("name"): e.get("value") for e in new.get("env") or []}
-    same_threads = threads is None or env.get("SCANFLOW_THREADS") == str(threads)
-    if not (same_resources(new.get("resources") or {}, desired) and same_threads):
-        return manifest, True
-    old_env = {e.get("name"): e.get("value") for e in old.get("env") or []}
-    kept = json.loads(json.dumps(manifest))  # a copy: the caller's manifest stays as built
-    container = replica(kept)
-    assert container is not None
-    container["resources"] = old.get("resources") or {}
-    container["env"] = [{**e, "value": old_env[e["name"]]} if e.get("name") in THREAD_ENV and e.get("name") in old_env
-                        else e for e in container.get("env") or []]
-    return kept, False
+    new_res = new.get("resources") or {}
+    if same_resources(new_res, desired) and (threads is None or env.get("SCANFLOW_THREADS") == str(threads)):
+        old_env = {e.get("name"): e.get("value") for e in old.get("env") or []}
+        kept = json.loads(json.dumps(manifest))  # a copy: the caller's manifest stays as built
+        container = replica(kept)
+        assert container is not None
+        container["resources"] = old.get("resources") or {}
+        container["env"] = [{**e, "value": old_env[e["name"]]} if e.get("name") in THREAD_ENV
+                            and e.get("name") in old_env else e for e in container.get("env") or []]
+        return kept, None
+    if same_resources(new_res, old.get("resources") or {}):
+        n_threads = str(env.get("SCANFLOW_THREADS"))
+        return manifest, {mf.RESIZED_ANNOTATION: json.dumps(
+            {"resources": new_res, "threads": int(n_threads) if n_threads.isdigit() else None}, sort_keys=True)}
+    return manifest, drop
 
 
 def same_resources(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -292,14 +292,15 @@ class KubernetesPlatform:
                             tracking_uri=self.tracking_uri, tracker_url=self.tracker_url)
         svc = mf.k8s_service(service, namespace=self.namespace, workflow=self.workflow)
         notes: list[str] = []
-        dep, stale_resize = apply_after_resize(dep, existing)
-        if stale_resize:  # first: the reconcile must not resize the new pods back to the old size
-            self._patch_deployment(service.name, {"metadata": {"annotations": {mf.RESIZED_ANNOTATION: None}}})
+        dep, resized = apply_after_resize(dep, existing)
         if existing is not None and self._hpa_for(service.name) is not None:
             dep["spec"].pop("replicas")
             notes.append("an HPA targets this Deployment: replicas left to it")
-        self._apply("deployments", self.apps.patch_namespaced_deployment, self.apps.create_namespaced_deployment,
-                    service.name, dep)
+        with self.resizing.of(service.name):  # no reconcile between the annotation and the template
+            if resized is not None:  # first: the reconcile must not resize new pods to a stale size
+                self._patch_deployment(service.name, {"metadata": {"annotations": resized}})
+            self._apply("deployments", self.apps.patch_namespaced_deployment,
+                        self.apps.create_namespaced_deployment, service.name, dep)
         if self._read_or_none("services", self.core.read_namespaced_service, service.name) is not None:
             svc["spec"].pop("selector")  # a failover route (selector on the backup) outlives restarts
             svc["metadata"].pop("annotations")

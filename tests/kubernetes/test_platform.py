@@ -193,6 +193,17 @@ def test_resize_in_place_leaves_the_template_and_resizes_pods_started_later(kmoc
     assert dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "500m"
     patches = [r for r in kmock_server.requests() if r.url.path == f"{DEP}/digits" and r.method.value == "PATCH"]
     assert patches[0].data == {"metadata": {"annotations": {"scanflow.io/resized": None}}}, [r.data for r in patches]
+    # resized in place again, then a deploy asking the template's own size: no template change (no
+    # rollout), so the running pods are brought back to it in place, by the annotation naming it now
+    plat.set_resources("digits", Resources(cpu=1, memory="768Mi"))
+    template_before = stored(kmock_server, "apps/v1/deployments", "digits")["spec"]["template"]
+    plat.deploy(adopt_running(PRIMARY, plat.services()["digits"]).model_copy(
+        update={"resources": Resources(cpu=0.5, memory="768Mi")}))
+    dep = stored(kmock_server, "apps/v1/deployments", "digits")
+    assert dep["spec"]["template"] == template_before
+    assert json.loads(dep["metadata"]["annotations"]["scanflow.io/resized"])["resources"]["limits"]["cpu"] == "500m"
+    assert plat.services()["digits"].resources == Resources(cpu=0.5, memory="768Mi")
+    assert sorted(plat.reconcile_resized("digits")) == ["digits-a", "digits-b", "digits-c"]
     plat.set_resources("digits", Resources(cpu=1, memory="768Mi"))  # in place again
 
     # a rolling update writes the template, and the annotation goes: the template says it again
