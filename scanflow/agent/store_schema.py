@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from scanflow.agent.inbox import EventRow
 from scanflow.agent.types import Event
@@ -160,7 +160,10 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return sa.create_engine(url, pool_pre_ping=True)
+    # a connect to a server behind a dropping firewall would otherwise hang for the kernel's SYN
+    # retries (~2 min) on every attempt; 10 s is ample for a server that answers at all
+    args = {"connect_timeout": CONNECT_TIMEOUT_S} if url.startswith("postgresql") else {}
+    return sa.create_engine(url, pool_pre_ping=True, connect_args=args)
 
 
 log = logging.getLogger(__name__)
@@ -169,11 +172,19 @@ log = logging.getLogger(__name__)
 # start together, and an agent that exits at once is restarted with a growing back-off (10 s, 20 s,
 # 40 s, ...) long after the server is up
 SERVER_WAIT_S = 120.0
+CONNECT_TIMEOUT_S = 10  # one connection attempt to a PostgreSQL server (psycopg2's connect_timeout)
+# refusals that waiting does not cure: wrong credentials, a role or database that does not exist
+_PERMANENT = ("authentication failed", "does not exist", "no pg_hba.conf entry")
+
+
+def _server_not_up(exc: BaseException) -> bool:
+    return isinstance(exc, sa.exc.OperationalError) and not any(p in str(exc) for p in _PERMANENT)
 
 
 def wait_for_server(engine: Engine, wait_s: float = SERVER_WAIT_S) -> None:
     """Connect once, retrying a refused or dropped connection with backoff (at most 5 s apart) for up
-    to `wait_s`; then the last error is raised. File-backed SQLite needs no server: returns at once.
+    to `wait_s` (each attempt bounded by CONNECT_TIMEOUT_S); then the last error is raised, as is at
+    once a refusal waiting cannot cure (credentials, a missing role or database). File-backed SQLite needs no server: returns at once.
     Each retry is logged with the URL's password hidden and the driver's first line only."""
     if engine.url.get_backend_name() == "sqlite":
         return
@@ -185,7 +196,7 @@ def wait_for_server(engine: Engine, wait_s: float = SERVER_WAIT_S) -> None:
         log.warning("database server at %s not reachable yet (%s); waiting up to %.0f s in all", where,
                     first[0] if first else type(exc).__name__, wait_s)
 
-    for attempt in Retrying(retry=retry_if_exception_type(sa.exc.OperationalError), reraise=True,
+    for attempt in Retrying(retry=retry_if_exception(_server_not_up), reraise=True,
                             stop=stop_after_delay(wait_s), wait=wait_exponential(multiplier=0.5, max=5),
                             before_sleep=say):
         with attempt, engine.connect():

@@ -90,3 +90,13 @@ def test_a_server_that_never_comes_is_an_error_after_the_wait() -> None:
     with pytest.raises(sa.exc.OperationalError):
         wait_for_server(engine, wait_s=1.5)
     assert 1.5 <= time.monotonic() - t0 < 30  # it waited, then gave up (bounded by one backoff step)
+
+
+def test_a_refusal_waiting_cannot_cure_is_an_error_at_once(pg_server: str) -> None:
+    from scanflow.agent.store_schema import make_engine
+
+    engine = make_engine(f"{pg_server}/no_such_database")
+    t0 = time.monotonic()
+    with pytest.raises(sa.exc.OperationalError, match="does not exist"):
+        wait_for_server(engine, wait_s=60)
+    assert time.monotonic() - t0 < 30  # not the 60 s wait: a missing database does not appear by waiting
