@@ -521,6 +521,9 @@ class Cluster:
             self.events.append(f"pod {name} unschedulable ({owner[0]}/{owner[1]}): {pod.unschedulable}")
             return pod
         self._sandbox(pod)
+        with self._lock:  # its filter before its first process: a new pod is never open to all
+            sources = [(p.ip, p.labels) for p in self.pods.values() if p.spec.get("_netns") and not p.done]
+        self._firewall(pod, [*sources, (pod.ip, pod.labels)])
         obj = self._pod_object(pod)
         r = self.http.post(api_path("v1", "Pod", self.namespace), json=obj)
         if r.status_code >= 400:
@@ -836,19 +839,23 @@ class Cluster:
             pods = [p for p in self.pods.values() if p.spec.get("_netns") and not p.done]
         sources = [(p.ip, p.labels) for p in pods]
         for pod in pods:
-            rules = netpolicy.iptables_rules(pod.labels, netpolicy.container_ports(pod.spec), sources,
-                                             self.policies, self.namespace, GATEWAY)
-            if self._firewalls.get(pod.name, netpolicy.iptables_rules({}, (), (), [], "", "")) == rules:
-                continue
-            r = subprocess.run(["nsenter", f"--net=/run/netns/{pod.spec['_netns']}", "iptables-restore"],
-                               input=rules.encode(), capture_output=True, timeout=30, check=False)
-            if r.returncode == 0:
-                self._firewalls[pod.name] = rules
-            elif not pod.terminating:
-                log.warning("network policy of pod %s: %s", pod.name, r.stderr.decode(errors="replace")[-300:])
+            self._firewall(pod, sources)
         live = {p.name for p in pods}
         for name in [n for n in self._firewalls if n not in live]:
             self._firewalls.pop(name)
+
+    def _firewall(self, pod: Pod, sources: list[tuple[str, dict[str, str]]]) -> None:
+        """Write a pod's iptables rules (netpolicy.iptables_rules) when they differ from what it has."""
+        rules = netpolicy.iptables_rules(pod.labels, netpolicy.container_ports(pod.spec), sources,
+                                         self.policies, self.namespace, GATEWAY)
+        if self._firewalls.get(pod.name, netpolicy.iptables_rules({}, (), (), [], "", "")) == rules:
+            return
+        r = subprocess.run(["nsenter", f"--net=/run/netns/{pod.spec['_netns']}", "iptables-restore"],
+                           input=rules.encode(), capture_output=True, timeout=30, check=False)
+        if r.returncode == 0:
+            self._firewalls[pod.name] = rules
+        elif not pod.terminating:
+            log.warning("network policy of pod %s: %s", pod.name, r.stderr.decode(errors="replace")[-300:])
 
     def _client_labels(self, ip: str | None) -> dict[str, str] | None:
         """The labels of the pod a connection comes from; None for the node (probes, the test's calls)."""
@@ -913,8 +920,8 @@ class Cluster:
                 cport = model.pod_port(pod["spec"]["containers"] or [{}], port.get("targetPort", port["port"]))
                 if client is not None and not netpolicy.admitted(
                         self.policies, client, (pod.get("metadata") or {}).get("labels") or {}, cport, self.namespace):
-                    refused = True
-                    continue
+                    refused = True  # kube-proxy chose this endpoint; the policy at the pod drops it
+                    break
                 upstream = await asyncio.wait_for(asyncio.open_connection(ip, cport), 2)
                 break
             except (TimeoutError, OSError, model.ResolveError):
