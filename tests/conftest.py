@@ -23,13 +23,14 @@ def port() -> int:
 
 @pytest.fixture
 def serve_app() -> Iterator[Callable[[Any], str]]:
-    """`url = serve_app(app)`: the ASGI app served by a real uvicorn on a loopback port, in a thread of
-    this process (so a test can also look at the objects behind it). Every server is stopped after."""
+    """`url = serve_app(app)` (or `serve_app(app, host, port)`): the ASGI app served by a real uvicorn on a
+    loopback address, in a thread of this process (so a test can also look at the objects behind it).
+    Every server is stopped after."""
     running: list[tuple[uvicorn.Server, threading.Thread]] = []
 
-    def start(app: Any) -> str:
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    def start(app: Any, host: str = "127.0.0.1", port: int | None = None) -> str:
+        port = port or free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="error"))
         thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
         thread.start()
         running.append((server, thread))
@@ -37,7 +38,7 @@ def serve_app() -> Iterator[Callable[[Any], str]]:
         while not server.started:  # uvicorn sets it once the socket listens
             assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
             time.sleep(0.01)
-        return f"http://127.0.0.1:{port}"
+        return f"http://{host}:{port}"
 
     try:
         yield start

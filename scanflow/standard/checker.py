@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
-from scanflow.agentkit import observe, outbox
+from scanflow.agentkit import gateways, observe, outbox
 from scanflow.agentkit.env import drift_window, primary_service, quick, service_url
 from scanflow.agentkit.latency import Percentile, histogram, percentile_ms
 from scanflow.messages import DriftChecked, LatencyChecked, ServiceChecked
@@ -314,12 +314,12 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
         # the gateway answers its admin reads behind the requests it is serving, so under overload (the
         # very thing to see) they are slow: a short timeout would leave the Planner blind exactly then
         async with httpx.AsyncClient(timeout=WATCH_TIMEOUT_S) as http:
-            state = (await http.get(f"{url}/admin/state")).json()
-            metrics = (await http.get(f"{url}/metrics")).text
+            # every gateway behind the endpoint, summed (scanflow.agentkit.gateways says why)
+            state, metrics, members = await gateways.scrape(http, url)
             urls = [str(r["url"]) for r in state.get("replicas") or [] if r.get("url")]
             replica_texts = await scrape_replicas(http, urls)
     except (httpx.HTTPError, ValueError) as exc:
-        state, metrics = {"error": f"{type(exc).__name__}"}, ""
+        state, metrics, members = {"error": f"{type(exc).__name__}"}, "", []
     scraped_at = time.time()
     replicas = state.get("replicas") or []
     backup = state.get("backup") or {}
@@ -344,9 +344,14 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
         obs: dict[str, Any] | None = None
         if metrics:
             hist = histogram(metrics, "scanflow_gateway_request_latency_seconds")
+            # another set of gateways than last tick: the summed counters jumped, this interval is not judged
+            changed = ctx.state.get("gateway_members", members) != members
+            ctx.state["gateway_members"] = members
             prev = {float(k): v for k, v in ctx.state.get("latency_hist", {}).items()}
-            p = percentile_ms(prev, hist, svc.slo.percentile / 100.0)
+            p = None if changed else percentile_ms(prev, hist, svc.slo.percentile / 100.0)
             ctx.state["latency_hist"] = {str(k): v for k, v in hist.items()}
+            if changed:
+                ctx.state["observe"] = {}
             obs = _observe(ctx, metrics, replica_texts, scraped_at)
         latency = latency_event(payload, p, slo_ms, svc.min_replicas, obs=obs, declared_cpu=svc.resources.cpu)
         if latency is not None:

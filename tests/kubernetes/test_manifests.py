@@ -214,7 +214,8 @@ def test_agents_are_wired_by_configuration_and_single_instance(overlay: str, tmp
             assert store.startswith("sqlite:")
     checker = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "checker")
     env = {e["name"]: e.get("value") for e in checker["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["SCANFLOW_SERVICE_URLS"] == "digits=http://digits-gateway:8080"
+    # every gateway pod (headless): the Checker sums their counters (scanflow.agentkit.gateways)
+    assert env["SCANFLOW_SERVICE_URLS"] == "digits=http://digits-gateway-pods:8080"
     executor = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "executor")
     env = {e["name"]: e for e in executor["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["SCANFLOW_TRACKER_URL"]["value"] == "http://tracker:8080"

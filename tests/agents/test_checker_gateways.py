@@ -1,0 +1,146 @@
+"""The Checker reads every gateway behind its endpoint (scanflow.agentkit.gateways): two real gateway
+metric registries served by uvicorn on two loopback addresses under one name (the name's resolution
+stubbed, as a headless Service's DNS answer), its real watch sensor, and what it judges."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents_support import digits_workflow, spec_of
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
+from prometheus_client import generate_latest
+
+from scanflow.agentkit import gateways
+from scanflow.platform.processes import free_port
+from scanflow.settings import Settings
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Ctx:
+    """The parts of scanflow.agent.Context the watch sensor touches."""
+
+    def __init__(self, home: Path) -> None:
+        self.name, self.workflow = "checker", digits_workflow()
+        self.spec = spec_of(self.workflow, "checker")
+        self.state: dict[str, Any] = {}
+        self.settings = Settings(home=home)
+        self.log = logging.getLogger("test.checker")
+
+    def now(self) -> float:
+        return time.time()
+
+
+def _gateway(replica: str) -> tuple[FastAPI, Any]:
+    from scanflow.serving.gateway_server import _Metrics
+
+    metrics = _Metrics()
+    app = FastAPI()
+
+    @app.get("/admin/state")
+    def state() -> dict[str, Any]:
+        return {"replicas": [{"url": replica, "healthy": True, "outstanding": 1}],
+                "backup": {"healthy": True}, "routed_to": "primary", "route": "auto"}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def text() -> str:
+        return generate_latest(metrics.registry).decode()
+
+    return app, metrics
+
+
+def _serve(metrics: Any, n: int, seconds: float) -> None:
+    for _ in range(n):
+        metrics.latency.observe(seconds)
+        metrics.requests.inc("200", "primary")
+
+
+def test_the_watch_sums_every_gateway_behind_its_name_and_skips_the_interval_the_set_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serve_app: Any) -> None:
+    from scanflow.serving import discovery
+    from scanflow.standard import checker
+
+    port = free_port()
+    fast_app, fast = _gateway("http://127.0.0.9:1")
+    slow_app, slow = _gateway("http://127.0.0.9:1")
+    serve_app(fast_app, "127.0.0.1", port)
+    serve_app(slow_app, "127.0.0.2", port)
+    members = ["127.0.0.1", "127.0.0.2"]
+
+    async def resolve(host: str, _port: int) -> list[str]:
+        assert host == "gateways.test"
+        return list(members)
+
+    monkeypatch.setattr(discovery, "resolve_host", resolve)
+    monkeypatch.setattr(checker, "service_url", lambda svc: f"http://gateways.test:{port}")
+    ctx: Any = Ctx(tmp_path)
+
+    def tick() -> dict[str, Any] | None:
+        events = asyncio.run(checker.watch(ctx))
+        return next((p for n, p in events if n == "latency.checked"), None)
+
+    tick()  # the Checker has seen the service healthy: from now on it judges
+    tick()  # the first interval with both counters known
+    _serve(fast, 60, 0.004)  # one gateway fast, the other slow: only the sum shows the p99 a client sees
+    _serve(slow, 60, 0.4)
+    both = tick()
+    assert both is not None and both["breached"] and both["latency_ms"] >= 250.0, both
+    assert both["replicas"] == 1 and both["in_flight"] == 2  # one replica, one request in flight at each
+    assert ctx.state["gateway_members"] == [f"http://127.0.0.1:{port}", f"http://127.0.0.2:{port}"]
+    assert both["completion_rate"] is not None and both["completion_rate"] > 0
+
+    members.remove("127.0.0.2")  # the slow gateway goes: the summed counters drop, that interval is not judged
+    _serve(fast, 60, 0.004)
+    gone = tick()
+    assert gone is None or (gone["latency_ms"] is None and not gone["breached"]), gone
+    _serve(fast, 60, 0.004)
+    after = tick()
+    assert after is not None and not after["breached"] and after["latency_ms"] is not None
+    assert after["latency_ms"] <= 5.0 and after["completion_rate"] > 0
+
+
+def test_merge_expositions_sums_each_series_by_name_and_labels() -> None:
+    a = 'x_total{code="200"} 3.0\nx_total{code="500"} 1.0\nh_bucket{le="0.1"} 2.0\nh_bucket{le="+Inf"} 4.0\n'
+    b = 'x_total{code="200"} 5.0\nh_bucket{le="0.1"} 1.0\nh_bucket{le="+Inf"} 1.0\ng 2.0\n'
+    from scanflow.agentkit.latency import histogram
+
+    merged = gateways.merge_expositions([a, b])
+    assert histogram(merged, "h") == {0.1: 3.0, float("inf"): 5.0}
+    assert 'x_total{code="200"} 8.0' in merged and 'x_total{code="500"} 1.0' in merged and "g 2.0" in merged
+    assert gateways.merge_expositions([]) == ""
+
+
+def test_merge_states_keeps_one_replica_per_url() -> None:
+    s1 = {"route": "auto", "replicas": [{"url": "u1", "healthy": False, "outstanding": 2},
+                                        {"url": "u2", "healthy": True, "outstanding": 0}]}
+    s2 = {"route": "backup", "replicas": [{"url": "u1", "healthy": True, "outstanding": 3}]}
+    merged = gateways.merge_states([s1, s2])
+    assert merged["route"] == "auto"
+    assert merged["replicas"] == [{"url": "u1", "healthy": True, "outstanding": 5},
+                                  {"url": "u2", "healthy": True, "outstanding": 0}]
+    assert gateways.merge_states([]) == {}
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    (["10.0.0.5", "10.0.0.6"], ["http://10.0.0.5:8080", "http://10.0.0.6:8080"]),
+    (["10.0.0.5"], ["http://10.0.0.5:8080"]),  # one address (a ClusterIP, one pod)
+    (["10.0.0.5", "fd00::5"], ["http://10.0.0.5:8080"]),  # one host, two families: counted once
+    (["fd00::5"], ["http://[fd00::5]:8080"]),
+    ([], ["http://gw:8080"]),
+])
+def test_instances_are_the_addresses_of_one_family(monkeypatch: pytest.MonkeyPatch, answer: list[str],
+                                                   expected: list[str]) -> None:
+    from scanflow.serving import discovery
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return answer
+
+    monkeypatch.setattr(discovery, "resolve_host", resolve)
+    assert asyncio.run(gateways.instances("http://gw:8080")) == expected
+    assert asyncio.run(gateways.instances("http://127.0.0.1:8080")) == ["http://127.0.0.1:8080"]
