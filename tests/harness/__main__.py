@@ -9,8 +9,10 @@ the gateway come up from the rendered manifests; the Executor creates `digits` a
 through the API; a prediction through the gateway's Service reaches the Tracker), then `s4` (the
 primary's containers crash -> the Checker sees it -> the Planner routes -> the Executor patches the
 `digits` Service's selector; failed requests through the gateway's Service counted), `s1` (drift ->
-retrain Job -> promotion -> the replicas roll), `resize` (in place, a scale-up after it, then one beyond
-the node) and `upgrade` (an image bump rolls every replica, under load; tests/harness/upgrade.py).
+retrain Job -> promotion -> the replicas roll), `s2` and `s3` (the demo's autoscale and tune scenarios
+through the agents, on the replicas' container CPU limits; tests/harness/tuning_scenarios.py), `resize`
+(in place, a scale-up after it, then one beyond the node) and `upgrade` (an image bump rolls every
+replica, under load; tests/harness/upgrade.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from scanflow.deploy_secrets import env_name, generate, mlflow_password_key, tok
 
 from .cluster import ROOT, Cluster
 from .policy_scenario import run_netpol
+from .tuning_scenarios import run_tuning
 from .upgrade import run_upgrade
 from .waiting import deployment_ready, svc, wait_for
 
@@ -130,6 +133,10 @@ def main() -> int:
             if args.overlay != "compose":
                 s1_on_kubernetes(cluster, result)
             result["phases"]["s1"] = round(time.monotonic() - t0, 1)
+        tuning = [n for n in ("s2", "s3") if n in args.scenarios.split(",")]
+        if tuning and args.overlay != "compose":
+            run_tuning(cluster, token, tuning, "s1" in args.scenarios.split(","), result)
+            result["phases"]["tuning"] = round(time.monotonic() - t0, 1)
         if "resize" in args.scenarios and args.overlay != "compose":
             run_resize(cluster, token, result)
             result["phases"]["resize"] = round(time.monotonic() - t0, 1)

@@ -13,6 +13,8 @@ pair, so the host's network and /etc/hosts are untouched and everything vanishes
   startup probes (httpGet, exec) run against the pod and are written to the Pod's and the owner's status.
   Rollouts: Recreate, or RollingUpdate with maxUnavailable 0. Crashed containers restart with
   CrashLoopBackOff's 10 s doubling delay. Jobs: restartPolicy Never, backoffLimit, Complete/Failed.
+  CPU limits: each container's process in its own cgroup with the limit's CFS quota, rewritten by an
+  in-place resize (pod_cgroups.py); memory limits are not applied.
 - kube-proxy: every Service gets its own address (10.96.0.0/16) and a TCP forwarder per port to the
   ready pods its selector matches at the moment a connection is accepted (a selector patch, S4's
   failover, takes effect for the next connection as on a cluster).
@@ -48,6 +50,7 @@ from typing import Any
 import httpx
 
 from . import model, netpolicy
+from .pod_cgroups import PodCgroups
 
 log = logging.getLogger("harness")
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,6 +236,7 @@ class Cluster:
         self.policies: list[dict[str, Any]] = []  # the NetworkPolicies in force (netpolicy.py)
         self._firewalls: dict[str, str] = {}  # pod -> the iptables rules its namespace has now
         self.policy_drops: list[str] = []  # Service connections the policies refused: "src -> service:port"
+        self.cgroups = PodCgroups()  # each container under its CPU limit, as a kubelet's cgroup
 
     # -- setup ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -337,6 +341,7 @@ class Cluster:
                 except subprocess.TimeoutExpired:
                     pass
         reap(self.rootfs)
+        self.cgroups.close()
         if hasattr(self, "_kmock"):
             self._kmock["loop"].call_soon_threadsafe(self._kmock["stop"].set)
         self.http.close()
@@ -403,8 +408,8 @@ class Cluster:
         (status.containerStatuses[].resources), as a kubelet's does once it actuated the resize; the pod
         keeps its name, process and owner's template. A resize beyond the emulated node
         (model.NODE_ALLOCATABLE) is not applied: the pod reports PodResizePending, reason Infeasible, until
-        its spec asks for what the node has again. An emulation: no cgroup limit is applied (none is here
-        at all), and a resize that fits is never Deferred or In Progress."""
+        its spec asks for what the node has again. A resize that fits rewrites the container's CPU quota
+        (pod_cgroups.py). An emulation: a resize that fits is never Deferred or In Progress."""
         stored = {p["metadata"]["name"]: p for p in self.list("v1", "Pod")}
         for pod in pods:
             obj = stored.get(pod.name)
@@ -426,6 +431,10 @@ class Cluster:
                 self._write_status(pod)
             for c in changed:
                 c["resources"] = json.loads(json.dumps(want[c["name"]]))
+                proc = pod.proc if c is pod.container else pod.sidecars.get(c["name"])
+                if proc is not None and proc.poll() is None:  # the kubelet rewrites the container's cgroup
+                    for note in self.cgroups.apply(pod.name, c, proc.pid):
+                        self.events.append(f"pod {pod.name} resize: {note}")
             if changed:
                 self.events.append(f"pod {pod.name} resized in place")
                 self._write_status(pod)
@@ -661,6 +670,8 @@ class Cluster:
              "--", sys.executable, str(Path(__file__).with_name("podrun.py")), str(spec_file)],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         logf.close()
+        for note in self.cgroups.apply(pod.name, c, proc.pid):
+            self.events.append(f"pod {pod.name}: {note}")
         if c is pod.container:
             pod.env = env
         return proc

@@ -138,15 +138,26 @@ def test_docker_compose_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> N
     assert_s1_and_s4(r)
 
 
-def test_prod_overlay_with_network_policies_enforced_runs_s4_and_s1(tmp_path: Path) -> None:
+def test_prod_overlay_with_network_policies_enforced_runs_s1_to_s4(tmp_path: Path) -> None:
     """The prod overlay as rendered (the Secret created out of band, the agents' stores on PostgreSQL
     as their own roles, two gateways), with its NetworkPolicies enforced between the pods
-    (tests/harness/netpolicy.py): the loop comes up, fails over and retrains with every edge it needs,
-    and connections no component needs get no answer."""
-    r = run_harness(tmp_path, "prod", "wired,s4,s1,netpol")
+    (tests/harness/netpolicy.py) and the containers' CPU limits as cgroups (tests/harness/pod_cgroups.py):
+    the loop comes up, fails over, retrains, scales and tunes with every edge it needs, and connections
+    no component needs get no answer."""
+    r = run_harness(tmp_path, "prod", "wired,s4,s1,s2,s3,netpol")
     assert r["digits_managed_by"] == "scanflow-executor" and r["tracker_received"]
     assert r["gateway_replicas"] == [f"http://{ip}:8080" for ip in r["digits_pod_ips"]], r
     assert_s1_and_s4(r)
+    # S2 and S3 are the demo's own scenarios and verdicts, through the agents (not the in-process
+    # fallback): the Planner's moves on the Checker's observations of both gateways, applied by the Executor
+    for name in ("s2", "s3"):
+        assert r[name]["passed"], r[name]
+    assert r["s2"]["figures"]["mode"] == "agents" and r["s2"]["figures"]["failed"] == 0, r["s2"]
+    assert r["s3"]["figures"]["grown_cpu"] and r["s3"]["figures"]["failed"] == 0, r["s3"]
+    # the sizes the Executor read back are the ones the kernel holds each replica to
+    limits = r["tuning_replica_limits"]
+    assert limits and all(v["cgroup"] is not None and v["cgroup"] == pytest.approx(v["status"])
+                          for v in limits.values()), limits
     # enforced, not only declared: every pod a policy selects has its filter, and the probes agree
     assert {"digits", "digits-gateway", "mlflow", "postgres", "tracker"} <= {
         name.rsplit("-", 2)[0] if name != "postgres-0" else "postgres" for name in r["netpol_firewalled_pods"]}, r
