@@ -207,11 +207,9 @@ def test_agents_are_wired_by_configuration_and_single_instance(overlay: str, tmp
         # its own database role's password, never the superuser's (least privilege)
         assert env["STORE_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == f"{role}-store-password"
         assert "POSTGRES_PASSWORD" not in names
+        # every overlay: a durable store (a pod that moves keeps its decisions and its inbox's dedupe)
         store = env["SCANFLOW_STORE_URL"]["value"]
-        if overlay == "prod":
-            assert store == f"postgresql+psycopg2://agent_{role}:$(STORE_PASSWORD)@postgres:5432/agents_{role}"
-        else:
-            assert store.startswith("sqlite:")
+        assert store == f"postgresql+psycopg2://agent_{role}:$(STORE_PASSWORD)@postgres:5432/agents_{role}"
     checker = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "checker")
     env = {e["name"]: e.get("value") for e in checker["spec"]["template"]["spec"]["containers"][0]["env"]}
     # every gateway pod (headless): the Checker sums their counters (scanflow.agentkit.gateways)
