@@ -99,6 +99,10 @@ class Settings(BaseSettings):
                                     "default: peers['tracker']")
     service_urls: UrlMap = Field(default_factory=dict, description="endpoint (gateway) of each watched service: "
                                  "SCANFLOW_SERVICE_URLS='digits=http://digits-gateway:8080'")
+    gateway_discovery: Literal["static", "dns"] = Field(
+        "static", description="how the Checker reads a service's gateways (SCANFLOW_GATEWAY_DISCOVERY): `static` "
+        "reads the endpoint as configured; `dns` reads every address its name resolves to and sums their "
+        "counters (a Kubernetes headless Service in front of several gateways; http endpoints only)")
     prediction_retention_s: float = Field(
         3600.0, gt=0, description="flushed predictions kept locally this long: the request_id dedup horizon"
     )

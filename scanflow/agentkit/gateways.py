@@ -4,13 +4,17 @@ Why: a service can run more than one gateway (the Kubernetes prod overlay runs t
 Behind one ClusterIP, each scrape lands on whichever gateway kube-proxy picks for that connection, so
 two consecutive reads of a cumulative histogram can come from different processes and their difference
 is noise: the SLO percentile and the arrival rate the Planner decides on would be made up. Prometheus
-avoids it by scraping each pod; the Checker does the same. Its endpoint may be a name that resolves to
-every gateway (a headless Service): each address is read, the counters are summed into one exposition,
-and the set of addresses read is returned, so the caller can tell when the set changed (a gateway
-came or went: the cumulative sums jump, and that interval must not be judged). An endpoint that is an
-address, or a name with one address (a single process, compose, a ClusterIP), is read as before.
+avoids it by scraping each pod; the Checker does the same when told to (SCANFLOW_GATEWAY_DISCOVERY=dns,
+the Kubernetes manifests set it): its endpoint's name resolves to every gateway (a headless Service),
+each address is read, and the counters are summed into one exposition. Each read also says which
+gateway processes answered (`Member`: address, when its counters started, its request count), and an interval is judged only when the same processes answered in full both times
+(`continues`): a gateway that came, went, restarted at its address or did not answer makes the sums
+jump, and deciding on that interval would scale on made-up figures. By default (`static`) the endpoint
+is read as configured: one process (the embedded stack, compose) or a name that is not a set of
+gateways (a load balancer with several addresses would be counted once per address).
 
-Pure parts: `merge_expositions`, `merge_states`. Who calls: scanflow.standard.checker's `watch` sensor.
+Pure parts: `merge_expositions`, `merge_states`, `member_of`, `continues`. Who calls:
+scanflow.standard.checker's `watch` sensor.
 """
 
 from __future__ import annotations
@@ -26,13 +30,16 @@ from scanflow.serving import discovery
 
 def merge_expositions(texts: list[str]) -> str:
     """Pure: Prometheus text expositions with every sample summed by (name, labels): the counters and
-    histograms of N gateways read as those of one. Gauges summed too (requests outstanding add up)."""
+    histograms of N gateways read as those of one. Gauges are summed too (what the Checker reads of them,
+    the requests outstanding, adds up); `*_created` timestamps are left out (a sum of them means nothing)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     sums: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for text in texts:
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
+                if s.name.endswith("_created"):
+                    continue
                 key = (s.name, tuple(sorted(s.labels.items())))
                 sums[key] = sums.get(key, 0.0) + float(s.value)
     lines = []
@@ -68,13 +75,13 @@ def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-async def instances(url: str) -> list[str]:
-    """The gateway URLs behind `url`: one per address its host resolves to (every pod of a headless
-    Service; the one address of a ClusterIP), or `url` itself (an address, or a name without an answer
-    now: read as configured, and its failure reported by the read)."""
+async def instances(url: str, discovery_mode: str = "dns") -> list[str]:
+    """The gateway URLs behind `url`. `dns` (http only): one per address its host resolves to (every pod
+    of a headless Service), or `url` itself when its host is an address or has no answer now (read as
+    configured; its failure is reported by the read). `static`: `url` itself."""
     u = urlsplit(url)
     host = u.hostname or ""
-    if discovery.is_address(host) or host == "localhost":
+    if discovery_mode != "dns" or u.scheme != "http" or discovery.is_address(host):
         return [url]
     try:
         addresses = await discovery.resolve_host(host, u.port or 80)
@@ -85,11 +92,47 @@ async def instances(url: str) -> list[str]:
     return discovery.expand(url, v4 or addresses) or [url]
 
 
-async def scrape(http: httpx.AsyncClient, url: str) -> tuple[dict[str, Any], str, list[str]]:
-    """(merged /admin/state, merged /metrics text, the instance URLs read) of every gateway behind
-    `url`. One that does not answer is left out (and so the set read changes); none answering raises the
-    last error, as a single gateway's failure did."""
-    urls = await instances(url)
+# one gateway process as a read saw it: (its URL, when its counters started, requests so far)
+Member = tuple[str, float | None, float]
+
+
+def member_of(url: str, text: str) -> Member:
+    """Pure: the gateway process behind one /metrics answer."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    created: float | None = None
+    count = 0.0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "scanflow_gateway_start_time_seconds":
+                created = float(s.value)
+            elif s.name == "scanflow_gateway_request_latency_seconds_count":
+                count = float(s.value)
+    return url, created, count
+
+
+def continues(prev: list[Member] | None, cur: list[Member], complete: bool) -> bool:
+    """Pure: whether this read's summed counters continue the last one's, so the difference between them
+    is one interval's traffic: every gateway answered (`complete`), the same processes as last time (same
+    URLs, same start times), and no request count went down (what still tells a restart of a gateway
+    that exports no start time). The first read has nothing to continue (`prev` None) and is judged as before: against
+    nothing, no interval."""
+    if not complete:
+        return False
+    if prev is None:
+        return True
+    before = {u: (c, n) for u, c, n in prev}
+    now = {u: (c, n) for u, c, n in cur}
+    return before.keys() == now.keys() and all(
+        now[u][0] == before[u][0] and now[u][1] >= before[u][1] for u in now)
+
+
+async def scrape(http: httpx.AsyncClient, url: str,
+                 discovery_mode: str = "dns") -> tuple[dict[str, Any], str, list[Member], bool]:
+    """(merged /admin/state, merged /metrics text, the gateway processes read, whether every gateway
+    behind `url` answered). One that does not answer is left out; none answering raises the first error,
+    as a single gateway's failure did."""
+    urls = await instances(url, discovery_mode)
 
     async def one(u: str) -> tuple[str, dict[str, Any], str]:
         state = (await http.get(f"{u}/admin/state")).json()
@@ -100,4 +143,5 @@ async def scrape(http: httpx.AsyncClient, url: str) -> tuple[dict[str, Any], str
     if not ok:
         err = next(g for g in got if isinstance(g, BaseException))
         raise err
-    return (merge_states([s for _, s, _ in ok]), merge_expositions([t for _, _, t in ok]), [u for u, _, _ in ok])
+    return (merge_states([s for _, s, _ in ok]), merge_expositions([t for _, _, t in ok]),
+            [member_of(u, t) for u, _, t in ok], len(ok) == len(urls))

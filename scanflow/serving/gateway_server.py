@@ -112,6 +112,11 @@ class _Metrics:
         self.failbacks = Counter("scanflow_gateway_failbacks", "switches from backup back to primary", registry=r)
         self.healthy = Gauge("scanflow_gateway_healthy_replicas", "healthy primary replicas", registry=r)
         self.outstanding = Gauge("scanflow_gateway_outstanding", "requests in flight upstream", registry=r)
+        # when these counters started (as process_start_time_seconds): a reader summing several gateways
+        # tells a restart at the same address from more traffic (scanflow.agentkit.gateways)
+        self.started = Gauge("scanflow_gateway_start_time_seconds", "when this gateway's counters started, "
+                             "Unix seconds", registry=r)
+        self.started.set(time.time())
 
 
 class ReplicasRequest(BaseModel):

@@ -314,12 +314,12 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
         # the gateway answers its admin reads behind the requests it is serving, so under overload (the
         # very thing to see) they are slow: a short timeout would leave the Planner blind exactly then
         async with httpx.AsyncClient(timeout=WATCH_TIMEOUT_S) as http:
-            # every gateway behind the endpoint, summed (scanflow.agentkit.gateways says why)
-            state, metrics, members = await gateways.scrape(http, url)
+            # SCANFLOW_GATEWAY_DISCOVERY=dns: every gateway behind the endpoint, summed (scanflow.agentkit.gateways)
+            state, metrics, members, complete = await gateways.scrape(http, url, ctx.settings.gateway_discovery)
             urls = [str(r["url"]) for r in state.get("replicas") or [] if r.get("url")]
             replica_texts = await scrape_replicas(http, urls)
     except (httpx.HTTPError, ValueError) as exc:
-        state, metrics, members = {"error": f"{type(exc).__name__}"}, "", []
+        state, metrics, members, complete = {"error": f"{type(exc).__name__}"}, "", [], False
     scraped_at = time.time()
     replicas = state.get("replicas") or []
     backup = state.get("backup") or {}
@@ -339,20 +339,21 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
         events.append(("service.checked", payload))
     ctx.state["last_abnormal"] = abnormal
     slo_ms = slo_latency_ms(ctx.state.get("slo_ms"), svc.slo.latency_ms if svc.slo else None)
-    if slo_ms is not None and svc.slo and not state.get("error"):
-        p: Percentile | None = None
-        obs: dict[str, Any] | None = None
-        if metrics:
-            hist = histogram(metrics, "scanflow_gateway_request_latency_seconds")
-            # another set of gateways than last tick: the summed counters jumped, this interval is not judged
-            changed = ctx.state.get("gateway_members", members) != members
-            ctx.state["gateway_members"] = members
-            prev = {float(k): v for k, v in ctx.state.get("latency_hist", {}).items()}
-            p = None if changed else percentile_ms(prev, hist, svc.slo.percentile / 100.0)
-            ctx.state["latency_hist"] = {str(k): v for k, v in hist.items()}
-            if changed:
-                ctx.state["observe"] = {}
-            obs = _observe(ctx, metrics, replica_texts, scraped_at)
+    if slo_ms is not None and svc.slo and not state.get("error") and metrics:
+        hist = histogram(metrics, "scanflow_gateway_request_latency_seconds")
+        prev = {float(k): v for k, v in ctx.state.get("latency_hist", {}).items()}
+        ctx.state["latency_hist"] = {str(k): v for k, v in hist.items()}
+        judged = gateways.continues(ctx.state.get("gateway_members"), members, complete)
+        ctx.state["gateway_members"] = [list(m) for m in members]
+        if not judged:
+            # other gateway processes than last time, or not all of them answered: the sums jumped, so this
+            # interval is not reported at all (a latency.checked without figures reads as idle to the
+            # Planner); this read is the base of the next interval
+            ctx.state["observe"] = {}
+            _observe(ctx, metrics, replica_texts, scraped_at)
+            return events
+        p = percentile_ms(prev, hist, svc.slo.percentile / 100.0)
+        obs = _observe(ctx, metrics, replica_texts, scraped_at)
         latency = latency_event(payload, p, slo_ms, svc.min_replicas, obs=obs, declared_cpu=svc.resources.cpu)
         if latency is not None:
             events.append(("latency.checked", latency))

@@ -30,17 +30,19 @@ class Ctx:
         self.name, self.workflow = "checker", digits_workflow()
         self.spec = spec_of(self.workflow, "checker")
         self.state: dict[str, Any] = {}
-        self.settings = Settings(home=home)
+        self.settings = Settings(home=home, gateway_discovery="dns")
         self.log = logging.getLogger("test.checker")
 
     def now(self) -> float:
         return time.time()
 
 
-def _gateway(replica: str) -> tuple[FastAPI, Any]:
+def _gateway(replica: str) -> tuple[FastAPI, dict[str, Any]]:
+    """A gateway's admin and metrics routes over a real metrics registry (`held["metrics"]`: replace it
+    to play a restart of the gateway's process at the same address)."""
     from scanflow.serving.gateway_server import _Metrics
 
-    metrics = _Metrics()
+    held: dict[str, Any] = {"metrics": _Metrics()}
     app = FastAPI()
 
     @app.get("/admin/state")
@@ -50,20 +52,22 @@ def _gateway(replica: str) -> tuple[FastAPI, Any]:
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def text() -> str:
-        return generate_latest(metrics.registry).decode()
+        return generate_latest(held["metrics"].registry).decode()
 
-    return app, metrics
+    return app, held
 
 
-def _serve(metrics: Any, n: int, seconds: float) -> None:
+def _serve(held: dict[str, Any], n: int, seconds: float) -> None:
     for _ in range(n):
-        metrics.latency.observe(seconds)
-        metrics.requests.inc("200", "primary")
+        held["metrics"].latency.observe(seconds)
+        held["metrics"].requests.inc("200", "primary")
 
 
-def test_the_watch_sums_every_gateway_behind_its_name_and_skips_the_interval_the_set_changed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serve_app: Any) -> None:
+def test_the_watch_sums_every_gateway_behind_its_name_and_judges_only_intervals_of_the_same_processes(
+        mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serve_app: Any) -> None:
+    """(The watch writes its latency checks to the monitoring run: a real MLflow server on loopback.)"""
     from scanflow.serving import discovery
+    from scanflow.serving.gateway_server import _Metrics
     from scanflow.standard import checker
 
     port = free_port()
@@ -92,17 +96,48 @@ def test_the_watch_sums_every_gateway_behind_its_name_and_skips_the_interval_the
     both = tick()
     assert both is not None and both["breached"] and both["latency_ms"] >= 250.0, both
     assert both["replicas"] == 1 and both["in_flight"] == 2  # one replica, one request in flight at each
-    assert ctx.state["gateway_members"] == [f"http://127.0.0.1:{port}", f"http://127.0.0.2:{port}"]
+    assert [m[0] for m in ctx.state["gateway_members"]] == [f"http://127.0.0.1:{port}", f"http://127.0.0.2:{port}"]
     assert both["completion_rate"] is not None and both["completion_rate"] > 0
 
-    members.remove("127.0.0.2")  # the slow gateway goes: the summed counters drop, that interval is not judged
+    # the slow gateway's process restarts at its address and serves more than it had before: its count
+    # alone did not go down, its counters' creation time did change: that interval is not reported
+    slow["metrics"] = _Metrics()
+    _serve(slow, 200, 0.4)
     _serve(fast, 60, 0.004)
-    gone = tick()
-    assert gone is None or (gone["latency_ms"] is None and not gone["breached"]), gone
+    assert tick() is None
+    _serve(slow, 60, 0.4)
+    _serve(fast, 60, 0.004)
+    again = tick()
+    assert again is not None and again["breached"], again
+
+    members.remove("127.0.0.2")  # the slow gateway goes: the summed counters drop, that interval is not reported
+    _serve(fast, 60, 0.004)
+    assert tick() is None
     _serve(fast, 60, 0.004)
     after = tick()
     assert after is not None and not after["breached"] and after["latency_ms"] is not None
     assert after["latency_ms"] <= 5.0 and after["completion_rate"] > 0
+
+
+def test_a_read_continues_the_last_only_for_the_same_processes_all_answering() -> None:
+    a, b = ("a", 1.0, 5.0), ("b", 2.0, 2.0)
+    assert gateways.continues([a, b], [("a", 1.0, 7.0), ("b", 2.0, 2.0)], complete=True)
+    assert gateways.continues(None, [a], complete=True)  # the first read
+    assert not gateways.continues([a, b], [("a", 1.0, 7.0)], complete=True)  # one left
+    assert not gateways.continues([a], [("a", 1.0, 7.0), ("b", 9.0, 0.0)], complete=True)  # one came
+    assert not gateways.continues([a, b], [("a", 1.0, 7.0), ("b", 3.0, 9.0)], complete=True)  # b restarted
+    assert not gateways.continues([("a", None, 5.0)], [("a", None, 1.0)], complete=True)  # no creation time
+    assert not gateways.continues([a, b], [("a", 1.0, 7.0), ("b", 2.0, 2.0)], complete=False)  # one did not answer
+
+
+def test_member_of_reads_the_process_behind_an_answer() -> None:
+    from scanflow.serving.gateway_server import _Metrics
+
+    m = _Metrics()
+    for _ in range(3):
+        m.latency.observe(0.01)
+    url, created, count = gateways.member_of("http://g:1", generate_latest(m.registry).decode())
+    assert (url, count) == ("http://g:1", 3.0) and created is not None and created > 0
 
 
 def test_merge_expositions_sums_each_series_by_name_and_labels() -> None:
@@ -144,3 +179,6 @@ def test_instances_are_the_addresses_of_one_family(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(discovery, "resolve_host", resolve)
     assert asyncio.run(gateways.instances("http://gw:8080")) == expected
     assert asyncio.run(gateways.instances("http://127.0.0.1:8080")) == ["http://127.0.0.1:8080"]
+    # static (the default): read as configured; https: never by address (the certificate names the host)
+    assert asyncio.run(gateways.instances("http://gw:8080", "static")) == ["http://gw:8080"]
+    assert asyncio.run(gateways.instances("https://gw:8443")) == ["https://gw:8443"]
