@@ -341,7 +341,8 @@ class Cluster:
                 except subprocess.TimeoutExpired:
                     pass
         reap(self.rootfs)
-        self.cgroups.close()
+        for left in self.cgroups.close():
+            log.warning("cgroup left behind: %s", left)
         if hasattr(self, "_kmock"):
             self._kmock["loop"].call_soon_threadsafe(self._kmock["stop"].set)
         self.http.close()

@@ -13,6 +13,8 @@ footprint is not an image's); requests reserve nothing (no CPU shares).
 from __future__ import annotations
 
 import secrets
+import subprocess
+import time
 from typing import Any
 
 from scanflow.platform.cgroups import CgroupManager, detect
@@ -26,11 +28,26 @@ def cpu_limit(container: dict[str, Any]) -> float | None:
 
 
 class PodCgroups:
-    """`apply` when a container's process starts or its pod is resized; `limit` reads the quota back."""
+    """`apply` when a container's process starts or its pod is resized; `limit` reads the quota back.
+    `reason` says why limits cannot be applied here ('' when they can): found by applying one to a
+    short-lived process at start, since writable cgroup files are not enough (on cgroup v2 a group that
+    holds processes, as the harness's own does, cannot hand the cpu controller to groups below it)."""
 
     def __init__(self) -> None:
         self.manager = CgroupManager(detect(), prefix=f"scanflow-harness-{secrets.token_hex(3)}")
-        self.reason = self.manager.support.reason if not self.manager.support.usable else ""
+        self.reason = self.manager.support.reason if not self.manager.support.usable else self._probe()
+
+    def _probe(self) -> str:
+        sleeper = subprocess.Popen(["sleep", "30"])
+        try:
+            notes = self.apply("probe", {"name": "c", "resources": {"limits": {"cpu": "500m"}}}, sleeper.pid)
+            got = self.limit("probe", "c")
+        finally:
+            sleeper.kill()
+            sleeper.wait(10)
+        if notes or got is None or abs(got - 0.5) > 1e-6:
+            return "; ".join(notes) or f"a 0.5-core limit read back as {got}"
+        return ""
 
     @staticmethod
     def group(pod: str, container: str) -> str:
@@ -45,5 +62,14 @@ class PodCgroups:
         """The CFS quota the kernel holds for the container now, in cores (None: unlimited or unknown)."""
         return self.manager.read(self.group(pod, container)).cpu_quota
 
-    def close(self) -> None:
-        self.manager.remove_all()
+    def close(self, timeout_s: float = 15.0) -> list[str]:
+        """Remove every group of this run; a group empties only once its killed processes are gone, so
+        retry until `timeout_s`. Returns the groups left (named in the harness's events)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.manager.remove_all()
+            left = [str(base / self.manager.prefix) for base in self.manager.support.bases.values()
+                    if (base / self.manager.prefix).exists()]
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.2)  # waiting for the kernel to reap the killed processes: no event to await

@@ -148,6 +148,17 @@ def test_prod_overlay_with_network_policies_enforced_runs_s1_to_s4(tmp_path: Pat
     assert r["digits_managed_by"] == "scanflow-executor" and r["tracker_received"]
     assert r["gateway_replicas"] == [f"http://{ip}:8080" for ip in r["digits_pod_ips"]], r
     assert_s1_and_s4(r)
+    # enforced, not only declared: every pod a policy selects has its filter, and the probes agree
+    assert {"digits", "digits-gateway", "mlflow", "postgres", "tracker"} <= {
+        name.rsplit("-", 2)[0] if name != "postgres-0" else "postgres" for name in r["netpol_firewalled_pods"]}, r
+    wrong = [e for e in r["netpol_edges"] if e["connected"] != e["want"]]
+    assert not wrong, wrong
+    # through a Service address, the policies refused only those probes: the loop itself never hit one
+    # (a refused call hangs to its client's timeout)
+    assert sorted(r["policy_drops"]) == ["digits -> postgres:5432", "digits-gateway -> mlflow:5000",
+                                         "digits-gateway -> postgres:5432"], r["policy_drops"]
+    if r.get("tuning_unavailable"):  # counted as a skip by .ci/run, after everything else was checked
+        pytest.skip(f"S2 and S3 not run: {r['tuning_unavailable']}")
     # S2 and S3 are the demo's own scenarios and verdicts, through the agents (not the in-process
     # fallback): the Planner's moves on the Checker's observations of both gateways, applied by the Executor
     for name in ("s2", "s3"):
@@ -158,12 +169,3 @@ def test_prod_overlay_with_network_policies_enforced_runs_s1_to_s4(tmp_path: Pat
     limits = r["tuning_replica_limits"]
     assert limits and all(v["cgroup"] is not None and v["cgroup"] == pytest.approx(v["status"])
                           for v in limits.values()), limits
-    # enforced, not only declared: every pod a policy selects has its filter, and the probes agree
-    assert {"digits", "digits-gateway", "mlflow", "postgres", "tracker"} <= {
-        name.rsplit("-", 2)[0] if name != "postgres-0" else "postgres" for name in r["netpol_firewalled_pods"]}, r
-    wrong = [e for e in r["netpol_edges"] if e["connected"] != e["want"]]
-    assert not wrong, wrong
-    # through a Service address, the policies refused only those probes: the loop itself never hit one
-    # (a refused call hangs to its client's timeout)
-    assert sorted(r["policy_drops"]) == ["digits -> postgres:5432", "digits-gateway -> mlflow:5000",
-                                         "digits-gateway -> postgres:5432"], r["policy_drops"]

@@ -5,7 +5,8 @@ embedded stack.
 What differs is configuration only, as it would for an operator: the Planner gets the demo's variant
 of the workflow (its autoscale strategy off until the scenario turns it on over REST, its guardrail
 durations scaled down: scanflow.demo.runner.demo_workflow), through a ConfigMap mounted in its pod and
-SCANFLOW_WORKFLOW, which rolls the Planner once (its store, PostgreSQL in prod, keeps its decisions).
+SCANFLOW_WORKFLOW, which rolls the Planner (its store on PostgreSQL keeps its decisions); it is
+rolled back onto the declared workflow afterwards.
 The replicas' CPU limits are their containers' cgroups (pod_cgroups.py): `set_resources` is an
 in-place resize (or a rolling update when the thread count changes), and the replica reads its own
 limit and throttling there, as on a node. The scenarios time one replica's CPU through its process id,
@@ -54,30 +55,35 @@ class ClusterStack:
         return list(self.get(role, "/decisions", limit=limit))
 
 
-def planner_on_demo_workflow(cluster: Cluster) -> None:
-    """The Planner on the demo's workflow variant: a ConfigMap, mounted, named by SCANFLOW_WORKFLOW."""
+def planner_on_workflow(cluster: Cluster, path: str | None) -> str:
+    """Roll the Planner onto the workflow file `path` (None: the demo's variant, from a ConfigMap mounted
+    in its pod) by its SCANFLOW_WORKFLOW; returns the path it had."""
     from scanflow.demo.runner import demo_workflow
 
-    cluster.apply([{"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": "planner-demo-workflow", "namespace": cluster.namespace},
-                    "data": {"workflow.yaml": demo_workflow().to_yaml()}}])
     dep = cluster.get("apps/v1", "Deployment", "planner") or {}
     spec = dep["spec"]["template"]["spec"]
     container = spec["containers"][0]
+    before = next(e["value"] for e in container["env"] if e["name"] == "SCANFLOW_WORKFLOW")
+    if path is None:
+        path = DEMO_WORKFLOW
+        cluster.apply([{"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "planner-demo-workflow", "namespace": cluster.namespace},
+                        "data": {"workflow.yaml": demo_workflow().to_yaml()}}])
+        container["volumeMounts"] = [*container.get("volumeMounts", []),
+                                     {"name": "demo-workflow", "mountPath": str(Path(DEMO_WORKFLOW).parent)}]
+        spec["volumes"] = [*spec.get("volumes", []),
+                           {"name": "demo-workflow", "configMap": {"name": "planner-demo-workflow"}}]
     container["env"] = [e for e in container["env"] if e["name"] != "SCANFLOW_WORKFLOW"] + [
-        {"name": "SCANFLOW_WORKFLOW", "value": DEMO_WORKFLOW}]
-    container["volumeMounts"] = [*container.get("volumeMounts", []),
-                                 {"name": "demo-workflow", "mountPath": str(Path(DEMO_WORKFLOW).parent)}]
-    spec["volumes"] = [*spec.get("volumes", []),
-                       {"name": "demo-workflow", "configMap": {"name": "planner-demo-workflow"}}]
+        {"name": "SCANFLOW_WORKFLOW", "value": path}]
     cluster._merge("apps/v1", "Deployment", "planner", {"spec": {"replicas": 1, "template": dep["spec"]["template"]}})
 
     def rolled() -> bool:
         pods = cluster._owned("Deployment", "planner")
         return deployment_ready(cluster, "planner") and len(pods) == 1 and pods[0].env.get(
-            "SCANFLOW_WORKFLOW") == DEMO_WORKFLOW and pods[0].ready
+            "SCANFLOW_WORKFLOW") == path and pods[0].ready
 
-    wait_for(rolled, 180, "the Planner on the demo workflow", interval_s=1)
+    wait_for(rolled, 180, f"the Planner on {path}", interval_s=1)
+    return str(before)
 
 
 def run_tuning(cluster: Cluster, token: str, scenarios: list[str], world_drifted: bool,
@@ -87,7 +93,10 @@ def run_tuning(cluster: Cluster, token: str, scenarios: list[str], world_drifted
     from scanflow.demo.common import DemoContext
     from scanflow.demo.runner import demo_workflow
 
-    planner_on_demo_workflow(cluster)
+    if cluster.cgroups.reason:  # the scenarios would run on unlimited replicas and judge nothing real
+        result["tuning_unavailable"] = f"no per-container CPU limits here: {cluster.cgroups.reason}"
+        return
+    declared = planner_on_workflow(cluster, None)
     stack = ClusterStack(cluster, token, demo_workflow())
     said: list[str] = []
     ctx = DemoContext(home=cluster.workdir / "demo", tracking_uri="http://mlflow:5000", quick=True,
@@ -102,6 +111,7 @@ def run_tuning(cluster: Cluster, token: str, scenarios: list[str], world_drifted
                         "decisions": res.decisions[:30], "said": said[-40:], "seconds": round(time.monotonic() - t0, 1)}
         said.clear()
     result["tuning_replica_limits"] = replica_limits(cluster)
+    planner_on_workflow(cluster, declared)  # the scenarios after these run on the declared workflow again
 
 
 def replica_limits(cluster: Cluster) -> dict[str, dict[str, float | None]]:

@@ -214,6 +214,7 @@ def test_agents_are_wired_by_configuration_and_single_instance(overlay: str, tmp
     env = {e["name"]: e.get("value") for e in checker["spec"]["template"]["spec"]["containers"][0]["env"]}
     # every gateway pod (headless): the Checker sums their counters (scanflow.agentkit.gateways)
     assert env["SCANFLOW_SERVICE_URLS"] == "digits=http://digits-gateway-pods:8080"
+    assert env["SCANFLOW_GATEWAY_DISCOVERY"] == "dns"
     executor = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "executor")
     env = {e["name"]: e for e in executor["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["SCANFLOW_TRACKER_URL"]["value"] == "http://tracker:8080"
