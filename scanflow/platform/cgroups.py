@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -272,6 +273,35 @@ class CgroupManager:
             except OSError:
                 pass
 
+
+    def sweep_dead(self, alive: Callable[[int], bool]) -> list[Path]:
+        """Remove the empty groups other platforms left under `scanflow-<pid>` prefixes whose process is
+        gone (a platform killed before its close(), a replica whose group outlived it). Only rmdir: a
+        group that still holds a process (an adopted replica) stays, and so does its prefix. Returns what
+        was removed."""
+        removed: list[Path] = []
+        head = self.prefix.rsplit("-", 1)[0] + "-"
+        for base in self.support.bases.values():
+            try:
+                tops = [d for d in base.iterdir() if d.is_dir() and d.name.startswith(head)]
+            except OSError:
+                continue
+            for top in tops:
+                pid = top.name[len(head):]
+                if top.name == self.prefix or not pid.isdigit() or alive(int(pid)):
+                    continue
+                for d in [d for d in top.iterdir() if d.is_dir()]:
+                    try:
+                        d.rmdir()
+                        removed.append(d)
+                    except OSError:
+                        pass
+                try:
+                    top.rmdir()
+                    removed.append(top)
+                except OSError:
+                    pass
+        return removed
 
     def remove_all(self) -> None:
         """Remove every group under our prefix, then the prefix (platform shutdown)."""

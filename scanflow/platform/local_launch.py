@@ -16,6 +16,8 @@ import os
 import socket
 from pathlib import Path
 
+import psutil
+
 from scanflow.credentials import ChildKind, child_env, replica_record_key
 from scanflow.handoff import listen_host, take_reserved_ports
 from scanflow.platform import processes as procs
@@ -57,6 +59,8 @@ class Launcher:
         self.python = python
         self.topology = topology
         self.cg = CgroupManager(cgroups, prefix=f"scanflow-{os.getpid()}")
+        if cgroups.usable:  # what killed predecessors left (their close() never ran): empty groups only
+            self.cg.sweep_dead(psutil.pid_exists)
         self.handed = take_reserved_ports()  # gateway ports reserved by who started this process
 
     def env(self, kind: ChildKind) -> dict[str, str]:

@@ -110,3 +110,22 @@ def test_real_group_on_this_machine() -> None:
         proc.wait()
         mgr.remove_all()
     assert not any((b / mgr.prefix).exists() for b in sup.bases.values())
+
+
+def test_sweep_removes_only_empty_groups_of_dead_platforms(tmp_path: Path) -> None:
+    """On a fake tree (plain directories: rmdir of one holding a file fails, as a cgroup holding a
+    process does): a dead platform's empty groups and prefix go; a group still in use (an adopted
+    replica's), a live platform's, our own and anything not ours stay."""
+    base = tmp_path / "cpu"
+    for d in ("scanflow-111/digits-1", "scanflow-111/digits-backup-1", "scanflow-222/adopt-2",
+              "scanflow-333/digits-1", "scanflow-444/x", "scanflow-harness-abc/p.c", "other/z"):
+        (base / d).mkdir(parents=True)
+    (base / "scanflow-222/adopt-2/cgroup.procs").write_text("4242")  # still holds a process
+    mgr = CgroupManager(CgroupSupport(version="v1", bases={"cpu": base}), prefix="scanflow-444")
+    removed = mgr.sweep_dead(lambda pid: pid == 333)
+    assert sorted(p.relative_to(base).as_posix() for p in removed) == [
+        "scanflow-111", "scanflow-111/digits-1", "scanflow-111/digits-backup-1"]
+    left = sorted(p.relative_to(base).as_posix() for p in base.rglob("*") if p.is_dir())
+    assert left == ["other", "other/z", "scanflow-222", "scanflow-222/adopt-2", "scanflow-333",
+                    "scanflow-333/digits-1", "scanflow-444", "scanflow-444/x", "scanflow-harness-abc",
+                    "scanflow-harness-abc/p.c"]
