@@ -345,7 +345,10 @@ def run_resize(cluster: Cluster, token: str, result: dict[str, Any]) -> None:
     result.update({"resize_cpu": cpu, "resize_status": body.get("status"), "resize_detail": body.get("detail"),
                    "resize_method": (body.get("result") or {}).get("method"),
                    "resize_same_pods": pods() == before, "resize_same_template": template() == hash_before,
-                   "resize_pod_cpus": sorted(normalise("cpu", limits(n).get("cpu", "0")) for n in pods())})
+                   "resize_pod_cpus": sorted(normalise("cpu", limits(n).get("cpu", "0")) for n in pods()),
+                   # the kubelet reported each pod PodResizeInProgress before actuating: the Executor waited it out
+                   "resize_in_progress_pods": sorted({e.split()[1] for e in cluster.events
+                                                      if e.endswith("resize in progress")} & set(before))})
     r = httpx.post(f"{executor}/actuators/scale", headers=auth, timeout=180,
                    json={"args": {"service": "digits", "replicas": len(before) + 1}})
     result["resize_scale_status"] = r.json().get("status")

@@ -112,6 +112,7 @@ class Pod:
     stop: threading.Event = field(default_factory=threading.Event)
     unschedulable: str | None = None  # the scheduler's message: no node can take it, it never starts
     resize_infeasible: str | None = None  # the kubelet's message for a resize its node can never give
+    resize_in_progress: bool = False  # accepted by the kubelet, actuated on its next pass
 
     @property
     def container(self) -> dict[str, Any]:
@@ -409,8 +410,9 @@ class Cluster:
         (status.containerStatuses[].resources), as a kubelet's does once it actuated the resize; the pod
         keeps its name, process and owner's template. A resize beyond the emulated node
         (model.NODE_ALLOCATABLE) is not applied: the pod reports PodResizePending, reason Infeasible, until
-        its spec asks for what the node has again. A resize that fits rewrites the container's CPU quota
-        (pod_cgroups.py). An emulation: a resize that fits is never Deferred or In Progress."""
+        its spec asks for what the node has again. A resize that fits is reported PodResizeInProgress for
+        one pass (the status still showing the old allocation), then actuated: the container's CPU quota
+        rewritten (pod_cgroups.py) and the new allocation reported. An emulation: never Deferred."""
         stored = {p["metadata"]["name"]: p for p in self.list("v1", "Pod")}
         for pod in pods:
             obj = stored.get(pod.name)
@@ -430,6 +432,16 @@ class Cluster:
             if pod.resize_infeasible:  # asked back to what it has, or to a size that fits
                 pod.resize_infeasible = None
                 self._write_status(pod)
+            if changed != [] and not pod.resize_in_progress:
+                # accepted: reported PodResizeInProgress (the old allocation still in the status) until
+                # the next pass actuates it, as a node's kubelet reports between accepting and applying
+                pod.resize_in_progress = True
+                self.events.append(f"pod {pod.name} resize in progress")
+                self._write_status(pod)
+                continue
+            if not changed and pod.resize_in_progress:  # asked back before it was actuated
+                pod.resize_in_progress = False
+                self._write_status(pod)
             for c in changed:
                 c["resources"] = json.loads(json.dumps(want[c["name"]]))
                 proc = pod.proc if c is pod.container else pod.sidecars.get(c["name"])
@@ -437,6 +449,7 @@ class Cluster:
                     for note in self.cgroups.apply(pod.name, c, proc.pid):
                         self.events.append(f"pod {pod.name} resize: {note}")
             if changed:
+                pod.resize_in_progress = False
                 self.events.append(f"pod {pod.name} resized in place")
                 self._write_status(pod)
 
@@ -564,6 +577,8 @@ class Cluster:
         cond = "True" if pod.ready else "False"
         resize = [{"type": "PodResizePending", "status": "True", "reason": "Infeasible",
                    "message": pod.resize_infeasible}] if pod.resize_infeasible else []
+        if pod.resize_in_progress:
+            resize.append({"type": "PodResizeInProgress", "status": "True"})
         return {"phase": phase, "podIP": pod.ip, "podIPs": [{"ip": pod.ip}], "hostIP": GATEWAY,
                 "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": cond},
                                {"type": "ContainersReady", "status": cond}, *resize],

@@ -110,6 +110,7 @@ def test_dev_overlay_comes_up_wired_then_s4_and_s1_close(tmp_path: Path) -> None
     assert r["resize_status"] == "succeeded" and r["resize_method"] == "in-place", r
     assert r["resize_same_pods"] and r["resize_same_template"], r
     assert set(r["resize_pod_cpus"]) == {r["resize_cpu"]}, r
+    assert r["resize_in_progress_pods"], r  # reported in progress first, and the Executor waited for it
     assert r["resize_scale_status"] == "succeeded" and r["resize_added_pod"], r
     assert r["resize_template_after_scale"], r
     # a resize beyond the emulated node: Infeasible in place, the rolling update's new pods Unschedulable,
