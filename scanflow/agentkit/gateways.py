@@ -7,9 +7,10 @@ is noise: the SLO percentile and the arrival rate the Planner decides on would b
 avoids it by scraping each pod; the Checker does the same when told to (SCANFLOW_GATEWAY_DISCOVERY=dns,
 the Kubernetes manifests set it): its endpoint's name resolves to every gateway (a headless Service),
 each address is read, and the counters are summed into one exposition. Each read also says which
-gateway processes answered (`Member`: address, when its counters started, its request count), and an interval is judged only when the same processes answered in full both times
-(`continues`): a gateway that came, went, restarted at its address or did not answer makes the sums
-jump, and deciding on that interval would scale on made-up figures. By default (`static`) the endpoint
+gateway processes answered (`Member`: address, when its counters started, its request count), and an
+interval is judged only when the same processes answered in full both times (`continues`): a gateway
+that came, went, restarted at its address or did not answer makes the sums jump, and deciding on that
+interval would scale on made-up figures. By default (`static`) the endpoint
 is read as configured: one process (the embedded stack, compose) or a name that is not a set of
 gateways (a load balancer with several addresses would be counted once per address).
 
@@ -115,8 +116,7 @@ def continues(prev: list[Member] | None, cur: list[Member], complete: bool) -> b
     """Pure: whether this read's summed counters continue the last one's, so the difference between them
     is one interval's traffic: every gateway answered (`complete`), the same processes as last time (same
     URLs, same start times), and no request count went down (what still tells a restart of a gateway
-    that exports no start time). The first read has nothing to continue (`prev` None) and is judged as before: against
-    nothing, no interval."""
+    that exports no start time). The first read (`prev` None) is judged as a single gateway's was."""
     if not complete:
         return False
     if prev is None:
