@@ -340,12 +340,15 @@ def plan_resources(svc: Service, decision: elastic.ElasticDecision, cpu_now: flo
 
 
 def cpu_view(observed: float | None, asked: float | None, asked_at: float | None, now: float, pending_s: float,
-             declared: float) -> float:
+             declared: float, asked_from: float | None = None) -> float:
     """Pure: the cores per replica the policy starts from. What the replicas report as their limit wins
     (read back from their own cgroups), except a resize asked for less than `pending_s` ago that has
-    not shown yet: it is in flight, and asking again would only queue duplicates."""
+    not shown yet: it is in flight, and asking again would only queue duplicates. Not shown yet means
+    the replicas still report the size they had when it was asked (`asked_from`): a size that is
+    neither that nor the one asked was set by someone else (an operator's resize) and wins at once."""
+    moved_elsewhere = observed is not None and asked_from is not None and abs(observed - asked_from) > 1e-3
     if asked is not None and asked_at is not None and now - asked_at < pending_s \
-            and (observed is None or abs(observed - asked) > 1e-3):
+            and (observed is None or abs(observed - asked) > 1e-3) and not moved_elsewhere:
         return asked
     return observed if observed is not None and observed > 0 else declared
 
@@ -384,7 +387,7 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                                 pending_s, svc.replicas)
     asked_cpu = ctx.state.get("resources_asked") or {}
     cpu = cpu_view(elastic.effective_cpu(p.cpu_limit_cores, p.threads),
-                   asked_cpu.get("cpu"), asked_cpu.get("at"), now, pending_s, svc.resources.cpu)
+                   asked_cpu.get("cpu"), asked_cpu.get("at"), now, pending_s, svc.resources.cpu, asked_cpu.get("from"))
     state = scale_state(ctx.state.get("autoscale", {}), ctx.state.get("elastic", {}))
     decision, new = elastic.decide(elastic.ElasticContext(
         now=now, current_replicas=current, cpu=cpu, slo_latency_ms=p.slo_ms, latency_ms=p.latency_ms,
@@ -401,7 +404,7 @@ async def plan_scale(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                                    pin_cfg,
                                    str(ctx.state.get("affinity_asked", svc.affinity.policy)), ctx.key)
     if res_plan is not None:
-        ctx.state["resources_asked"] = {"cpu": decision.cpu, "at": now}
+        ctx.state["resources_asked"] = {"cpu": decision.cpu, "at": now, "from": cpu}
         if pin.affinity is not None:
             ctx.state["affinity_asked"] = pin.affinity
         await outbox.enqueue(ctx, "executor", "plan.approved", res_plan)

@@ -159,6 +159,11 @@ def test_cpu_view_trusts_what_the_replicas_report_except_a_resize_in_flight() ->
     assert cpu_view(0.3, 1.5, 90.0, 100.0, 60.0, 1.0) == 1.5  # asked 10 s ago, not shown yet: in flight
     assert cpu_view(1.5, 1.5, 90.0, 100.0, 60.0, 1.0) == 1.5
     assert cpu_view(0.3, 1.5, 10.0, 100.0, 60.0, 1.0) == 0.3  # asked 90 s ago and never shown: refused
+    # asked 1.5 from 0.3 10 s ago; the replicas still report 0.3: in flight. They report 0.25, neither the
+    # size they had nor the one asked: someone else resized them (S3's right-sized start, an operator)
+    assert cpu_view(0.3, 1.5, 90.0, 100.0, 60.0, 1.0, asked_from=0.3) == 1.5
+    assert cpu_view(0.25, 1.5, 90.0, 100.0, 60.0, 1.0, asked_from=0.3) == 0.25
+    assert cpu_view(None, 1.5, 90.0, 100.0, 60.0, 1.0, asked_from=0.3) == 1.5  # nothing reported: in flight
 
 
 def test_resources_plan_payload_is_what_the_executor_accepts() -> None:
