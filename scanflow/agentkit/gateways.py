@@ -76,7 +76,7 @@ def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-async def instances(url: str, discovery_mode: str = "dns") -> list[str]:
+async def instances(url: str, discovery_mode: str) -> list[str]:
     """The gateway URLs behind `url`. `dns` (http only): one per address its host resolves to (every pod
     of a headless Service), or `url` itself when its host is an address or has no answer now (read as
     configured; its failure is reported by the read). `static`: `url` itself."""
@@ -128,7 +128,7 @@ def continues(prev: list[Member] | None, cur: list[Member], complete: bool) -> b
 
 
 async def scrape(http: httpx.AsyncClient, url: str,
-                 discovery_mode: str = "dns") -> tuple[dict[str, Any], str, list[Member], bool]:
+                 discovery_mode: str) -> tuple[dict[str, Any], str, list[Member], bool]:
     """(merged /admin/state, merged /metrics text, the gateway processes read, whether every gateway
     behind `url` answered). One that does not answer is left out; none answering raises the first error,
     as a single gateway's failure did."""

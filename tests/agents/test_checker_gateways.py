@@ -177,8 +177,8 @@ def test_instances_are_the_addresses_of_one_family(monkeypatch: pytest.MonkeyPat
         return answer
 
     monkeypatch.setattr(discovery, "resolve_host", resolve)
-    assert asyncio.run(gateways.instances("http://gw:8080")) == expected
-    assert asyncio.run(gateways.instances("http://127.0.0.1:8080")) == ["http://127.0.0.1:8080"]
+    assert asyncio.run(gateways.instances("http://gw:8080", "dns")) == expected
+    assert asyncio.run(gateways.instances("http://127.0.0.1:8080", "dns")) == ["http://127.0.0.1:8080"]
     # static (the default): read as configured; https: never by address (the certificate names the host)
     assert asyncio.run(gateways.instances("http://gw:8080", "static")) == ["http://gw:8080"]
-    assert asyncio.run(gateways.instances("https://gw:8443")) == ["https://gw:8443"]
+    assert asyncio.run(gateways.instances("https://gw:8443", "dns")) == ["https://gw:8443"]
