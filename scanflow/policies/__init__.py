@@ -11,6 +11,8 @@ context, so a restarted Planner resumes with the same hysteresis.
 - hpa: the Kubernetes HPA algorithm, the baseline autoscale must beat
 - retrain: retrain on drift, promote challenger vs champion (S1)
 - failover: primary <-> backup routing with hysteresis (S4)
+- delivery: a challenger's shadow and canary stages judged live (time-uniform non-inferiority on
+  labelled rows, errors, p99 against the SLO)
 - pinning: whether a `resources` plan pins its replicas to exclusive cores (CPUMEM), opt-in
 - tune: replicas x threads x pinning for a machine (S3)
 - guardrails: bounds, cold start, hysteresis, cooldown, max step shared by the replica policies
@@ -18,8 +20,8 @@ context, so a restarted Planner resumes with the same hysteresis.
   reading it, for benchmarks/scaling.py and scanflow/demo/sim.py (imported from there, not here)
 """
 
-from scanflow.policies import autoscale, elastic, failover, guardrails, hpa, pinning, retrain, tune
+from scanflow.policies import autoscale, delivery, elastic, failover, guardrails, hpa, pinning, retrain, tune
 from scanflow.policies.types import Decision, Streak
 
-__all__ = ["Decision", "Streak", "autoscale", "elastic", "failover", "guardrails", "hpa", "pinning", "retrain",
+__all__ = ["Decision", "Streak", "autoscale", "delivery", "elastic", "failover", "guardrails", "hpa", "pinning", "retrain",
            "tune"]
