@@ -73,6 +73,26 @@ def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
             merged["healthy"] = bool(merged.get("healthy")) or bool(r.get("healthy"))
             merged["outstanding"] = int(merged.get("outstanding", 0)) + int(r.get("outstanding", 0))
     out["replicas"] = [replicas[u] for u in order]
+    out["challenger"] = merge_challengers([st.get("challenger") for st in states])
+    return out
+
+
+_CHALLENGER_COUNTS = ("requests", "answered", "mirrored", "failed", "dropped", "in_flight", "timed", "compared", "agreed")
+
+
+def merge_challengers(challengers: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Pure: the gateways' challengers (scanflow.serving.challenger) as one: counts summed, the worst
+    p99, healthy when any gateway finds it so. None when no gateway has one."""
+    got = [c for c in challengers if c]
+    if not got:
+        return None
+    out = dict(got[0])
+    for key in _CHALLENGER_COUNTS:
+        out[key] = sum(int(c.get(key) or 0) for c in got)
+    p99s = [float(c["p99_ms"]) for c in got if c.get("p99_ms") is not None]
+    out["p99_ms"] = max(p99s) if p99s else None
+    out["healthy"] = any(bool(c.get("healthy")) for c in got)
+    out["agreement"] = round(out["agreed"] / out["compared"], 6) if out["compared"] else None
     return out
 
 

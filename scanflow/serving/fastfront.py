@@ -230,7 +230,7 @@ class FastFrontProtocol(CorkedHttpToolsProtocol):
             if model is not None and status >= 500:  # the gateway's own 504 (upstream timeout): v2's shape
                 status, payload = v2_shaped(status, payload)
             self._answer(cycle, status, payload, b"content-type: " + ctype + b"\r\nx-scanflow-upstream: "
-                         + up.url.encode() + b"\r\n", "primary")
+                         + up.url.encode() + b"\r\n", self.gateway.route_label(up))
         else:
             self._retry(cycle, body, outcome, model)
 

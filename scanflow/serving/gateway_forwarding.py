@@ -15,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING
 
 import aiohttp
 
 from scanflow.serving import batchwire
 from scanflow.serving.batchwire import ItemModel
+from scanflow.serving.challenger import MAX_MIRRORS_IN_FLIGHT, Challenger, mirror_body, same_outputs
 from scanflow.serving.outcomes import NO_ANSWER, RETRY_STATUSES, Outcome
 from scanflow.serving.routing import RouteMode, Upstream, can_batch, pick_for_batch
 from scanflow.serving.upstream import UpstreamError, UpstreamPool
@@ -52,6 +54,7 @@ class Forwarding:
     _tick: int
     _pools: dict[str, UpstreamPool]
     _session: aiohttp.ClientSession | None
+    challenger: Challenger | None
 
     def __init__(self) -> None:
         # coalescing state: client requests waiting for an upstream call, batches in flight per replica
@@ -105,9 +108,77 @@ class Forwarding:
         the loop turn the call's answer arrives (no Future, no extra turn: scanflow.serving.fastfront
         writes the client's answer from it). `done` must not raise; an exception is logged and dropped.
         `model`: (name, version) when `body` is an OIP v2 infer request for that model (the replica's
-        /predict_batch then answers it in the protocol's shape), None for a /predict body."""
+        /predict_batch then answers it in the protocol's shape), None for a /predict body.
+        With a challenger set (scanflow.serving.challenger), a native body may be the canary's to answer,
+        or mirrored to the shadow once the champion answered it."""
+        ch = self.challenger
+        if ch is not None and model is None and ch.up.healthy:
+            if ch.answers(body):
+                self._spawn(self._canary_call(ch, body, done))
+                return
+            if ch.mode == "shadow":
+                done = self._mirroring(ch, body, done)
         self._waiting.append((body, done, model))
         self._schedule_dispatch()
+
+    # ---- a challenger (canary, shadow) ------------------------------------------------------
+    def _spawn(self, coro: Coroutine[None, None, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._batch_tasks.add(task)  # cancelled with the batches at shutdown
+        task.add_done_callback(self._batch_tasks.discard)
+
+    async def challenger_outcome(self, body: bytes) -> Outcome:
+        """The canary's answer to `body` when the request is the challenger's and it answered, else None
+        (the champion's replicas answer). For callers that do not coalesce (the ASGI path)."""
+        ch = self.challenger
+        if ch is None or not ch.up.healthy or not ch.answers(body):
+            return None
+        fut: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        await self._canary_call(ch, body, fut.set_result)
+        return fut.result()
+
+    async def _canary_call(self, ch: Challenger, body: bytes, done: Callable[[Outcome], None]) -> None:
+        """The challenger answers one client request; when it cannot (no answer, 5xx) the outcome is None,
+        so the request is forwarded to the champion's replicas, and the failure counts against it."""
+        t0 = time.perf_counter()
+        result = await self._forward(ch.up, body)
+        if ch.record(result[0] if result is not None else None, time.perf_counter() - t0):
+            assert result is not None
+            ch.answered += 1
+            _settle(done, (result[0], result[1], result[2], ch.up))
+        else:
+            _settle(done, None)
+
+    def _mirroring(self, ch: Challenger, body: bytes, done: Callable[[Outcome], None]) -> Callable[[Outcome], None]:
+        def answered(outcome: Outcome) -> None:
+            done(outcome)
+            if outcome is not None and outcome[0] == 200 and ch.mirrors():
+                self.mirror(ch, body, outcome[1])
+        return answered
+
+    def mirror(self, ch: Challenger, body: bytes, champion_answer: bytes) -> None:
+        """Send the shadow its copy of an answered request, unless too many are in flight (dropped and
+        counted: the client never waits for the shadow)."""
+        mbody = mirror_body(body, champion_answer) if ch.in_flight < MAX_MIRRORS_IN_FLIGHT and ch.up.healthy else None
+        if mbody is None:
+            ch.dropped += 1
+            return
+        ch.in_flight += 1
+        self._spawn(self._shadow_call(ch, mbody, champion_answer))
+
+    async def _shadow_call(self, ch: Challenger, body: bytes, champion_answer: bytes) -> None:
+        t0 = time.perf_counter()
+        try:
+            result = await self._forward(ch.up, body)
+        finally:
+            ch.in_flight -= 1
+        if ch.record(result[0] if result is not None else None, time.perf_counter() - t0):
+            assert result is not None
+            ch.mirrored += 1
+            agree = same_outputs(champion_answer, result[1]) if result[0] == 200 else None
+            if agree is not None:
+                ch.compared += 1
+                ch.agreed += agree
 
     def _schedule_dispatch(self) -> None:
         # One loop turn later, so requests already read off the sockets in this turn join the batch.

@@ -49,6 +49,7 @@ from scanflow.serving.asgi import (
     send_error_and_close,
     send_raw,
 )
+from scanflow.serving.challenger import Challenger, ChallengerMode
 from scanflow.serving.gateway_forwarding import Forwarding
 from scanflow.serving.hotmetrics import HotCounter, HotHistogram
 from scanflow.serving.outcomes import NO_ANSWER, RETRY_STATUSES, Outcome, final
@@ -144,6 +145,21 @@ class RouteRequest(BaseModel):
     to: RouteMode
 
 
+class ChallengerRequest(BaseModel):
+    """A challenger for this service: `url` its gateway (or a replica), `mode` shadow (`share` of the
+    answered requests mirrored to it) or canary (`share` of the requests answered by it)."""
+
+    url: str
+    mode: ChallengerMode
+    share: float = Field(ge=0.0, le=1.0)
+    service: str | None = Field(None, max_length=200, description="the challenger's service (its records' name)")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return normalize_url(v)
+
+
 class Gateway(Forwarding):
     """Routing state and handlers of one gateway (the upstream calls: `Forwarding`). Built by `create_app`; tests reach it as `app.gateway`."""
 
@@ -163,6 +179,7 @@ class Gateway(Forwarding):
         self.mode: RouteMode = "auto"
         self.routed_to: Target | None = None
         self.draining: dict[str, Upstream] = {}  # removed replicas still finishing requests
+        self.challenger: Challenger | None = None  # a progressive delivery's model (scanflow.serving.challenger)
         self._tick = 0
         self.counts = {"retries": 0, "failovers": 0, "failbacks": 0, "upstream_errors": 0,
                        "coalesced_calls": 0, "coalesced_requests": 0, "coalesced_refused": 0}
@@ -186,7 +203,7 @@ class Gateway(Forwarding):
             connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=60),
         )
         await self._discover()
-        await self.check_health(self.replicas + ((self.backup,) if self.backup else ()))
+        await self.check_health(self._checked())
         self._health_task = asyncio.create_task(self._health_loop(), name="health-checks")
         try:
             yield
@@ -226,7 +243,12 @@ class Gateway(Forwarding):
         while True:
             await asyncio.sleep(self.config.health_interval_s)
             await self._discover()
-            await self.check_health(self.replicas + ((self.backup,) if self.backup else ()))
+            await self.check_health(self._checked())
+
+    def _checked(self) -> tuple[Upstream, ...]:
+        """Every upstream the health loop checks: the replicas, the backup, the challenger."""
+        return (self.replicas + ((self.backup,) if self.backup else ())
+                + ((self.challenger.up,) if self.challenger else ()))
 
     async def _discover(self) -> None:
         """dns discovery: re-resolve the sources; a changed address set replaces the replicas (new ones
@@ -284,14 +306,24 @@ class Gateway(Forwarding):
                 assert outcome is not None
                 status, payload, ctype, up = outcome
                 await send_raw(send, status, payload, [(b"content-type", ctype), (b"x-scanflow-upstream", up.url.encode())])
-                self._count(status, "primary")
+                self._count(status, self.route_label(up))
                 self.metrics.latency.observe(time.perf_counter() - t0)
                 return
         else:
-            outcome = None
+            outcome = await self.challenger_outcome(body)
+            if final(outcome):
+                assert outcome is not None
+                status, payload, ctype, up = outcome
+                await send_raw(send, status, payload, [(b"content-type", ctype), (b"x-scanflow-upstream", up.url.encode())])
+                self._count(status, "challenger")
+                self.metrics.latency.observe(time.perf_counter() - t0)
+                return
         status, payload, headers, route = await self.forward_with_retries(body, outcome)
         await send_raw(send, status, payload, headers)
         self._count(status, route)
+        ch = self.challenger
+        if ch is not None and ch.mode == "shadow" and outcome is None and status == 200 and ch.mirrors():
+            self.mirror(ch, body, payload)
         if route != "none" or status != 503:
             self.metrics.latency.observe(time.perf_counter() - t0)
 
@@ -340,6 +372,10 @@ class Gateway(Forwarding):
     def _count(self, status: int, route: str) -> None:
         self.metrics.requests.inc(str(status), route)
 
+    def route_label(self, up: Upstream) -> str:
+        """The metrics' route of an answer a coalesced call or the canary gave: challenger or primary."""
+        return "challenger" if self.challenger is not None and up is self.challenger.up else "primary"
+
     # ---- admin ------------------------------------------------------------------------------
     async def set_replicas(self, urls: list[str]) -> dict[str, object]:
         """Atomic replace: new URLs are health-checked first; removed ones finish what they have. With dns
@@ -385,6 +421,38 @@ class Gateway(Forwarding):
         self._update_route()
         return self.state()
 
+    async def set_challenger(self, url: str, mode: ChallengerMode, share: float,
+                             service: str | None = None) -> dict[str, object]:
+        """Set the challenger, or move the same one to another stage (its figures keep counting from when
+        it was set); a new URL starts from zero. Health-checked first, and only used while healthy."""
+        ch = self.challenger
+        if ch is not None and ch.up.url == url:
+            ch.mode, ch.share = mode, share
+        else:
+            up = Upstream(url)
+            await self.check_health((up,))
+            self.challenger = Challenger(up, mode, share, service)
+            if ch is not None:
+                self._close_pool_unless_used(ch.up.url)
+        log.warning("service %s: challenger %s in %s at %.0f%%", self.config.service, url, mode, 100 * share)
+        return self.state()
+
+    def clear_challenger(self) -> dict[str, object]:
+        """No challenger any more (promoted or rolled back): every request to the champion's replicas."""
+        ch, self.challenger = self.challenger, None
+        if ch is not None:
+            log.warning("service %s: challenger %s cleared", self.config.service, ch.up.url)
+            self._close_pool_unless_used(ch.up.url)
+        return self.state()
+
+    def _close_pool_unless_used(self, url: str) -> None:
+        """A former challenger's connections go, unless a replica or the backup has the same URL."""
+        if url in {r.url for r in self.replicas} or (self.backup is not None and self.backup.url == url):
+            return
+        pool = self._pools.pop(url, None)
+        if pool is not None:
+            pool.close()  # idle connections now; busy ones after their request
+
     def set_route(self, to: RouteMode) -> dict[str, object]:
         if to == "backup" and self.backup is None:
             raise HTTPException(422, "no backup configured: PUT /admin/backup first")
@@ -403,6 +471,7 @@ class Gateway(Forwarding):
             "replicas": [r.snapshot() for r in self.replicas],
             "draining": [r.snapshot() for r in self.draining.values()],
             "backup": self.backup.snapshot() if self.backup else None,
+            "challenger": self.challenger.snapshot() if self.challenger else None,
             "counts": {"requests": sum(r.requests for r in self.replicas), **self.counts},
         }
 
@@ -442,6 +511,14 @@ def create_app(config: GatewayConfig) -> GatewayApp:
     @api.put("/admin/backup", dependencies=admin)
     async def backup(body: BackupRequest) -> dict[str, object]:
         return await gw.set_backup(body.url)
+
+    @api.put("/admin/challenger", dependencies=admin)
+    async def challenger(body: ChallengerRequest) -> dict[str, object]:
+        return await gw.set_challenger(body.url, body.mode, body.share, body.service)
+
+    @api.delete("/admin/challenger", dependencies=admin)
+    async def no_challenger() -> dict[str, object]:
+        return gw.clear_challenger()
 
     @api.put("/admin/route", dependencies=admin)
     async def route(body: RouteRequest) -> dict[str, object]:

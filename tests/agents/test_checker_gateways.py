@@ -182,3 +182,16 @@ def test_instances_are_the_addresses_of_one_family(monkeypatch: pytest.MonkeyPat
     # static (the default): read as configured; https: never by address (the certificate names the host)
     assert asyncio.run(gateways.instances("http://gw:8080", "static")) == ["http://gw:8080"]
     assert asyncio.run(gateways.instances("https://gw:8443", "dns")) == ["https://gw:8443"]
+
+
+def test_merge_states_sums_the_challengers_figures_and_keeps_the_worst_p99() -> None:
+    a = {"replicas": [], "challenger": {"url": "http://c:1", "mode": "canary", "share": 0.1, "healthy": False,
+                                        "answered": 10, "failed": 1, "timed": 10, "p99_ms": 12.0, "compared": 0,
+                                        "agreed": 0}}
+    b = {"replicas": [], "challenger": {"url": "http://c:1", "mode": "canary", "share": 0.1, "healthy": True,
+                                        "answered": 5, "failed": 0, "timed": 5, "p99_ms": 30.0, "compared": 4,
+                                        "agreed": 3}}
+    merged = gateways.merge_states([a, b])["challenger"]
+    assert (merged["answered"], merged["failed"], merged["timed"]) == (15, 1, 15)
+    assert merged["p99_ms"] == 30.0 and merged["healthy"] is True and merged["agreement"] == 0.75
+    assert gateways.merge_states([{"replicas": []}, {"replicas": [], "challenger": None}])["challenger"] is None

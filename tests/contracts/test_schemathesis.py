@@ -39,7 +39,7 @@ CONFORMANCE: dict[str, set[tuple[str, str, str]]] = {}  # server -> (method, pat
 # A drained replica answers 503 to everything until undrained, by design (and so would a gateway whose
 # replicas were drained, or were re-pointed at junk URLs by PUT /admin/replicas): fuzzed with invalid data
 # only, which must be refused (4xx) without changing anything (the server stays ready afterwards).
-NOT_FUZZED = frozenset({"/admin/drain", "/admin/replicas", "/admin/route", "/admin/backup"})
+NOT_FUZZED = frozenset({"/admin/drain", "/admin/replicas", "/admin/route", "/admin/backup", "/admin/challenger"})
 FAST_ANSWERS: list[int] = []  # one entry per answer the gateway's fast front gave (POST /predict)
 
 
