@@ -8,8 +8,8 @@ payload that does not fit with a 422 naming the field, and its OpenAPI document 
 The flow (docs/architecture.md walks it):
 
     Tracker  --predictions.logged (its own), then the check_drift actuator-->  Checker
-    Checker  --drift.checked, latency.checked, service.checked-->  Planner
-    Planner  --plan.approved (retrain | route | scale | resources)-->  Executor
+    Checker  --drift.checked, latency.checked, service.checked, delivery.checked-->  Planner
+    Planner  --plan.approved (retrain | route | scale | resources | delivery)-->  Executor
 
 Fields a newer sender adds are ignored, not refused, so agents can be upgraded one at a time (a
 rolling update has old and new agents talking for a while); a missing required field or a wrong
@@ -183,9 +183,57 @@ class ResourcesPlan(Message):
     decision_key: str | None = None
 
 
-Plan = Annotated[RetrainPlan | RoutePlan | ScalePlan | ResourcesPlan, Field(discriminator="plan")]
+class OutcomeSums(Message):
+    """Running sums of per-row scores (scanflow.policies.delivery.OutcomeSums)."""
+
+    n: Count = 0
+    total: float = 0.0
+    total_sq: float = Field(0.0, ge=0)
+
+
+class DeliveryChecked(Message):
+    """Checker -> Planner: what a progressive delivery's challenger did since it was set on the gateway.
+
+    paired: score differences (challenger minus champion) of labelled rows both models answered (shadow);
+    challenger / champion: scores of labelled rows each answered to clients. requests / errors / timed /
+    p99_ms / agreement: the challenger's answers as the gateway saw them."""
+
+    service: str = Field(description="the champion's service")
+    challenger_service: str
+    delivery: str = Field(description="which delivery: the challenger's URL and when it was set")
+    mode: Literal["shadow", "canary"]
+    share: float = Field(ge=0, le=1)
+    paired: OutcomeSums = Field(default_factory=OutcomeSums)
+    challenger: OutcomeSums = Field(default_factory=OutcomeSums)
+    champion: OutcomeSums = Field(default_factory=OutcomeSums)
+    requests: Count = 0
+    errors: Count = 0
+    timed: Count = 0
+    p99_ms: float | None = None
+    slo_p99_ms: float | None = None
+    agreement: float | None = None
+    dropped: Count = Field(0, description="rows that got no label in time (not evidence either way)")
+
+
+class DeliveryPlan(Message):
+    """Planner -> Executor: move a delivery on: `advance` (the challenger to `kind` at `share`), `promote`
+    (it becomes the champion everywhere) or `rollback` (its replicas go; the champion keeps serving)."""
+
+    plan: Literal["delivery"] = "delivery"
+    service: str
+    challenger_service: str
+    delivery: str
+    action: Literal["advance", "promote", "rollback"]
+    kind: Literal["shadow", "canary"] | None = None
+    share: float = Field(0.0, ge=0, le=1)
+    stage: Count = 0
+    reason: str = ""
+    figures: dict[str, Any] = Field(default_factory=dict, description="the decision's inputs (bounds, counts)")
+
+
+Plan = Annotated[RetrainPlan | RoutePlan | ScalePlan | ResourcesPlan | DeliveryPlan, Field(discriminator="plan")]
 PLAN: TypeAdapter[Plan] = TypeAdapter(Plan)
-PLAN_KINDS = ("retrain", "route", "scale", "resources")
+PLAN_KINDS = ("retrain", "route", "scale", "resources", "delivery")
 
 # event name -> the model of its payload; the names are the standard agents' strategy events
 class ImageOutdated(Message):
@@ -202,6 +250,7 @@ EVENTS: dict[str, Any] = {
     "drift.checked": DriftChecked,
     "service.checked": ServiceChecked,
     "latency.checked": LatencyChecked,
+    "delivery.checked": DeliveryChecked,
     "drift.detected": DriftDetected,
     "plan.approved": Plan,
     "image.outdated": ImageOutdated,

@@ -126,6 +126,52 @@ class SLO(_Spec):
     error_rate: float = Field(0.01, ge=0, le=1)
 
 
+class DeliveryStage(_Spec):
+    """One stage of a progressive delivery. shadow: `share` of the answered requests are mirrored to the
+    challenger (its answers recorded, never returned); canary: `share` of the requests are answered by
+    it. The stage passes after `min_seconds` once `min_labelled` rows are labelled (shadow: rows both
+    models answered; canary: rows the challenger answered, counted since the delivery began) and the
+    challenger is shown not worse; it rolls back at `timeout_s` otherwise."""
+
+    kind: Literal["shadow", "canary"]
+    share: float = Field(gt=0, le=1)
+    min_labelled: int = Field(200, ge=0)
+    min_seconds: float = Field(30.0, ge=0)
+    timeout_s: float = Field(900.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check_times(self) -> DeliveryStage:
+        if self.timeout_s <= self.min_seconds:
+            raise ValueError(f"timeout_s={self.timeout_s} must be above min_seconds={self.min_seconds}")
+        return self
+
+
+def _default_stages() -> list[DeliveryStage]:
+    return [DeliveryStage(kind="shadow", share=1.0), DeliveryStage(kind="canary", share=0.1),
+            DeliveryStage(kind="canary", share=0.5)]
+
+
+class Delivery(_Spec):
+    """How a challenger that passed the offline gate reaches the traffic. `none`: every replica swaps at
+    once. `progressive`: the challenger gets its own replicas (`challenger_replicas`), then goes through
+    `stages` (by default shadow, canary 10 %, canary 50 %) to full promotion, judged live on the rows
+    feedback labels: promoted when not worse than the champion by more than `margin` at `confidence`,
+    rolled back at once when its answers fail beyond `max_error_rate` or its p99 breaks the SLO, or when
+    a stage times out. `delivery: none` and `delivery: progressive` are shorthands."""
+
+    mode: Literal["none", "progressive"] = "progressive"
+    stages: list[DeliveryStage] = Field(default_factory=_default_stages, min_length=1, max_length=8)
+    margin: float = Field(0.02, ge=0)
+    confidence: float = Field(0.95, ge=0.5, lt=1)
+    max_error_rate: float = Field(0.001, ge=0, lt=1)
+    challenger_replicas: int = Field(1, ge=1, le=16)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"mode": data} if isinstance(data, str) else data
+
+
 class Job(_Spec):
     """A batch job, such as training: `entrypoint` is 'module:function' or a command list."""
 
@@ -164,6 +210,8 @@ class Service(_Spec):
     max_batch_size: int = Field(32, ge=1, le=4096)
     max_batch_wait_ms: float = Field(2.0, ge=0, le=1000)
     image: str | None = None
+    delivery: Delivery = Field(default_factory=lambda: Delivery(mode="none"),
+                               description="how a promoted challenger reaches traffic: none (swap) or progressive")
 
     @field_validator("model_uri")
     @classmethod

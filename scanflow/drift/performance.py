@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from scanflow.labels import same_label
+
 MIN_HOLDOUT = 20  # fewer labelled holdout rows cannot calibrate confidences
 
 
@@ -50,16 +52,6 @@ def confidences(probabilities: ArrayLike) -> NDArray[np.float64]:
     if not np.isfinite(p).all():
         raise ValueError("probabilities: contain NaN or infinite values")
     return p.max(axis=1)
-
-
-def same_label(a: Any, b: Any) -> bool:
-    """Labels equal as the model and the feedback write them (3, 3.0, "3" and numpy ints are one label)."""
-    if a == b:
-        return True
-    try:
-        return float(a) == float(b)
-    except (TypeError, ValueError):
-        return str(a) == str(b)
 
 
 @dataclass(frozen=True)

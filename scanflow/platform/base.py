@@ -109,6 +109,13 @@ class Platform(Protocol):
         """Hot-swap the model every replica serves (load beside, switch atomically, drain)."""
         ...
 
+    def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow",
+                       share: float = 0.0) -> ServiceStatus:
+        """Make the service `challenger` a progressive delivery's challenger behind `service`'s endpoint:
+        `mode` shadow (`share` of the answered requests mirrored to it) or canary (`share` answered by
+        it); None takes it off."""
+        ...
+
     def run_job(self, job: Job, params: dict[str, Any] | None = None) -> JobResult:
         """Run a batch job to completion (or timeout); logs and outcome go to an MLflow run."""
         ...

@@ -372,6 +372,22 @@ class LocalPlatform:
                 self._persist()
         return self.status(service)
 
+    def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow",
+                       share: float = 0.0) -> ServiceStatus:
+        """Put the service `challenger` (its gateway) on `service`'s gateway as a progressive delivery's
+        challenger, in `mode` (shadow, canary) at `share` (scanflow.serving.challenger), or take it off (None).
+        Not kept in the platform's state: a restarted gateway starts without one, which the Checker sees
+        and the Planner's stage timeout ends."""
+        with self._lock:
+            endpoint = self._get(service).endpoint
+            target = self._get(challenger).endpoint if challenger is not None else None
+        if target is None:
+            procs.call("DELETE", f"{endpoint}/admin/challenger", headers=self._headers())
+        else:
+            procs.call("PUT", f"{endpoint}/admin/challenger", headers=self._headers(),
+                       json={"url": target, "mode": mode, "share": share, "service": challenger})
+        return self.status(service)
+
     def swap_model(self, service: str, model_uri: str) -> ServiceStatus:
         """Hot-swap every replica, one at a time (each loads beside, switches, drains)."""
         with self._lock:

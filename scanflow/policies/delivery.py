@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from scanflow.labels import same_label
 from scanflow.policies.types import Decision
 
 StageKind = Literal["shadow", "canary"]
@@ -115,12 +116,13 @@ def unpaired_bounds(challenger: OutcomeSums, champion: OutcomeSums, alpha: float
 
 def row_scores(task: str, predicted: Sequence[Any] | np.ndarray, truth: Sequence[Any] | np.ndarray) -> np.ndarray:
     """Pure: one score per labelled row, higher is better: 1.0 for a right class and 0.0 for a wrong
-    one (task "classification"), minus the absolute error for a value ("regression")."""
-    p, y = np.asarray(predicted), np.asarray(truth)
-    if p.shape != y.shape:
-        raise ValueError(f"predicted {p.shape} and truth {y.shape} differ in shape")
+    one (task "classification", labels compared as `same_label` does: 3, 3.0 and "3" are one class),
+    minus the absolute error for a value ("regression")."""
+    if len(predicted) != len(truth):
+        raise ValueError(f"predicted ({len(predicted)} rows) and truth ({len(truth)} rows) differ in shape")
     if task == "classification":
-        return (p == y).astype(float)
+        return np.array([same_label(a, b) for a, b in zip(predicted, truth, strict=True)], dtype=float)
+    p, y = np.asarray(predicted), np.asarray(truth)
     if task == "regression":
         return -np.abs(p.astype(float) - y.astype(float))
     raise ValueError(f"task must be 'classification' or 'regression', got {task!r}")

@@ -65,7 +65,7 @@ def standard_agents(
     checker = AgentSpec(
         name="checker", role="checker", module="scanflow.standard.checker:agent",
         strategies=[_forward("drift-to-planner", "drift.checked"), _forward("latency-to-planner", "latency.checked"),
-                    _forward("health-to-planner", "service.checked")],
+                    _forward("health-to-planner", "service.checked"), _forward("delivery-to-planner", "delivery.checked")],
         settings={"fpr": fpr, **({} if copy_tolerance is None else {"copy_tolerance": copy_tolerance})},
     )
     planner_strategies = [
@@ -75,6 +75,7 @@ def standard_agents(
                      actions=[ActionSpec(actuator="submit_plan", args={"plan": "retrain"})],
                      cooldown_s=retrain_cooldown_s),
         StrategySpec(name="failover", event="service.checked", actions=[ActionSpec(actuator="plan_failover")]),
+        StrategySpec(name="delivery", event="delivery.checked", actions=[ActionSpec(actuator="plan_delivery")]),
     ]
     if autoscale is not False:
         planner_strategies.append(StrategySpec(name="autoscale", event="latency.checked",
@@ -85,8 +86,8 @@ def standard_agents(
                   "autoscale": {**AUTOSCALE, **(autoscale if isinstance(autoscale, dict) else {})},
                   "failover": {**FAILOVER, **(failover or {})}},
     )
-    plans = ("retrain", "route", "scale", "resources")
-    actuators = {"route": "route", "scale": "scale", "resources": "set_resources"}
+    plans = ("retrain", "route", "scale", "resources", "delivery")
+    actuators = {"route": "route", "scale": "scale", "resources": "set_resources", "delivery": "deliver"}
     executor_spec = AgentSpec(
         name="executor", role="executor", module="scanflow.standard.executor:agent",
         strategies=[

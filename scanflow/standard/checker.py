@@ -21,6 +21,9 @@
   (scanflow.agentkit.observe): arrival rate, service time and CPU per request from the gateway's and
   each replica's counters, the replicas' CPU use, limit and throttling (their own cgroups), the cores
   left on their nodes; the Planner's policies read nothing else.
+- sensor `check_delivery`: while the gateway has a challenger (a progressive delivery), each model's
+  labelled rows and the challenger's answers as `delivery.checked` (scanflow/standard/checker_delivery.py);
+  the drift windows leave the challenger's records out.
 - `forward`: the workflow's strategies send these events on to the Planner's inbox, through a durable
   outbox delivered by the `deliver` sensor (scanflow/agentkit/outbox.py).
 Run: `scanflow agent run scanflow.standard.checker:agent --port 8002 --peer planner=http://127.0.0.1:8003`.
@@ -42,6 +45,7 @@ from scanflow.agentkit.env import drift_window, primary_service, quick, service_
 from scanflow.agentkit.latency import Percentile, histogram, percentile_ms
 from scanflow.messages import DriftChecked, LatencyChecked, ServiceChecked
 from scanflow.policies.types import slo_breached
+from scanflow.standard import checker_delivery
 from scanflow.tracking import monitoring
 
 log = logging.getLogger(__name__)
@@ -215,7 +219,7 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if run_id is None:
         return {"skipped": "no predictions logged yet"}
     wm = int(ctx.state.get("watermark", 0))
-    batch = await asyncio.to_thread(read_since, run_id, wm)
+    batch = declared_only(await asyncio.to_thread(read_since, run_id, wm), {s.name for s in ctx.workflow.services})
     x = batch.inputs()
     # the detector's own minimum (derived from its calibration) wins over the caller's; rows stay unread
     # (the watermark holds), so the next call tests them with the ones that arrive meanwhile
@@ -252,6 +256,17 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ctx.state["watermark"] = batch.watermark
     ctx.state["last_report"] = {k: v for k, v in payload.items() if k != "critical_ids"}
     return {k: v for k, v in payload.items() if k != "critical_ids"} | {"critical": len(critical)}
+
+
+def declared_only(batch: Any, services: set[str]) -> Any:
+    """Pure: the batch without the records of services the workflow does not declare (a progressive
+    delivery's challenger: in shadow its records repeat the champion's requests, and its answers are not
+    the traffic the detector watches); the watermark stays the batch's."""
+    if all(r.service in services for r in batch.records):
+        return batch
+    keep = [i for i, r in enumerate(batch.records) if r.service in services]
+    return dataclasses.replace(batch, records=[batch.records[i] for i in keep], seqs=[batch.seqs[i] for i in keep],
+                               _inputs=None)
 
 
 def _performance_metrics(perf: dict[str, Any] | None) -> dict[str, float]:
@@ -321,6 +336,8 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     except (httpx.HTTPError, ValueError) as exc:
         state, metrics, members, complete = {"error": f"{type(exc).__name__}"}, "", [], False
     scraped_at = time.time()
+    if not state.get("error"):  # a progressive delivery's challenger, for the delivery check
+        ctx.state["challenger"] = state.get("challenger")
     replicas = state.get("replicas") or []
     backup = state.get("backup") or {}
     payload = ServiceChecked(
@@ -361,6 +378,13 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
                 latency, svc.slo.percentile) | monitoring.resource_metrics(latency),
                 monitoring.next_step(ctx.state, "latency"))
     return events
+
+
+@agent.sensor(every=checker_delivery.CHECK_EVERY_S, emits=("delivery.checked",))
+async def check_delivery(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
+    """While the primary service's gateway has a challenger: each model's labelled rows and the
+    challenger's answers, as `delivery.checked` (scanflow/standard/checker_delivery.py)."""
+    return await checker_delivery.check(ctx)
 
 
 async def scrape_replicas(http: httpx.AsyncClient, urls: list[str]) -> dict[str, str]:

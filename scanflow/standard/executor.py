@@ -16,6 +16,9 @@ Plans arrive in its inbox as `plan.approved` (from the Planner); the workflow's 
     new champion's serving reference (the recent drifted inputs) is logged, so the Checker fits its
     detector on what the new model serves and the loop converges.
   swap_model: every service serving this model hot-swaps to the new champion (no failed request).
+  With `delivery: progressive` on the service, a challenger that passed the gate gets its own replicas
+  and goes through the declared shadow and canary stages first (scanflow/standard/executor_delivery.py);
+  plan 'delivery' -> `deliver`: the next stage, or the promotion (alias and swap), or the rollback.
 - plan 'route' -> `route`, 'scale' -> `scale`, 'resources' -> `set_resources`.
 Every actuator is idempotent under its key (the runtime never re-runs a finished one; a step cut by a
 crash re-runs and finds its own earlier effects). At startup (local platform) it adopts the services a
@@ -41,6 +44,7 @@ from scanflow.agent import Agent, Context, PermanentError, TemporaryError, get_c
 from scanflow.agentkit.detectors import model_name_of
 from scanflow.agentkit.env import primary_service
 from scanflow.platform.base import PlatformError
+from scanflow.standard import executor_delivery
 from scanflow.standard.executor_platform import RECONCILE_S, deploy_services, open_platform, reconcile_sizes
 from scanflow.standard.model_loads import ModelLoads
 from scanflow.standard.retraining import (
@@ -350,19 +354,25 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     metrics = {f"challenger_{metric}_clean": ch.clean, f"challenger_{metric}_drifted": ch.drifted,
                f"champion_{metric}_clean": cur.clean, f"champion_{metric}_drifted": cur.drifted,
                "gate_rows_clean": float(len(ref.x_holdout)), "gate_rows_drifted": float(len(x_d))}
+    svc = primary_service(ctx.workflow)
+    progressive = decision.promote and svc.delivery.mode == "progressive"
     if decision.promote:
         rec["serving_reference"] = _log_serving_reference(ctx, ref, rec, plan)
-        set_alias(name, CHAMPION_ALIAS, challenger, actor="executor", reason=decision.reason, metrics=metrics)
-    rec["promoted"] = decision.promote
+        if progressive:  # live stages first (scanflow/standard/executor_delivery.py); the Planner promotes
+            rec["delivery"] = _start_delivery(ctx, svc, challenger, pid)["challenger"]
+        else:
+            set_alias(name, CHAMPION_ALIAS, challenger, actor="executor", reason=decision.reason, metrics=metrics)
+    rec["promoted"] = decision.promote and not progressive
     rec["evaluation"] = metrics
     monitoring.safe(ctx.state, "record the promotion gate", monitoring.record_gate, name, challenger,
                     rec.get("run_id"), pid, plan.payload(), metrics, decision.promote, decision.reason, champion)
     monitoring.WRITER.submit(ctx.state, _primary_monitor(ctx), {"action/promoted": float(decision.promote),
                                                                 **{f"gate/{k}": v for k, v in metrics.items()}},
                              monitoring.plan_step(pid))
-    _loads(ctx).keep_only(challenger if decision.promote else champion)
-    return {"plan": pid, "promoted": decision.promote, "version": challenger, "previous": champion,
-            "reason": decision.reason, "metric": metric, **metrics}
+    _loads(ctx).keep_only(challenger if rec["promoted"] else champion)
+    return {"plan": pid, "promoted": rec["promoted"], "passed_gate": decision.promote, "version": challenger,
+            "previous": champion, "delivery": rec.get("delivery"), "reason": decision.reason, "metric": metric,
+            **metrics}
 
 
 @agent.actuator("swap_model", max_attempts=3)
@@ -375,6 +385,18 @@ def swap_model(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         version = rec["version"]
     else:
         return {"plan": pid, "swapped": [], "reason": "nothing promoted by this plan"}
+    swapped = _swap_to(ctx, version)
+    monitoring.safe(ctx.state, "record the swap", monitoring.record_swap, _model_name(ctx), version,
+                    rec.get("run_id"), swapped)
+    for target in _monitors(ctx, swapped):
+        monitoring.WRITER.submit(ctx.state, target, {"action/swapped_version": float(version)},
+                                 monitoring.plan_step(pid))
+    return {"plan": pid, "version": version, "swapped": swapped}
+
+
+def _swap_to(ctx: Context, version: str) -> list[str]:
+    """Every service serving this model hot-swaps to `version` (those already on it are left); the names
+    of the services swapped."""
     uri = f"models:/{_model_name(ctx)}/{version}"
     swapped = []
     for svc in ctx.workflow.services:
@@ -388,12 +410,68 @@ def swap_model(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
         except PlatformError as exc:
             raise TemporaryError(str(exc), delay_s=2.0) from None
         swapped.append(svc.name)
-    monitoring.safe(ctx.state, "record the swap", monitoring.record_swap, _model_name(ctx), version,
-                    rec.get("run_id"), swapped)
-    for target in _monitors(ctx, swapped):
-        monitoring.WRITER.submit(ctx.state, target, {"action/swapped_version": float(version)},
-                                 monitoring.plan_step(pid))
-    return {"plan": pid, "version": version, "swapped": swapped}
+    return swapped
+
+
+def _start_delivery(ctx: Context, svc: Any, version: str, why: str) -> dict[str, Any]:
+    deliveries = ctx.state.setdefault("deliveries", {})
+    try:
+        started = executor_delivery.start(platform(ctx), svc, _model_name(ctx), version, deliveries)
+    except executor_delivery.DeliveryRefused as exc:
+        raise PermanentError(str(exc)) from None
+    except PlatformError as exc:
+        raise TemporaryError(f"delivery of v{version} could not start: {exc}", delay_s=5.0) from None
+    deliveries[svc.name] = {**started, "cause": why}
+    return deliveries[svc.name]
+
+
+@agent.actuator("start_delivery", max_attempts=3)
+def start_delivery(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """An operator's progressive delivery of a registered version (`version`) to the primary service (or
+    `service`), without a retrain: the same stages and live judgement as a retrained challenger's, from
+    the first stage; refused while another delivery runs for that service."""
+    version, name = str(args.get("version") or ""), args.get("service") or primary_service(ctx.workflow).name
+    if not version.isdigit():
+        raise PermanentError(f"start_delivery: 'version' must be a registered version number, got {version!r}")
+    try:
+        svc = ctx.workflow.service(str(name))
+    except KeyError as exc:
+        raise PermanentError(str(exc)) from None
+    from scanflow.tracking.registry import get_alias_version
+
+    if get_alias_version(_model_name(ctx), CHAMPION_ALIAS) == version:
+        raise PermanentError(f"start_delivery: v{version} is the champion already")
+    rec = _start_delivery(ctx, svc, version, f"operator: {ctx.key}")
+    return {"service": svc.name, "challenger": rec["challenger"], "version": version, "stage": rec["kind"],
+            "share": rec["share"]}
+
+
+@agent.actuator("deliver", max_attempts=3)
+def deliver(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """A progressive delivery's next step, as the Planner judged it (scanflow/standard/executor_delivery.py):
+    the challenger to its next stage on the gateway; or promoted (the champion alias, with the live
+    figures in its history, and every service of the model swapped) and its replicas removed; or rolled
+    back (its replicas removed, the rollback tagged on its version)."""
+    from scanflow.tracking.registry import set_alias
+
+    p: messages.DeliveryPlan = _typed_plan(ctx, args, messages.DeliveryPlan, "deliver")
+    name = _model_name(ctx)
+
+    def promote(version: str, reason: str) -> list[str]:
+        set_alias(name, CHAMPION_ALIAS, version, actor="executor", reason=f"progressive delivery: {reason}",
+                  metrics=executor_delivery.numeric(p.figures))
+        swapped = _swap_to(ctx, version)
+        monitoring.safe(ctx.state, "record the swap", monitoring.record_swap, name, version, None, swapped)
+        _loads(ctx).keep_only(version)
+        return swapped
+
+    def rolled_back(version: str, reason: str) -> None:
+        monitoring.safe(ctx.state, "record the rollback", monitoring.record_rollback, name, version, reason)
+
+    try:
+        return executor_delivery.apply(platform(ctx), ctx.state.setdefault("deliveries", {}), p, promote, rolled_back)
+    except PlatformError as exc:
+        raise TemporaryError(str(exc), delay_s=2.0) from None
 
 
 # -- S2/S3/S4 ------------------------------------------------------------------------------------
@@ -470,7 +548,8 @@ def set_resources(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 @agent.router.get("/services")
 async def services(ctx: Annotated[Context, Depends(get_context)]) -> Any:
-    """What the platform runs: each service's status (replicas, pids, cores, model versions, route).
+    """What the platform runs: each service's status (replicas, pids, cores, model versions, route), and
+    the challenger's service while a progressive delivery runs.
     503 with a message while the platform is still starting (deploying the services)."""
     import asyncio
 
@@ -481,9 +560,10 @@ async def services(ctx: Annotated[Context, Depends(get_context)]) -> Any:
         return JSONResponse({"detail": "the platform is still starting (deploying the services); retry shortly"},
                             status_code=503, headers={"Retry-After": "2"})
     out = {}
-    for svc in ctx.workflow.services:
+    running = [d["challenger"] for d in (ctx.state.get("deliveries") or {}).values() if d.get("state") == "running"]
+    for name in [svc.name for svc in ctx.workflow.services] + running:  # and a progressive delivery's challenger
         try:
-            out[svc.name] = dataclasses.asdict(await asyncio.to_thread(plat.status, svc.name))
+            out[name] = dataclasses.asdict(await asyncio.to_thread(plat.status, name))
         except PlatformError as exc:
-            out[svc.name] = {"error": str(exc)}
+            out[name] = {"error": str(exc)}
     return out

@@ -10,6 +10,8 @@
   challenger that beats the champion.
 - `plan_failover` (on `service.checked`): failover policy with hysteresis (fail over after N failed
   checks, return after M healthy ones) -> a `route` plan for the Executor.
+- `plan_delivery` (on `delivery.checked`): a progressive delivery's stage judged live (scanflow.policies.delivery:
+  non-inferiority on labelled rows, errors, p99) -> a `delivery` plan (advance, promote, rollback).
 - `plan_scale` (on `latency.checked`): the scaling policy (scanflow.policies.elastic; vertical-first
   when `autoscale.mode` says so: grow a throttled replica in place, add replicas past the per-replica
   ceiling) on the Checker's observations only -> `resources` (cores, threads; with `autoscale.pin`
@@ -40,6 +42,7 @@ from scanflow.policies import autoscale, elastic, failover, pinning, retrain
 from scanflow.policies.guardrails import Guardrails
 from scanflow.policies.types import state_from_json, state_to_json
 from scanflow.spec import Affinity, Resources, Service
+from scanflow.standard import planner_delivery
 from scanflow.tracking import monitoring
 
 MAX_DECISIONS = 200
@@ -47,7 +50,7 @@ MAX_CRITICAL = 4000
 MAX_STEPS = 50  # drifted checks a plan names (its seq range covers them all anyway)
 agent = Agent("planner", role="planner", description="retrain, failover and scaling decisions",
               settings_keys=("retrain", "promotion", "autoscale", "failover"),
-              messages=messages.receiving("drift.checked", "service.checked", "latency.checked"),
+              messages=messages.receiving("drift.checked", "service.checked", "latency.checked", "delivery.checked"),
               needs_workflow=True)
 
 
@@ -238,6 +241,21 @@ async def plan_failover(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
                                                         "plan/route_changed": float(decision.changed)},
                              monitoring.next_step(ctx.state, "failover"))
     return {"route_to": decision.route_to, "changed": decision.changed, "reason": decision.reason}
+
+
+@agent.actuator("plan_delivery", emits=("plan.approved",))
+async def plan_delivery(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
+    """A progressive delivery's stage judged on what the Checker measured (scanflow/standard/planner_delivery.py);
+    a `delivery` plan for the Executor when the stage advances, promotes or rolls back. Holds are kept in
+    the state (`delivery.last`), not in the decision list, which they would flood."""
+    p: messages.DeliveryChecked = _message(ctx, args, "delivery.checked")
+    decision, plan = planner_delivery.decide(ctx, p)
+    if plan is not None:
+        await outbox.enqueue(ctx, "executor", "plan.approved", plan.payload())
+        _record(ctx, "delivery", decision, delivery=p.delivery)
+    monitoring.WRITER.submit(ctx.state, _monitor(ctx), planner_delivery.monitoring_metrics(decision),
+                             monitoring.next_step(ctx.state, "delivery"))
+    return {"action": decision.action, "stage": decision.stage, "share": decision.share, "reason": decision.reason}
 
 
 def autoscale_config(settings: dict[str, Any], svc: Service) -> tuple[autoscale.AutoscaleConfig, float]:

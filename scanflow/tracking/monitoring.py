@@ -52,6 +52,7 @@ HOME_TAG = "scanflow.stack_home"
 TRAINING_RUN_TAG = "scanflow.training_run_id"
 PROMOTED_TAG = "scanflow.promoted"
 SWAPPED_TAG = "scanflow.swapped"
+ROLLED_BACK_TAG = "scanflow.rolled_back"  # on a model version a progressive delivery rolled back: why
 
 
 # -- names and tags (pure) -----------------------------------------------------------------------
@@ -432,6 +433,12 @@ def record_swap(model: str, version: str, run_id: str | None, services: Iterable
     _client().set_model_version_tag(model, version, SWAPPED_TAG, names)
     if run_id:
         tag_run(run_id, {SWAPPED_TAG: names})
+
+
+def record_rollback(model: str, version: str, reason: str) -> None:
+    """After a progressive delivery rolled a challenger back: why, on the version (it never served all
+    traffic; the champion alias never moved)."""
+    _client().set_model_version_tag(model, version, ROLLED_BACK_TAG, reason[:5000])
 
 
 def plan_step(plan_id: str) -> int:

@@ -90,7 +90,8 @@ def test_a_window_below_min_window_is_reported_then_tested_when_rows_suffice(
 
     def read_since(run_id: str, wm: int) -> Any:
         rows = logged[wm:arrived["rows"]]
-        records = [SimpleNamespace(request_id=f"req-{wm + i}", inputs=[r.tolist()]) for i, r in enumerate(rows)]
+        records = [SimpleNamespace(request_id=f"req-{wm + i}", service=wf.services[0].name, inputs=[r.tolist()])
+                   for i, r in enumerate(rows)]
         return SimpleNamespace(records=records, watermark=arrived["rows"], inputs=lambda: rows)
 
     monkeypatch.setattr(checker, "_current_detector", lambda ctx: (detector, "3"))

@@ -15,8 +15,8 @@ from scanflow.drift.performance import (
     compare_with_feedback,
     measured_accuracy,
     pending_window,
-    same_label,
 )
+from scanflow.labels import same_label
 
 
 @pytest.fixture(scope="module")

@@ -160,7 +160,7 @@ def test_a_canary_with_no_shadow_before_it_needs_unpaired_proof() -> None:
 
 
 def test_row_scores_per_task() -> None:
-    assert delivery.row_scores("classification", [1, 2, 3], [1, 0, 3]).tolist() == [1.0, 0.0, 1.0]
+    assert delivery.row_scores("classification", [1, 2, 3], ["1", 0, 3.0]).tolist() == [1.0, 0.0, 1.0]
     assert delivery.row_scores("regression", [1.5, 2.0], [1.0, 3.0]).tolist() == [-0.5, -1.0]
     with pytest.raises(ValueError, match="shape"):
         delivery.row_scores("classification", [1, 2], [1])

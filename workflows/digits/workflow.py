@@ -90,6 +90,12 @@ checker = AgentSpec(
             event="service.checked",
             actions=[ActionSpec(actuator="forward", args={"agent": "planner"})],
         ),
+        # while a progressive delivery runs: what each model did on the labelled rows
+        StrategySpec(
+            name="delivery-to-planner",
+            event="delivery.checked",
+            actions=[ActionSpec(actuator="forward", args={"agent": "planner"})],
+        ),
     ],
     # the traffic replays digits through one scanner: copies differ by read noise (RMS 0.028, at most 0.036
     # over S1's pool), closer than the detector's default allows after a washed-out scanner (0.016): 0.04
@@ -111,6 +117,7 @@ planner = AgentSpec(
             cooldown_s=600.0,
         ),
         StrategySpec(name="failover", event="service.checked", actions=[ActionSpec(actuator="plan_failover")]),
+        StrategySpec(name="delivery", event="delivery.checked", actions=[ActionSpec(actuator="plan_delivery")]),
         StrategySpec(name="autoscale", event="latency.checked", actions=[ActionSpec(actuator="plan_scale")]),
     ],
     settings={
@@ -148,6 +155,8 @@ executor = AgentSpec(
                      actions=[ActionSpec(actuator="scale")]),
         StrategySpec(name="execute-resources", event="plan.approved", constraint="event.plan == 'resources'",
                      actions=[ActionSpec(actuator="set_resources")]),
+        StrategySpec(name="execute-delivery", event="plan.approved", constraint="event.plan == 'delivery'",
+                     actions=[ActionSpec(actuator="deliver")]),
     ],
 )
 

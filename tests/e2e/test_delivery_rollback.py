@@ -1,0 +1,86 @@
+"""A bad challenger is rolled back by the agents (digits, `delivery: progressive`): an operator delivers a
+version that reads its inputs in the wrong layout (the planted defect: its first layer sees each 8x8 image
+transposed, as a preprocessing mismatch at serving time would), the shadow stage's paired labelled rows
+show it worse than the champion, the Planner rolls it back, the Executor removes its replicas; the champion never
+stops serving, no client is answered by the bad version, 0 failed requests."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from e2e_support import count_ok, wait_for
+from scenario import champion
+from test_delivery import delivery_workflow
+from up_support import UpStack
+
+from scanflow.stack import Traffic
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+RATE = 60
+
+
+def register_transposed(tracking_uri: str, source_version: str) -> str:
+    """A copy of `source_version` whose first layer reads each 8x8 image transposed, registered as a new
+    version of `digits` (in this test process, as an operator would from a notebook)."""
+    import mlflow
+    import torch
+
+    mlflow.set_tracking_uri(tracking_uri)
+    model = mlflow.pytorch.load_model(f"models:/digits/{source_version}")
+    first = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    transposed = torch.arange(64).reshape(8, 8).T.reshape(-1)
+    with torch.no_grad():
+        first.weight.copy_(first.weight[:, transposed])
+    mlflow.set_experiment("digits-operator")
+    with mlflow.start_run():
+        info = mlflow.pytorch.log_model(model, name="digits", serialization_format="pickle",
+                                        registered_model_name="digits")
+    return str(info.registered_model_version)
+
+
+def test_a_worse_challenger_is_rolled_back_in_shadow_and_never_answers_a_client(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from scanflow.examples.digits.s1 import traffic_pools
+
+    pools = traffic_pools()
+    declared = tmp_path / "digits.yaml"
+    declared.write_text(delivery_workflow().to_yaml())
+    stack = UpStack(declared, tmp_path / "home", tmp_path / "up.out")
+    try:
+        with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=RATE, clients=3,
+                     tracker_url=stack.agent_urls["tracker"], token=stack.token) as traffic:
+            old = wait_for(lambda: champion(stack), 60, what="the bootstrap champion")
+            wait_for(lambda: traffic.count() > 50, 60, what="clean traffic answered")
+            bad = register_transposed(stack.tracking_uri, old)
+            started = httpx.post(stack.agent_urls["executor"] + "/actuators/start_delivery", timeout=120,
+                                 json={"args": {"version": bad}}, headers={"Authorization": f"Bearer {stack.token}"})
+            assert started.status_code == 200 and started.json()["status"] == "succeeded", started.text
+            other = httpx.post(stack.agent_urls["executor"] + "/actuators/start_delivery", timeout=60,
+                               json={"args": {"version": "999"}}, headers={"Authorization": f"Bearer {stack.token}"})
+            assert other.status_code == 422 and "is running" in other.json()["detail"]  # one delivery at a time
+            plans = wait_for(lambda: [p for p in stack.get("planner", "/plans") if p["policy"] == "delivery"],
+                             300, what="the Planner's delivery decision")
+            gone = wait_for(lambda: httpx.get(stack.service_url + "/admin/state", timeout=10).json()["challenger"] is None,
+                            60, what="the challenger off the gateway")
+            services = wait_for(lambda: (s := stack.get("executor", "/services")) and "digits-challenger" not in s and s,
+                                60, what="the challenger's service removed")
+            still = champion(stack)
+        executor = stack.decisions("executor")
+        from mlflow import MlflowClient
+
+        tags = MlflowClient().get_model_version("digits", bad).tags
+    finally:
+        stack.down()
+
+    assert [p["action"] for p in plans] == ["rollback"], plans
+    rollback = plans[0]
+    assert "worse than the champion" in rollback["reason"] and rollback["inputs"]["stage_kind"] == "shadow"
+    assert rollback["inputs"]["paired_high"] < -rollback["inputs"]["margin"]
+    assert count_ok(executor, strategy="execute-delivery", result="fired") == 1
+    assert gone and "digits-challenger" not in services
+    assert still == old and "worse than the champion" in tags.get("scanflow.rolled_back", "")
+    answers = traffic.snapshot()
+    assert traffic.failed() == [], traffic.failed()[:3]
+    assert not [a for a in answers if a.version == bad]  # shadow only: no client got the bad version's answer
+    print(f"bad challenger v{bad} rolled back after {rollback['inputs']['paired_rows']} paired labelled rows "
+          f"(gap {rollback['inputs']['paired_gap']}); it answered 0 of {traffic.count()} client requests "
+          f"and {rollback['inputs']['requests']} mirrored ones")
