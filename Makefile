@@ -100,7 +100,7 @@ test-fast: setup-test
 
 # The benchmarks with a target run with --check (exit 1 when it is missed: benchmarks/verdict.py); the
 # measurement tools beside them (no target) run too. drift_corruptions, serving_peers and verdict are modules.
-BENCH_CHECKED := agent_events alarms delivery_analysis drift s1 scaling serving tuning tuning_sweep
+BENCH_CHECKED := agent_events alarms canary delivery_analysis drift s1 scaling serving tuning tuning_sweep
 BENCH_TOOLS := tracking serving_cpu s1_corruptions
 bench: setup-test bench-peers
 	for b in $(BENCH_CHECKED); do $(BIN)/python benchmarks/$$b.py --quick --check || exit 1; done

@@ -5,7 +5,8 @@
 Any shipped example workflow with an `s1` module (`traffic_pools()`, `unseen_test()`): digits (S1's "new
 scanner", workflows/digits/s1.py) or the tabular one. Labels reach the agents only as feedback: the load
 posts the true label of 20 % of the answered requests to the Tracker's /feedback, 2 s later.
-Figures: s1_seconds (drift onset -> first answer from the new champion; target < 60 s on 2 cores);
+Figures: s1_seconds (drift onset -> first answer from the new champion; target < 60 s on 2 cores; with
+--delivery the first answer by the challenger in its canary stage, and promotion_seconds beside it);
 accuracy_gap_points (target <= 2) = the old champion's accuracy on the clean test split minus the new
 champion's accuracy on a freshly corrupted copy of it: digits no training, traffic or promotion gate
 ever held, so it says whether the new champion learned the drift, not whether it memorised rows;
@@ -94,9 +95,12 @@ def unseen_accuracy(workflow: str, model: str, task: str, old: str | None, new: 
     return out
 
 
-def one_run(home: Path, quick: bool, rate: float, name: str = "digits", feedback: float = 0.2) -> dict[str, float]:
+def one_run(home: Path, quick: bool, rate: float, name: str = "digits", feedback: float = 0.2,
+            delivery: bool = False) -> dict[str, float]:
     import mlflow
 
+    from scanflow.agentkit.env import primary_service
+    from scanflow.spec import Delivery
     from scanflow.stack import EmbeddedStack, Traffic
     from scanflow.tracking.reference import reference_for_version
     from scanflow.tracking.registry import CHAMPION, get_alias_version
@@ -106,6 +110,13 @@ def one_run(home: Path, quick: bool, rate: float, name: str = "digits", feedback
     agents = [a.model_copy(update={"strategies": [s for s in a.strategies if s.name != "autoscale"]})
               if a.role == "planner" else a for a in workflow.agents]
     wf = workflow.model_copy(update={"agents": agents})
+    if delivery:  # the primary service through shadow and canary (benchmarks/canary.py's quick stages)
+        from canary import QUICK_STAGES
+
+        staged = Delivery.model_validate({"mode": "progressive", "stages": QUICK_STAGES})
+        primary = primary_service(wf).name
+        wf = wf.model_copy(update={"services": [sv.model_copy(update={"delivery": staged}) if sv.name == primary else sv
+                                                for sv in wf.services]})
     p = s1_module(name).traffic_pools()
     with EmbeddedStack(home, wf, quick=quick) as stack:
         mlflow.set_tracking_uri(stack.tracking_uri)
@@ -118,15 +129,18 @@ def one_run(home: Path, quick: bool, rate: float, name: str = "digits", feedback
                 time.sleep(0.2)
             onset = time.time()
             t.drifted = True
-            new, deadline = None, onset + 240
+            new, promoted, limit = None, None, 480 if delivery else 240
+            deadline = onset + limit
             while time.time() < deadline:
                 cur = get_alias_version(model, CHAMPION)
+                if cur != old and promoted is None:
+                    promoted = time.time()
                 if cur != old and any(a.version == cur for a in t.snapshot()[-10:]):
                     new = cur
                     break
                 time.sleep(0.5)
-            if new is None:
-                raise SystemExit("no new champion served within 240 s of the drift onset")
+            if new is None or promoted is None:
+                raise SystemExit(f"no new champion served within {limit} s of the drift onset")
             served = min(a.t for a in t.snapshot() if a.version == new)
             after = time.time()
             while t.count(since=after) < rate * 5 and time.time() - after < 60:
@@ -136,7 +150,8 @@ def one_run(home: Path, quick: bool, rate: float, name: str = "digits", feedback
         drifted_new = t.accuracy(since=after, drifted=True, version=new)
         phases = executor_phases(stack.agent_home("executor") / "executor.db", onset)
         unseen = unseen_accuracy(name, model, task, old, new)
-        return {"s1_seconds": served - onset, **phases, **unseen, "accuracy_clean_old": clean_old,
+        staged_figures = {"promotion_seconds": promoted - onset} if delivery else {}
+        return {"s1_seconds": served - onset, **staged_figures, **phases, **unseen, "accuracy_clean_old": clean_old,
                 "accuracy_drifted_old": drifted_old, "accuracy_drifted_new": drifted_new,
                 "traffic_gap_points": 100.0 * (clean_old - drifted_new),
                 "failed_requests": float(len(t.failed())), "requests": float(t.count())}
@@ -152,13 +167,16 @@ def main() -> int:
     add_check(ap)
     ap.add_argument("--workflow", default="digits", help="a shipped example with an s1 module (digits, ...)")
     ap.add_argument("--feedback", type=float, default=0.2, help="share of answered requests whose label is sent")
+    ap.add_argument("--delivery", action="store_true",
+                    help="the primary service with `delivery: progressive` (shadow, then a 20 %% canary): s1_seconds "
+                         "is then the first answer by the challenger, promotion_seconds its promotion")
     ap.add_argument("--rate", type=float, default=150.0,
                     help="requests per second (critical points gather in proportion: 400 in ~8 s at 150)")
     args = ap.parse_args()
     runs = []
     for i in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="scanflow-s1-") as tmp:
-            r = one_run(Path(tmp), args.quick, args.rate, args.workflow, args.feedback)
+            r = one_run(Path(tmp), args.quick, args.rate, args.workflow, args.feedback, args.delivery)
         runs.append(r)
         print(f"run {i + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()))
     med = {k: statistics.median(r[k] for r in runs if k in r) for k in runs[0]}
@@ -191,7 +209,8 @@ def main() -> int:
                       "accuracy_drifted_new": round(med["accuracy_drifted_new"], 4),
                       "accuracy_clean_old": round(med["accuracy_clean_old"], 4),
                       "unseen_gap_points": round(med.get("unseen_gap_points", float("nan")), 2),
-                      "rate": args.rate, "runs": len(runs),
+                      "rate": args.rate, "runs": len(runs), "delivery": "progressive" if args.delivery else "none",
+                      **({"promotion_seconds": round(med["promotion_seconds"], 2)} if args.delivery else {}),
                       # the targets: S1 under 60 s, the new champion within 2 points on unseen drifted rows, no loss
                       "target_met": bool(med["s1_seconds"] < 60.0 and math.isfinite(gap) and gap <= 2.0
                                          and int(med["failed_requests"]) == 0)}

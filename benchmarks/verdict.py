@@ -1,8 +1,8 @@
 """The benchmarks' shared verdict: `--check` makes a benchmark exit 1 when its `target_met` is false.
 
-Who calls it: each benchmark with a target (alarms, agents, drift, s1, scaling, serving, tuning) and
-`make bench`, which runs every benchmark with `--check`, so a missed target fails the command instead of
-scrolling past in its output. A benchmark whose last JSON line has no `target_met` is a failed check too:
+Who calls it: each benchmark with a target (agent_events, alarms, canary, delivery_analysis, drift, s1,
+scaling, serving, tuning) and `make bench`, which runs every benchmark with `--check`, so a missed target
+fails the command instead of scrolling past in its output. A benchmark whose last JSON line has no `target_met` is a failed check too:
 a verdict that is absent is not a pass.
 """
 

@@ -12,14 +12,18 @@ How the rows are told apart, from what the prediction log holds:
 - any other challenger record is one it answered to a client (canary): labelled by its own request id;
 - the champion's records answered clients; a row labelled before its mirror was read would be scored
   alone, so a champion record waits `pair_wait_s` (the mirror arrives within a second or two) before its
-  label is looked up.
-Rows waiting for a label longer than `max_age_s` are dropped (feedback covers only some requests), and
-at most `max_pending` records wait at once, the oldest dropped first: memory stays bounded however
-long a delivery runs.
+  label is looked up. A champion row with no mirror counts for the unpaired comparison only when it was
+  answered during a canary stage (`canary_since`): both models' own rows then come from the same period,
+  so a drift over the delivery's time does not read as a gap between the models.
+A row is asked for again while its label has not come, each time after twice its age (10 s, 20 s,
+40 s, ...), so lookups stay few however many rows wait. Rows waiting for a label longer than
+`max_age_s` are dropped (feedback covers only some requests), and at most `max_pending` records wait at
+once, the oldest dropped first: memory stays bounded however long a delivery runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,8 +42,9 @@ class Ledger:
     delivery: str  # which delivery: the challenger's URL and when it was set
     watermark: int  # the prediction log's seq read up to
     since: float  # records before this (wall clock) are not the delivery's
-    champion: dict[str, list[Any]] = field(default_factory=dict)  # request_id -> [ts, outputs]
-    challenger: dict[str, list[Any]] = field(default_factory=dict)  # request_id -> [ts, client id, outputs]
+    champion: dict[str, list[Any]] = field(default_factory=dict)  # request_id -> [ts, outputs, next ask]
+    challenger: dict[str, list[Any]] = field(default_factory=dict)  # request_id -> [ts, client id, outputs, next ask]
+    canary_since: float | None = None  # when a canary stage was first seen: unpaired champion rows count from then
     paired: list[float] = field(default_factory=lambda: [0, 0.0, 0.0])
     challenger_sums: list[float] = field(default_factory=lambda: [0, 0.0, 0.0])
     champion_sums: list[float] = field(default_factory=lambda: [0, 0.0, 0.0])
@@ -73,9 +78,9 @@ def ingest(ledger: Ledger, records: Iterable[Any], challenger_service: str, cham
         if float(r.ts) < ledger.since:
             continue
         if r.service == challenger_service:
-            ledger.challenger[r.request_id] = [float(r.ts), r.client_request_id, list(r.outputs)]
+            ledger.challenger[r.request_id] = [float(r.ts), r.client_request_id, list(r.outputs), float(r.ts)]
         elif r.service in champion_services:
-            ledger.champion[r.request_id] = [float(r.ts), list(r.outputs)]
+            ledger.champion[r.request_id] = [float(r.ts), list(r.outputs), float(r.ts) + PAIR_WAIT_S]
     _bound(ledger)
 
 
@@ -88,15 +93,24 @@ def _bound(ledger: Ledger) -> None:
             ledger.dropped += over
 
 
-def to_look_up(ledger: Ledger, now: float, pair_wait_s: float = PAIR_WAIT_S) -> list[str]:
-    """Pure: the request ids whose labels to ask the Tracker for now: champion rows old enough for their
-    mirror to have been read, and the challenger's rows that a client got (not the mirrors: a client never
-    saw their ids)."""
-    mirrored_of = {c[1] for c in ledger.challenger.values() if c[1] in ledger.champion}
-    champion = [rid for rid, (ts, _) in ledger.champion.items() if now - ts >= pair_wait_s]
-    canary = [rid for rid, (_, client, _) in ledger.challenger.items() if client not in mirrored_of
-              and client not in ledger.champion]
-    return champion + canary
+def to_look_up(ledger: Ledger, now: float, limit: int | None = None) -> list[str]:
+    """Pure: the request ids whose labels to ask the Tracker for now, those due longest first: champion
+    rows old enough for their mirror to have been read, and the challenger's rows that a client got (not
+    the mirrors: a client never saw their ids)."""
+    due = [(row[2], rid) for rid, row in ledger.champion.items() if row[2] <= now]
+    due += [(row[3], rid) for rid, row in ledger.challenger.items()
+            if row[3] <= now and row[1] not in ledger.champion]
+    due.sort()
+    return [rid for _, rid in due[:limit]]
+
+
+def asked(ledger: Ledger, ids: Iterable[str], now: float) -> None:
+    """Pure: the rows just asked for that are still waiting are asked again after twice their age."""
+    for rid in ids:
+        for book, at in ((ledger.champion, 2), (ledger.challenger, 3)):
+            row = book.get(rid)
+            if row is not None:
+                row[at] = now + max(PAIR_WAIT_S, now - float(row[0]))
 
 
 def apply_labels(ledger: Ledger, labels: Mapping[str, list[Any]], task: str, now: float,
@@ -106,7 +120,7 @@ def apply_labels(ledger: Ledger, labels: Mapping[str, list[Any]], task: str, now
     mirror_of = {c[1]: rid for rid, c in ledger.challenger.items() if c[1] is not None}
     for rid, lab in labels.items():
         if rid in ledger.champion:
-            _, outputs = ledger.champion.pop(rid)
+            ts, outputs, _ = ledger.champion.pop(rid)
             mirror = mirror_of.get(rid)
             mine = _scores(task, outputs, lab)
             if mine is None:
@@ -116,7 +130,8 @@ def apply_labels(ledger: Ledger, labels: Mapping[str, list[Any]], task: str, now
                 if other is not None:
                     _add(ledger.paired, OutcomeSums.of(other - mine))
                     continue
-            _add(ledger.champion_sums, OutcomeSums.of(mine))
+            if ledger.canary_since is not None and ts >= ledger.canary_since:
+                _add(ledger.champion_sums, OutcomeSums.of(mine))
         elif rid in ledger.challenger:
             got = _scores(task, ledger.challenger.pop(rid)[2], lab)
             if got is not None:
@@ -126,6 +141,17 @@ def apply_labels(ledger: Ledger, labels: Mapping[str, list[Any]], task: str, now
         for rid in old:
             del book[rid]
         ledger.dropped += len(old)
+
+
+def declared_only(batch: Any, services: set[str]) -> Any:
+    """Pure: a prediction batch without the records of services the workflow does not declare (a
+    progressive delivery's challenger: in shadow its records repeat the champion's requests, and its
+    answers are not the traffic a detector or a retrain reads); the watermark stays the batch's."""
+    if all(r.service in services for r in batch.records):
+        return batch
+    keep = [i for i, r in enumerate(batch.records) if r.service in services]
+    return dataclasses.replace(batch, records=[batch.records[i] for i in keep], seqs=[batch.seqs[i] for i in keep],
+                               _inputs=None)
 
 
 def _scores(task: str, outputs: list[Any], labels: list[Any]) -> Any:

@@ -376,8 +376,8 @@ class LocalPlatform:
                        share: float = 0.0) -> ServiceStatus:
         """Put the service `challenger` (its gateway) on `service`'s gateway as a progressive delivery's
         challenger, in `mode` (shadow, canary) at `share` (scanflow.serving.challenger), or take it off (None).
-        Not kept in the platform's state: a restarted gateway starts without one, which the Checker sees
-        and the Planner's stage timeout ends."""
+        Not kept in the platform's state: a restarted gateway starts without one; the delivery then gets no
+        more verdicts and the Executor rolls it back once it is overdue (scanflow/standard/executor_delivery.py)."""
         with self._lock:
             endpoint = self._get(service).endpoint
             target = self._get(challenger).endpoint if challenger is not None else None

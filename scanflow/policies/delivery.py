@@ -28,7 +28,9 @@ ever promoted on that evidence stays near `1 - confidence` however often the Pla
 (tests/policies/test_delivery.py simulates it). Paired and unpaired evidence each get half of alpha.
 
 Errors and latency need no statistics to end a stage: the challenger's answers failing beyond
-`max_error_rate`, or its p99 over the SLO once enough of its requests were timed, roll back at once.
+`max_error_rate` (once `min_timed_requests` of them were seen, or MIN_ERRORS failed: one timeout in the
+first requests is not a verdict), or its p99 over the SLO once enough of its requests were timed, roll
+back at once.
 A stage that waits for labels rolls back at its timeout: no evidence is no promotion.
 """
 
@@ -45,6 +47,7 @@ from scanflow.labels import same_label
 from scanflow.policies.types import Decision
 
 StageKind = Literal["shadow", "canary"]
+MIN_ERRORS = 10  # failures that end a delivery before `min_timed_requests` answers (one timeout does not)
 Action = Literal["hold", "advance", "promote", "rollback"]
 Phase = Literal["running", "promoted", "rolled_back"]
 
@@ -252,7 +255,8 @@ def _finite(x: float) -> float | None:
 
 def harm(figures: LiveFigures, config: DeliveryConfig) -> str | None:
     """Pure: why the challenger must go at once (its answers failing, its p99 over the SLO), or None."""
-    if figures.errors > 0 and figures.errors > config.max_error_rate * figures.requests:
+    enough = figures.requests >= config.min_timed_requests or figures.errors >= MIN_ERRORS
+    if enough and figures.errors > config.max_error_rate * figures.requests:
         return (f"challenger failed {figures.errors} of {figures.requests} requests "
                 f"(allowed {config.max_error_rate:.2%})")
     if (figures.slo_p99_ms is not None and figures.p99_ms is not None and figures.timed >= config.min_timed_requests
@@ -269,6 +273,9 @@ def decide(ctx: DeliveryContext) -> tuple[DeliveryDecision, DeliveryState]:
     cfg, st, fig = ctx.config, ctx.state, ctx.figures
     if st.phase != "running":
         return DeliveryDecision(f"delivery already {st.phase}", action="hold", stage=st.stage), st
+    if st.stage >= len(cfg.stages):  # the declaration lost stages while this delivery ran past them
+        return DeliveryDecision(f"stage {st.stage} is no longer declared ({len(cfg.stages)} stages)", action="rollback",
+                                stage=st.stage), replace(st, phase="rolled_back")
     started = ctx.now if st.stage_started is None else st.stage_started
     st = replace(st, stage_started=started)
     stage = cfg.stages[st.stage]

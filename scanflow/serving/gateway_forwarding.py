@@ -141,7 +141,14 @@ class Forwarding:
         """The challenger answers one client request; when it cannot (no answer, 5xx) the outcome is None,
         so the request is forwarded to the champion's replicas, and the failure counts against it."""
         t0 = time.perf_counter()
-        result = await self._forward(ch.up, body)
+        try:
+            result = await self._forward(ch.up, body)
+        except Exception as exc:  # noqa: BLE001 - whatever the challenger did, the champion answers the client
+            log.warning("challenger %s failed a request: %s: %s", ch.up.url, type(exc).__name__, exc)
+            result = None
+        except BaseException:  # cancelled (shutdown): the client's request is not left unanswered
+            _settle(done, None)
+            raise
         if ch.record(result[0] if result is not None else None, time.perf_counter() - t0):
             assert result is not None
             ch.answered += 1
@@ -170,6 +177,9 @@ class Forwarding:
         t0 = time.perf_counter()
         try:
             result = await self._forward(ch.up, body)
+        except Exception as exc:  # noqa: BLE001 - a mirror's failure is the challenger's, never a client's
+            log.warning("challenger %s failed a mirrored request: %s: %s", ch.up.url, type(exc).__name__, exc)
+            result = None
         finally:
             ch.in_flight -= 1
         if ch.record(result[0] if result is not None else None, time.perf_counter() - t0):

@@ -40,7 +40,7 @@ from typing import Any
 import httpx
 
 from scanflow.agent import Agent, Context, PermanentError, TemporaryError
-from scanflow.agentkit import gateways, observe, outbox
+from scanflow.agentkit import delivery_outcomes, gateways, observe, outbox
 from scanflow.agentkit.env import drift_window, primary_service, quick, service_url
 from scanflow.agentkit.latency import Percentile, histogram, percentile_ms
 from scanflow.messages import DriftChecked, LatencyChecked, ServiceChecked
@@ -219,7 +219,8 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     if run_id is None:
         return {"skipped": "no predictions logged yet"}
     wm = int(ctx.state.get("watermark", 0))
-    batch = declared_only(await asyncio.to_thread(read_since, run_id, wm), {s.name for s in ctx.workflow.services})
+    batch = delivery_outcomes.declared_only(await asyncio.to_thread(read_since, run_id, wm),
+                                            {s.name for s in ctx.workflow.services})
     x = batch.inputs()
     # the detector's own minimum (derived from its calibration) wins over the caller's; rows stay unread
     # (the watermark holds), so the next call tests them with the ones that arrive meanwhile
@@ -256,17 +257,6 @@ async def check_drift(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ctx.state["watermark"] = batch.watermark
     ctx.state["last_report"] = {k: v for k, v in payload.items() if k != "critical_ids"}
     return {k: v for k, v in payload.items() if k != "critical_ids"} | {"critical": len(critical)}
-
-
-def declared_only(batch: Any, services: set[str]) -> Any:
-    """Pure: the batch without the records of services the workflow does not declare (a progressive
-    delivery's challenger: in shadow its records repeat the champion's requests, and its answers are not
-    the traffic the detector watches); the watermark stays the batch's."""
-    if all(r.service in services for r in batch.records):
-        return batch
-    keep = [i for i, r in enumerate(batch.records) if r.service in services]
-    return dataclasses.replace(batch, records=[batch.records[i] for i in keep], seqs=[batch.seqs[i] for i in keep],
-                               _inputs=None)
 
 
 def _performance_metrics(perf: dict[str, Any] | None) -> dict[str, float]:
@@ -384,7 +374,8 @@ async def watch(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
 async def check_delivery(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     """While the primary service's gateway has a challenger: each model's labelled rows and the
     challenger's answers, as `delivery.checked` (scanflow/standard/checker_delivery.py)."""
-    return await checker_delivery.check(ctx)
+    svc = primary_service(ctx.workflow)
+    return await checker_delivery.check(ctx, slo_latency_ms(ctx.state.get("slo_ms"), svc.slo.latency_ms if svc.slo else None))
 
 
 async def scrape_replicas(http: httpx.AsyncClient, urls: list[str]) -> dict[str, str]:

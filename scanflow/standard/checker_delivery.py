@@ -64,20 +64,22 @@ def _label(ctx: Context, ledger: Ledger, task: str) -> None:
     from scanflow.tracking.feedback_client import lookup_labels
 
     now = time.time()
-    ids = outcomes.to_look_up(ledger, now)[:MAX_LOOKUP]
+    ids = outcomes.to_look_up(ledger, now, MAX_LOOKUP)
     labels: dict[str, list[Any]] = {}
     if ids and "tracker" in ctx.peers:
         try:
             labels = lookup_labels(ctx, ids)
         except (PermanentError, TemporaryError) as exc:  # no feedback now: the next check asks again
             log.info("delivery check: feedback lookup skipped: %s", exc)
+            ids = []
     outcomes.apply_labels(ledger, labels, task, now)
+    outcomes.asked(ledger, ids, now)
 
 
-async def check(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
-    """One delivery check: `delivery.checked` while the gateway has a challenger, nothing otherwise."""
+async def check(ctx: Context, slo_ms: float | None) -> list[tuple[str, dict[str, Any]]]:
+    """One delivery check: `delivery.checked` while the gateway has a challenger, nothing otherwise.
+    `slo_ms`: the latency SLO the Checker judges now (the challenger's p99 is held against it)."""
     from scanflow.agentkit.detectors import model_name_of
-    from scanflow.standard.checker import slo_latency_ms
 
     ch = ctx.state.get("challenger")
     if not ch:
@@ -93,11 +95,12 @@ async def check(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
         ledger = Ledger.from_json(kept) if kept.get("delivery") == key else Ledger(
             delivery=key, watermark=int(ctx.state.get("watermark", 0)), since=float(ch.get("since") or 0.0))
         ctx.resources["delivery_ledger"] = ledger
+    if ch.get("mode") == "canary" and ledger.canary_since is None:
+        ledger.canary_since = time.time()
     task = await asyncio.to_thread(_task, model_name_of(ctx.workflow))
     await asyncio.to_thread(_read, ctx, ledger, challenger_service)
     await asyncio.to_thread(_label, ctx, ledger, task)
     ctx.state["delivery"] = ledger.to_json(books=False)
-    slo_ms = slo_latency_ms(ctx.state.get("slo_ms"), svc.slo.latency_ms if svc.slo else None)
     fig = outcomes.figures(ledger, ch, slo_ms)
     payload = DeliveryChecked.model_validate({
         "service": svc.name, "challenger_service": challenger_service, "delivery": key,

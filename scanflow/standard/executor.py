@@ -47,6 +47,7 @@ from scanflow.platform.base import PlatformError
 from scanflow.standard import executor_delivery
 from scanflow.standard.executor_platform import RECONCILE_S, deploy_services, open_platform, reconcile_sizes
 from scanflow.standard.model_loads import ModelLoads
+from scanflow.standard.retrain_rows import drift_rows, log_serving_reference
 from scanflow.standard.retraining import (
     DRIFT_PARAM,
     HOLDOUT_FRACTION,
@@ -178,47 +179,6 @@ def _setting(ctx: Context, key: str, default: Any) -> Any:
     return ctx.spec.settings.get(key, default)
 
 
-@dataclasses.dataclass(frozen=True)
-class DriftRows:
-    """What the prediction log and the feedback log hold about a plan's drift."""
-
-    x_labelled: np.ndarray  # rows of the plan's critical requests that feedback labelled
-    y_labelled: np.ndarray  # their true labels (classes) or targets (regression)
-    x_recent: np.ndarray  # the most recent inputs since the drift (unlabelled): what the new model will serve
-    critical_requests: int
-    labelled_requests: int
-
-
-def _drift_rows(ctx: Context, critical_ids: set[str], from_seq: int, task: str) -> DriftRows:
-    """Read the prediction log after `from_seq` (the plan's first drifted window) and join the critical
-    requests with their feedback labels (the Tracker's feedback log, by request id). Labels come only from
-    feedback: never from the model's own outputs, never from inside a predict request."""
-    from scanflow.tracking.feedback_client import lookup_labels
-    from scanflow.tracking.predictions import prediction_run_id, read_since
-
-    wf = ctx.workflow
-    run_id = prediction_run_id(wf.name, wf.name)
-    if run_id is None:
-        raise PermanentError("no prediction log in MLflow yet: nothing to retrain on")
-    batch = read_since(run_id, max(0, from_seq))
-    critical = [r for r in batch.records if r.request_id in critical_ids]
-    labels = lookup_labels(ctx, [r.request_id for r in critical])
-    xs: list[list[float]] = []
-    ys: list[Any] = []
-    for r in critical:
-        got = labels.get(r.request_id)
-        if got is not None and len(got) == len(r.inputs):
-            xs.extend(r.inputs)
-            ys.extend(got)
-    recent = batch.inputs()[-int(_setting(ctx, "reference_rows", 2000)):]
-    y = np.asarray(ys, dtype=np.float64 if task == "regression" else None)
-    if task != "regression" and y.dtype.kind == "f" and len(y) and np.all(np.mod(y, 1) == 0):
-        y = y.astype(np.int64)
-    width = recent.shape[1] if recent.ndim == 2 and recent.size else 0
-    return DriftRows(np.asarray(xs, np.float32).reshape(len(xs), width), y, recent,
-                     len(critical), sum(r.request_id in labels for r in critical))
-
-
 @agent.actuator("retrain", max_attempts=3)
 def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     """Train a challenger on the plan's critical points that feedback labelled, once per plan (`train_once`).
@@ -229,7 +189,7 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     ids = set(plan.critical_ids)
     _loads(ctx).prefetch_champion()  # the champion's model and reference: the schema now, the gate next
     ref = _loads(ctx).champion_reference()
-    rows = _drift_rows(ctx, ids, plan.from_seq or 0, ref.schema.task)
+    rows = drift_rows(ctx, ids, plan.from_seq or 0, ref.schema.task)
     distinct = distinct_rows(rows.x_labelled, float(_setting(ctx, "duplicate_tolerance", 0.0)))
     x, y = rows.x_labelled[distinct], rows.y_labelled[distinct]
     if len(x) < 10:
@@ -264,61 +224,6 @@ def retrain(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     return {"plan": pid, "version": version, "run_id": run_id, "reused_run": reused, "n_extra": len(fit),
             "n_holdout": len(hold), "labelled_requests": rows.labelled_requests,
             "critical_requests": rows.critical_requests, "recent_rows": len(rows.x_recent), "job_scores": scores}
-
-
-MIN_SERVING_ROWS = 500  # fresh rows after the plan's windows that stand for what the new model serves
-MIN_FRESH_ROWS = 100  # after the wait, fewer fresh rows than this: the plan's own rows stand in
-SERVING_WAIT_S = 60.0  # how long evaluate_and_promote waits for them before it makes do with fewer
-
-
-def _serving_inputs(ctx: Context, plan: messages.RetrainPlan, fallback: np.ndarray) -> np.ndarray:
-    """The inputs the new champion will serve: the traffic logged after the plan's last drifted window
-    (`to_seq`), the most recent `reference_rows` of it, once at least MIN_SERVING_ROWS came in (waiting
-    up to `serving_wait_s`, 60 s; the training job usually takes longer than that traffic needs).
-    Why not the rows since the first drifted window: that window straddles the drift onset, and a
-    reference mixing clean rows into the drifted ones made the refitted detector flag every later window
-    of the same drifted traffic (5 of 5 in an S1 e2e run); and a few hundred fresh rows gave a
-    calibration too small to hold the false-positive rate (3 of 5 flagged on the tabular example).
-    After the wait, any MIN_FRESH_ROWS fresh rows are used alone; with fewer (the traffic nearly
-    stopped) the plan's own recent rows (`fallback`) stand in, which may hold some pre-onset rows."""
-    from scanflow.tracking.predictions import prediction_run_id, read_since
-
-    wf = ctx.workflow
-    keep = int(_setting(ctx, "reference_rows", 2000))
-    if plan.to_seq is None:
-        return fallback
-    deadline = time.monotonic() + float(_setting(ctx, "serving_wait_s", SERVING_WAIT_S))
-    fresh = np.zeros((0, 0), np.float32)
-    while True:
-        run_id = prediction_run_id(wf.name, wf.name)
-        got = read_since(run_id, plan.to_seq).inputs() if run_id else fresh
-        if got.ndim == 2 and len(got) >= MIN_SERVING_ROWS:
-            return got[-keep:]
-        if got.ndim == 2 and got.size:
-            fresh = got
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(1.0)  # the Tracker flushes to MLflow every second
-    return fresh[-keep:] if len(fresh) >= MIN_FRESH_ROWS else fallback
-
-
-def _log_serving_reference(ctx: Context, ref: Any, rec: dict[str, Any], plan: messages.RetrainPlan) -> str | None:
-    """Log, in the challenger's run, the reference of what it will serve: the recent drifted inputs
-    (`_serving_inputs`: the detector's new normal) and the plan's labelled holdout (the next gate's
-    clean part; with fewer than the minimum, every labelled row of the plan). Before the alias moves,
-    so the Checker never fits the new champion's detector from the job's training rows instead."""
-    from scanflow.tracking.reference import MIN_HOLDOUT_ROWS, SERVING_REFERENCE_DIR, log_reference
-
-    if not rec.get("run_id"):
-        return None
-    with np.load(rec["drift"]) as d, np.load(rec["holdout"]) as h, np.load(rec["train"]) as t:
-        x_recent, x_hold, y_hold = d["x"], h["x"], h["y"]
-        if len(x_hold) < MIN_HOLDOUT_ROWS:
-            x_hold, y_hold = np.concatenate([x_hold, t["x"]]), np.concatenate([y_hold, t["y"]])
-    s = ref.schema
-    return log_reference(_serving_inputs(ctx, plan, x_recent), x_hold, y_hold, task=s.task, kind=s.kind,
-                         image_shape=s.image_shape, categorical=s.categorical, feature_names=s.feature_names,
-                         run_id=rec["run_id"], artifact_path=SERVING_REFERENCE_DIR)
 
 
 @agent.actuator("evaluate_and_promote", max_attempts=3)
@@ -357,7 +262,7 @@ def evaluate_and_promote(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     svc = primary_service(ctx.workflow)
     progressive = decision.promote and svc.delivery.mode == "progressive"
     if decision.promote:
-        rec["serving_reference"] = _log_serving_reference(ctx, ref, rec, plan)
+        rec["serving_reference"] = log_serving_reference(ctx, ref, rec, plan)
         if progressive:  # live stages first (scanflow/standard/executor_delivery.py); the Planner promotes
             rec["delivery"] = _start_delivery(ctx, svc, challenger, pid)["challenger"]
         else:
@@ -444,6 +349,30 @@ def start_delivery(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     rec = _start_delivery(ctx, svc, version, f"operator: {ctx.key}")
     return {"service": svc.name, "challenger": rec["challenger"], "version": version, "stage": rec["kind"],
             "share": rec["share"]}
+
+
+@agent.sensor(every=RECONCILE_S)
+def end_overdue_deliveries(ctx: Context) -> None:
+    """A delivery with no verdict long past its declared timeouts is rolled back here
+    (executor_delivery.overdue): its challenger off the gateway, its replicas removed, its version tagged."""
+    plat = ctx.resources.get("platform")
+    for name, rec in (ctx.state.get("deliveries") or {}).items():
+        try:
+            why = executor_delivery.overdue(rec, ctx.workflow.service(name), time.time())
+        except KeyError:  # the service left the workflow: its delivery ends too
+            why = f"service {name!r} is no longer declared"
+        if why is None or plat is None:
+            continue
+        try:
+            executor_delivery.end(plat, rec)
+        except PlatformError as exc:
+            ctx.log.warning("ending the overdue delivery of %s failed (retried next time): %s", name, exc)
+            continue
+        monitoring.safe(ctx.state, "record the rollback", monitoring.record_rollback, _model_name(ctx),
+                        rec["version"], why)
+        rec["state"], rec["steps"] = "rolled_back", [*rec.get("steps", []), {"action": "rollback", "at": time.time(),
+                                                                            "reason": why}][-20:]
+        ctx.log.warning("delivery of v%s to %s: %s", rec.get("version"), name, why)
 
 
 @agent.actuator("deliver", max_attempts=3)

@@ -20,7 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from scanflow import messages
+from scanflow.platform.base import PlatformError
 from scanflow.spec import Service
+
+GRACE_S = 120.0  # beyond the declared stage timeouts, how long a delivery may run without a verdict
 
 SUFFIX = "-challenger"
 
@@ -55,10 +58,18 @@ def start(plat: Any, svc: Service, model_name: str, version: str,
             return dict(running)
         raise DeliveryRefused(f"a delivery of v{running.get('version')} is running for {svc.name!r}; it ends "
                               "with its promotion or rollback")
+    try:  # clears a challenger left on the gateway, and refuses before anything is deployed where the
+        plat.set_challenger(svc.name, None)  # platform cannot split traffic (Kubernetes, for now)
+    except PlatformError as exc:
+        raise DeliveryRefused(str(exc)) from None
     spec = challenger_spec(svc, f"models:/{model_name}/{version}")
     plat.deploy(spec)
     first = svc.delivery.stages[0]
-    plat.set_challenger(svc.name, spec.name, first.kind, first.share)
+    try:
+        plat.set_challenger(svc.name, spec.name, first.kind, first.share)
+    except PlatformError:
+        plat.delete(spec.name)  # no challenger replicas left behind a delivery that did not start
+        raise
     return {"service": svc.name, "challenger": spec.name, "version": version, "stage": 0, "kind": first.kind,
             "share": first.share, "state": "running", "started": time.time(), "steps": []}
 
@@ -67,6 +78,18 @@ def end(plat: Any, rec: dict[str, Any]) -> None:
     """Take the challenger off the gateway, then remove its replicas (idempotent). Blocking."""
     plat.set_challenger(rec["service"], None)
     plat.delete(rec["challenger"])
+
+
+def overdue(rec: dict[str, Any], svc: Service, now: float) -> str | None:
+    """Pure: why a running delivery must end without the Planner (None while it may go on): longer than
+    its declared stage timeouts allow since it began, plus GRACE_S. It happens when the verdicts stop
+    coming (a restarted gateway forgot its challenger, so the Checker has nothing to judge): the
+    challenger's replicas must not run for ever, nor block the service's next delivery."""
+    if rec.get("state") != "running":
+        return None
+    budget = sum(s.timeout_s for s in svc.delivery.stages) + GRACE_S
+    age = now - float(rec.get("started") or now)
+    return None if age <= budget else f"no verdict within {budget:.0f} s of the delivery's start: rolled back"
 
 
 def numeric(figures: dict[str, Any]) -> dict[str, float]:
@@ -86,6 +109,8 @@ def apply(plat: Any, deliveries: dict[str, Any], p: messages.DeliveryPlan, promo
         return {"service": p.service, "ignored": f"delivery already {rec.get('state')}", "version": rec.get("version")}
     out: dict[str, Any] = {"service": p.service, "action": p.action, "version": rec["version"], "reason": p.reason,
                            "challenger_requests": p.figures.get("requests")}
+    if p.action == "advance" and p.stage <= int(rec.get("stage", 0)):  # a stale or repeated plan
+        return {**out, "ignored": f"the delivery is at stage {rec.get('stage')} already"}
     if p.action == "advance":
         plat.set_challenger(p.service, rec["challenger"], p.kind or "canary", p.share)
         rec.update(stage=p.stage, kind=p.kind, share=p.share)

@@ -81,7 +81,8 @@ def plan(action: str, **kw: Any) -> messages.DeliveryPlan:
 def test_the_executor_starts_moves_and_promotes_once() -> None:
     plat = RecordingPlatform()
     rec = executor_delivery.start(plat, SERVICE, "digits", "7")
-    assert plat.calls == [("deploy", "digits-challenger", "models:/digits/7", 1, None, "none"),
+    assert plat.calls == [("set_challenger", "digits", None),  # a stale challenger cleared, the platform asked first
+                          ("deploy", "digits-challenger", "models:/digits/7", 1, None, "none"),
                           ("set_challenger", "digits", "digits-challenger", "shadow", 1.0)]
     deliveries = {"digits": rec}
     promoted: list[str] = []
@@ -89,6 +90,9 @@ def test_the_executor_starts_moves_and_promotes_once() -> None:
     out = executor_delivery.apply(plat, deliveries, plan("advance", kind="canary", share=0.3, stage=1), lambda v, r: [],
                                   lambda v, r: None)
     assert out["action"] == "advance" and plat.calls == [("set_challenger", "digits", "digits-challenger", "canary", 0.3)]
+    stale = executor_delivery.apply(plat, deliveries, plan("advance", kind="shadow", share=1.0, stage=1), lambda v, r: [],
+                                    lambda v, r: None)
+    assert "at stage 1 already" in stale["ignored"] and len(plat.calls) == 1  # a repeated plan moves nothing back
     out = executor_delivery.apply(plat, deliveries, plan("promote", share=1.0, figures={"requests": 90}),
                                   lambda v, r: promoted.append(v) or ["digits", "digits-backup"], lambda v, r: None)
     assert promoted == ["7"] and out["swapped"] == ["digits", "digits-backup"] and out["challenger_requests"] == 90
@@ -136,7 +140,7 @@ def test_a_delivery_starts_only_where_declared_and_one_at_a_time() -> None:
 
 
 def test_drift_windows_leave_the_challengers_records_out() -> None:
-    from scanflow.standard.checker import declared_only
+    from scanflow.agentkit.delivery_outcomes import declared_only
     from scanflow.tracking.prediction_records import PredictionBatch, PredictionRecord
 
     def rec(rid: str, service: str, x: float) -> PredictionRecord:
@@ -149,3 +153,28 @@ def test_drift_windows_leave_the_challengers_records_out() -> None:
     assert [r.request_id for r in kept.records] == ["a", "b"] and kept.seqs == [4, 6] and kept.watermark == 7
     assert kept.inputs().tolist() == [[1.0, 1.0], [3.0, 3.0]]
     assert declared_only(kept, {"digits", "digits-backup"}) is kept
+
+
+class NoSplitPlatform(RecordingPlatform):
+    """A platform that cannot put a challenger behind a service (as Kubernetes, for now)."""
+
+    def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow", share: float = 0.0) -> None:
+        from scanflow.platform.base import PlatformError
+
+        raise PlatformError("progressive delivery is not supported here")
+
+
+def test_a_platform_without_a_split_refuses_before_deploying_anything() -> None:
+    plat = NoSplitPlatform()
+    with pytest.raises(executor_delivery.DeliveryRefused, match="not supported"):
+        executor_delivery.start(plat, SERVICE, "digits", "7")
+    assert plat.calls == []
+
+
+def test_a_delivery_without_verdicts_is_overdue_after_its_declared_timeouts() -> None:
+    rec = {"state": "running", "started": 1000.0}
+    budget = sum(s.timeout_s for s in DELIVERY.stages) + executor_delivery.GRACE_S
+    assert executor_delivery.overdue(rec, SERVICE, 1000.0 + budget) is None
+    assert "no verdict" in (executor_delivery.overdue(rec, SERVICE, 1000.0 + budget + 1) or "")
+    assert executor_delivery.overdue({**rec, "state": "promoted"}, SERVICE, 1e12) is None
+

@@ -92,7 +92,8 @@ def _estimator() -> Any:
 
 
 def _window(after: int, size: int = 200) -> Any:
-    records = [SimpleNamespace(request_id=f"req-{after + i}", inputs=[[0.1] * 4]) for i in range(1, size + 1)]
+    records = [SimpleNamespace(request_id=f"req-{after + i}", service="digits", inputs=[[0.1] * 4])
+               for i in range(1, size + 1)]
     x = np.full((size, 4), 0.1, np.float32)
     return SimpleNamespace(records=records, watermark=after + size, inputs=lambda: x)
 

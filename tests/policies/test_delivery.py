@@ -86,9 +86,11 @@ def test_bounds_cover_the_gap_and_narrow_with_rows() -> None:
 
 def test_failing_answers_roll_back_at_once_and_slow_ones_once_enough_were_timed() -> None:
     cfg = DeliveryConfig()
-    d, st = delivery.decide(DeliveryContext(0.0, LiveFigures(requests=50, errors=1), cfg))
+    assert delivery.decide(DeliveryContext(0.0, LiveFigures(requests=50, errors=1), cfg))[0].action == "hold"
+    d, st = delivery.decide(DeliveryContext(0.0, LiveFigures(requests=50, errors=10), cfg))
     assert (d.action, st.phase, d.share) == ("rollback", "rolled_back", 0.0)
-    assert "failed 1 of 50" in d.reason
+    assert "failed 10 of 50" in d.reason
+    assert delivery.decide(DeliveryContext(0.0, LiveFigures(requests=400, errors=1), cfg))[0].action == "rollback"
     slow = LiveFigures(requests=500, timed=500, p99_ms=180.0, slo_p99_ms=100.0)
     d, _ = delivery.decide(DeliveryContext(0.0, slow, cfg))
     assert d.action == "rollback" and "over the SLO" in d.reason
@@ -124,7 +126,11 @@ def test_stages_advance_in_order_each_after_its_time_then_promote() -> None:
     json.dumps(d.to_dict(), allow_nan=False)  # the decision's figures go to the store and MLflow as JSON
     assert d.to_dict()["inputs"]["paired_rows"] == 3000
     # a finished delivery decides nothing more
-    assert delivery.decide(DeliveryContext(500.0, LiveFigures(errors=5, requests=5), cfg, st))[0].action == "hold"
+    assert delivery.decide(DeliveryContext(500.0, LiveFigures(errors=50, requests=50), cfg, st))[0].action == "hold"
+    # a declaration that lost stages while the delivery ran past them ends it, it does not crash
+    fewer = DeliveryConfig(stages=cfg.stages[:1])
+    d, _ = delivery.decide(DeliveryContext(9.0, LiveFigures(), fewer, DeliveryState(stage=2, stage_started=0.0)))
+    assert d.action == "rollback" and "no longer declared" in d.reason
 
 
 def test_a_canary_worse_on_its_own_rows_rolls_back_even_after_the_shadow_passed() -> None:

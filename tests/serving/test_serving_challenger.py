@@ -50,6 +50,8 @@ async def _post_all(http: httpx.AsyncClient, url: str, bodies: list[dict[str, An
     return list(await asyncio.gather(*(one(b) for b in bodies)))
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 @FRONTS
 async def test_canary_answers_its_share_by_client_id_and_a_dead_challenger_fails_no_client(  # type: ignore[no-untyped-def]
         digits_models, launch, digits_rows, front) -> None:
@@ -93,6 +95,8 @@ async def test_canary_answers_its_share_by_client_id_and_a_dead_challenger_fails
         assert (await http.delete(gw.url + "/admin/challenger")).json()["challenger"] is None
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 @FRONTS
 async def test_shadow_mirrors_answered_requests_with_the_champions_id_and_never_answers(  # type: ignore[no-untyped-def]
         digits_models, launch, digits_rows, front) -> None:
@@ -120,6 +124,8 @@ async def test_shadow_mirrors_answered_requests_with_the_champions_id_and_never_
         assert v1 != v2 and s["agreement"] < 1.0
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 @FRONTS
 async def test_a_lagging_shadow_is_bounded_and_never_slows_a_client(serve_app, digits_models, launch, digits_rows,  # type: ignore[no-untyped-def]
                                                                    front) -> None:
