@@ -52,22 +52,6 @@ def delivery_workflow(quick: bool) -> Any:
     return workflow.model_copy(update={"services": services, "agents": agents}), delivery
 
 
-def register_bad(source_version: str) -> str:
-    """The champion reading its inputs transposed, registered as a new version."""
-    import mlflow
-    import torch
-
-    model = mlflow.pytorch.load_model(f"models:/digits/{source_version}")
-    first = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
-    transposed = torch.arange(64).reshape(8, 8).T.reshape(-1)
-    with torch.no_grad():
-        first.weight.copy_(first.weight[:, transposed])
-    mlflow.set_experiment("digits-operator")
-    with mlflow.start_run():
-        info = mlflow.pytorch.log_model(model, name="digits", serialization_format="pickle", registered_model_name="digits")
-    return str(info.registered_model_version)
-
-
 def register_good() -> str:
     """The champion's recipe with another seed: an equal model that answers some rows differently."""
     from scanflow.examples.digits.train import train
@@ -110,7 +94,9 @@ def run(home: Path, quick: bool, rate: float) -> dict[str, Any]:
     with EmbeddedStack(home, wf, quick=True) as stack:
         mlflow.set_tracking_uri(stack.tracking_uri)
         champion = str(get_alias_version("digits", CHAMPION))
-        bad, good = register_bad(champion), register_good()
+        from scanflow.examples.digits.defects import register_transposed
+
+        bad, good = register_transposed(champion), register_good()
         with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=rate, clients=3,
                      tracker_url=stack.agent_urls["tracker"], token=stack.token, feedback_fraction=0.2) as traffic:
             while traffic.count() < rate * 5:

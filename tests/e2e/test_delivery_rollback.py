@@ -8,34 +8,15 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from delivery_support import delivery_workflow
 from e2e_support import count_ok, wait_for
 from scenario import champion
-from test_delivery import delivery_workflow
 from up_support import UpStack
 
 from scanflow.stack import Traffic
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 RATE = 60
-
-
-def register_transposed(tracking_uri: str, source_version: str) -> str:
-    """A copy of `source_version` whose first layer reads each 8x8 image transposed, registered as a new
-    version of `digits` (in this test process, as an operator would from a notebook)."""
-    import mlflow
-    import torch
-
-    mlflow.set_tracking_uri(tracking_uri)
-    model = mlflow.pytorch.load_model(f"models:/digits/{source_version}")
-    first = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
-    transposed = torch.arange(64).reshape(8, 8).T.reshape(-1)
-    with torch.no_grad():
-        first.weight.copy_(first.weight[:, transposed])
-    mlflow.set_experiment("digits-operator")
-    with mlflow.start_run():
-        info = mlflow.pytorch.log_model(model, name="digits", serialization_format="pickle",
-                                        registered_model_name="digits")
-    return str(info.registered_model_version)
 
 
 def test_a_worse_challenger_is_rolled_back_in_shadow_and_never_answers_a_client(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -50,7 +31,11 @@ def test_a_worse_challenger_is_rolled_back_in_shadow_and_never_answers_a_client(
                      tracker_url=stack.agent_urls["tracker"], token=stack.token) as traffic:
             old = wait_for(lambda: champion(stack), 60, what="the bootstrap champion")
             wait_for(lambda: traffic.count() > 50, 60, what="clean traffic answered")
-            bad = register_transposed(stack.tracking_uri, old)
+            import mlflow
+            from scanflow.examples.digits.defects import register_transposed
+
+            mlflow.set_tracking_uri(stack.tracking_uri)
+            bad = register_transposed(old)
             started = httpx.post(stack.agent_urls["executor"] + "/actuators/start_delivery", timeout=120,
                                  json={"args": {"version": bad}}, headers={"Authorization": f"Bearer {stack.token}"})
             assert started.status_code == 200 and started.json()["status"] == "succeeded", started.text

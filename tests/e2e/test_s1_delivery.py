@@ -7,25 +7,15 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from e2e_support import count_ok, digits_workflow, wait_for
+from delivery_support import CANARY_SHARE, DELIVERY, delivery_workflow
+from e2e_support import count_ok, wait_for
 from scenario import run_s1
 from up_support import UpStack
 
-from scanflow.spec import Delivery
 from scanflow.stack import Traffic
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 RATE = 60
-CANARY_SHARE = 0.3
-DELIVERY = Delivery.model_validate({"mode": "progressive", "stages": [
-    {"kind": "shadow", "share": 1.0, "min_labelled": 100, "min_seconds": 10, "timeout_s": 300},
-    {"kind": "canary", "share": CANARY_SHARE, "min_labelled": 20, "min_seconds": 10, "timeout_s": 300}]})
-
-
-def delivery_workflow():  # type: ignore[no-untyped-def]
-    wf = digits_workflow()
-    services = [s.model_copy(update={"delivery": DELIVERY}) if s.name == "digits" else s for s in wf.services]
-    return wf.model_copy(update={"services": services})
 
 
 def test_s1_challenger_goes_through_shadow_and_canary_to_promotion(tmp_path) -> None:  # type: ignore[no-untyped-def]
