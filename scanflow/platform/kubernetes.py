@@ -421,12 +421,9 @@ class KubernetesPlatform:
         self._wait_ready(service)
         return self.status(service)
 
-    def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow",
-                       share: float = 0.0) -> ServiceStatus:
-        """Not on Kubernetes yet: its gateways are Deployments of their own, each of whose pods would need
-        the challenger; declare `delivery: none` there (the direct swap)."""
-        raise PlatformError(f"{service!r}: progressive delivery is not supported on Kubernetes yet; "
-                            "declare `delivery: none` for this service")
+    def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow", share: float = 0.0) -> ServiceStatus:
+        """Not yet: each gateway pod (a Deployment of its own) would need the challenger; `delivery: none` here."""
+        raise PlatformError(f"{service!r}: progressive delivery is not supported on Kubernetes yet; use delivery: none")
 
     def set_image(self, service: str, image: str) -> ServiceStatus:
         """Roll the replicas onto another image (maxSurge 1, maxUnavailable 0: every old pod serves until

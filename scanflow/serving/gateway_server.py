@@ -31,7 +31,7 @@ import orjson
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import SecretStr
 
 from scanflow.serving import discovery
 from scanflow.serving.asgi import (
@@ -50,6 +50,7 @@ from scanflow.serving.asgi import (
     send_raw,
 )
 from scanflow.serving.challenger import Challenger, ChallengerMode
+from scanflow.serving.gateway_admin import BackupRequest, ChallengerRequest, ReplicasRequest, RouteRequest
 from scanflow.serving.gateway_forwarding import Forwarding
 from scanflow.serving.hotmetrics import HotCounter, HotHistogram
 from scanflow.serving.outcomes import NO_ANSWER, RETRY_STATUSES, Outcome, final
@@ -118,46 +119,6 @@ class _Metrics:
         self.started = Gauge("scanflow_gateway_start_time_seconds", "when this gateway's counters started, "
                              "Unix seconds", registry=r)
         self.started.set(time.time())
-
-
-class ReplicasRequest(BaseModel):
-    replicas: list[str] = Field(max_length=1024)
-
-    @field_validator("replicas")
-    @classmethod
-    def _urls(cls, v: list[str]) -> list[str]:
-        out = [normalize_url(u) for u in v]
-        if len(set(out)) != len(out):
-            raise ValueError("replicas must not repeat a URL")
-        return out
-
-
-class BackupRequest(BaseModel):
-    url: str | None
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        return None if v is None else normalize_url(v)
-
-
-class RouteRequest(BaseModel):
-    to: RouteMode
-
-
-class ChallengerRequest(BaseModel):
-    """A challenger for this service: `url` its gateway (or a replica), `mode` shadow (`share` of the
-    answered requests mirrored to it) or canary (`share` of the requests answered by it)."""
-
-    url: str
-    mode: ChallengerMode
-    share: float = Field(ge=0.0, le=1.0)
-    service: str | None = Field(None, max_length=200, description="the challenger's service (its records' name)")
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        return normalize_url(v)
 
 
 class Gateway(Forwarding):
