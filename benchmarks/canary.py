@@ -76,7 +76,9 @@ def deliver(stack: Any, version: str, timeout_s: float) -> dict[str, Any]:
         done = [p for p in plans if p["policy"] == "delivery" and p["action"] in ("promote", "rollback")
                 and float(p["at"]) >= t0]
         state = httpx.get(stack.service_url + "/admin/state", timeout=10).json()
-        if done and state.get("challenger") is None:
+        # ended in the Executor too (its record closed, the challenger's service gone): the next delivery may start
+        services = httpx.get(stack.agent_urls["executor"] + "/services", headers=headers, timeout=30).json()
+        if done and state.get("challenger") is None and not any(n.endswith("-challenger") for n in services):
             return {"decision": done[-1], "started": t0, "ended": time.time()}
         time.sleep(1.0)
     raise SystemExit(f"no verdict on v{version} within {timeout_s:.0f} s")
