@@ -200,7 +200,7 @@ class DeliveryChecked(Message):
 
     service: str = Field(description="the champion's service")
     challenger_service: str
-    delivery: str = Field(description="which delivery: the challenger's URL and when it was set")
+    delivery: str = Field(description="which delivery: the Executor's id for it, as the gateways echo it")
     mode: Literal["shadow", "canary"]
     share: float = Field(ge=0, le=1)
     paired: OutcomeSums = Field(default_factory=OutcomeSums)
@@ -210,6 +210,8 @@ class DeliveryChecked(Message):
     errors: Count = 0
     timed: Count = 0
     p99_ms: float | None = None
+    champion_p99_ms: float | None = Field(None, description="the champion's p99 on the same gateways, same period")
+    champion_timed: Count = 0
     slo_p99_ms: float | None = None
     agreement: float | None = None
     dropped: Count = Field(0, description="rows that got no label in time (not evidence either way)")

@@ -156,14 +156,16 @@ class Delivery(_Spec):
     once. `progressive`: the challenger gets its own replicas (`challenger_replicas`), then goes through
     `stages` (by default shadow, canary 10 %, canary 50 %) to full promotion, judged live on the rows
     feedback labels: promoted when not worse than the champion by more than `margin` at `confidence`,
-    rolled back at once when its answers fail beyond `max_error_rate` or its p99 breaks the SLO, or when
-    a stage times out. `delivery: none` and `delivery: progressive` are shorthands."""
+    rolled back at once when its answers fail beyond `max_error_rate` or its p99 breaks the SLO while more
+    than `latency_tolerance` (relative) above the champion's on the same gateways, or when a stage times out.
+    `delivery: none` and `delivery: progressive` are shorthands."""
 
     mode: Literal["none", "progressive"] = "progressive"
     stages: list[DeliveryStage] = Field(default_factory=_default_stages, min_length=1, max_length=8)
     margin: float = Field(0.02, ge=0)
     confidence: float = Field(0.95, ge=0.5, lt=1)
     max_error_rate: float = Field(0.001, ge=0, lt=1)
+    latency_tolerance: float = Field(1.0, ge=0, le=100)
     challenger_replicas: int = Field(1, ge=1, le=16)
 
     @model_validator(mode="before")

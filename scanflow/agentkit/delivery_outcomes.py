@@ -171,4 +171,6 @@ def figures(ledger: Ledger, gateway_challenger: Mapping[str, Any], slo_p99_ms: f
         paired=_sums(ledger.paired), challenger=_sums(ledger.challenger_sums), champion=_sums(ledger.champion_sums),
         requests=int(gateway_challenger.get("requests") or 0), errors=int(gateway_challenger.get("failed") or 0),
         timed=int(gateway_challenger.get("timed") or 0), p99_ms=gateway_challenger.get("p99_ms"),
+        champion_p99_ms=gateway_challenger.get("champion_p99_ms"),
+        champion_timed=int(gateway_challenger.get("champion_timed") or 0),
         slo_p99_ms=slo_p99_ms, agreement=gateway_challenger.get("agreement"))

@@ -77,21 +77,33 @@ def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-_CHALLENGER_COUNTS = ("requests", "answered", "mirrored", "failed", "dropped", "in_flight", "timed", "compared", "agreed")
+_CHALLENGER_COUNTS = ("requests", "answered", "mirrored", "failed", "dropped", "in_flight", "timed", "compared", "agreed",
+                      "champion_timed")
 
 
 def merge_challengers(challengers: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     """Pure: the gateways' challengers (scanflow.serving.challenger) as one: counts summed, the worst
-    p99, healthy when any gateway finds it so. None when no gateway has one."""
+    p99, healthy when any gateway finds it so. None when no gateway has one. When gateways hold different
+    deliveries (one not yet reached by the Executor's latest call), only those of the delivery most of them
+    hold (ties: the one set last) count, and `other_deliveries` says how many gateways were left out."""
     got = [c for c in challengers if c]
     if not got:
         return None
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for c in got:
+        groups.setdefault(str(c.get("delivery")), []).append(c)
+    kept = max(groups.values(), key=lambda g: (len(g), max(float(c.get("since") or 0.0) for c in g)))
+    left_out, got = len(got) - len(kept), kept
     out = dict(got[0])
+    out["other_deliveries"] = left_out
     for key in _CHALLENGER_COUNTS:
         out[key] = sum(int(c.get(key) or 0) for c in got)
-    p99s = [float(c["p99_ms"]) for c in got if c.get("p99_ms") is not None]
-    out["p99_ms"] = max(p99s) if p99s else None
+    for key in ("p99_ms", "champion_p99_ms"):
+        p99s = [float(c[key]) for c in got if c.get(key) is not None]
+        out[key] = max(p99s) if p99s else None
     out["healthy"] = any(bool(c.get("healthy")) for c in got)
+    sinces = [float(c["since"]) for c in got if c.get("since") is not None]
+    out["since"] = min(sinces) if sinces else None  # the first gateway it was set on, whatever the order read
     out["agreement"] = round(out["agreed"] / out["compared"], 6) if out["compared"] else None
     return out
 

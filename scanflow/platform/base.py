@@ -110,10 +110,11 @@ class Platform(Protocol):
         ...
 
     def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow",
-                       share: float = 0.0) -> ServiceStatus:
+                       share: float = 0.0, delivery: str | None = None) -> ServiceStatus:
         """Make the service `challenger` a progressive delivery's challenger behind `service`'s endpoint:
         `mode` shadow (`share` of the answered requests mirrored to it) or canary (`share` answered by
-        it); None takes it off."""
+        it); None takes it off. `delivery` names the delivery on every gateway. The same call again
+        changes nothing, except on a gateway that lost its challenger (restarted, new): it gets it back."""
         ...
 
     def run_job(self, job: Job, params: dict[str, Any] | None = None) -> JobResult:

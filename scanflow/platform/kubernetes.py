@@ -24,12 +24,12 @@ How each operation maps onto the API (docs/kubernetes.md has the why):
 - route: the Service selector is switched to the backup's pods, and back;
 - set_image: an upgrade (the configured image is not the running one) rolls the replicas, surge 1,
   unavailable 0; adoption deploys what runs first, so the upgrade is a step of its own;
-- run_job: one MLflow run per Job, opened first and passed in the Job's env (MLFLOW_RUN_ID) so the
-  job runner logs into it; a batch/v1 Job, waited on through its conditions; pod logs attached
-  and the function's outputs.json read back into the JobResult (k8s_jobs).
+- set_challenger: `/admin/challenger` on every ready pod of the service's gateway (k8s_gateways);
+- run_job: one MLflow run per Job, opened first and passed in the Job's env (MLFLOW_RUN_ID) so the job
+  runner logs into it; a batch/v1 Job, waited on through its conditions; pod logs and outputs.json read
+  back (k8s_jobs).
 Every call carries `_request_timeout` and bounded retries with backoff (tenacity); API errors become
-PlatformError subclasses whose message names the verb and resource (a 403 names what the Role lacks:
-k8s_api).
+PlatformError subclasses naming the verb and resource (a 403 names what the Role lacks: k8s_api).
 Methods block: calling them on a running event loop raises at once (use asyncio.to_thread).
 """
 
@@ -61,6 +61,7 @@ from scanflow.platform.k8s_api import (
     map_api_error,
     retryable,
 )
+from scanflow.platform.k8s_gateways import set_on_gateways
 from scanflow.platform.k8s_jobs import run_k8s_job
 from scanflow.platform.k8s_resize import ResizeLocks, apply_after_resize, reconcile_resized, resize_service
 from scanflow.platform.k8s_resources import normalise, parse_server_version
@@ -107,6 +108,7 @@ class KubernetesPlatform:
         job_grace_s: float = 30.0,
         tracker_url: str | None = None,
         field_manager: str = mf.FIELD_MANAGER,
+        gateway_token: str | None = None,
     ) -> None:
         if api_client is None and None in (core, apps, batch, autoscaling):
             api_client = k8s.ApiClient()  # from the loaded kubeconfig / in-cluster config
@@ -132,6 +134,7 @@ class KubernetesPlatform:
         self._server_version: tuple[int, int] | None = None
         self.tracker_url = tracker_url  # replicas post prediction records here (SCANFLOW_TRACKER_URL)
         self.field_manager = field_manager
+        self.gateway_token = gateway_token  # for the gateways' /admin (serving:admin): set_challenger
 
     @classmethod
     def from_settings(cls, settings: Any, *, workflow: str, tracking_uri: str | None,
@@ -144,6 +147,7 @@ class KubernetesPlatform:
             raise PlatformError("SCANFLOW_NAMESPACE is not set: the Executor must know its namespace "
                                 "(deploy/base sets it from metadata.namespace)")
         kwargs.setdefault("sync_template_after_resize", bool(settings.sync_template_after_resize))
+        kwargs.setdefault("gateway_token", settings.token.get_secret_value() if settings.token else None)
         plat = cls.from_config(namespace=settings.namespace, workflow=workflow, tracking_uri=tracking_uri,
                                tracker_url=tracker_url, **kwargs)
         plat.image = settings.image or plat.own_image(settings.pod_name)
@@ -188,10 +192,8 @@ class KubernetesPlatform:
         except ApiException as exc:
             raise map_api_error(exc, verb, resource, self.namespace) from None
         except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as exc:
-            raise PlatformError(
-                f"{verb} {resource} in namespace {self.namespace!r}: API server unreachable after "
-                f"{self.retries + 1} attempts ({type(exc).__name__})", retryable=True,
-            ) from None
+            raise PlatformError(f"{verb} {resource} in namespace {self.namespace!r}: API server unreachable after "
+                                f"{self.retries + 1} attempts ({type(exc).__name__})", retryable=True) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _dict(self, obj: Any) -> dict[str, Any]:
@@ -346,8 +348,7 @@ class KubernetesPlatform:
                     f"deployment {name!r}: rollout not complete after {self.ready_timeout_s:.0f}s "
                     f"({st.get('updatedReplicas', 0)} updated, {st.get('availableReplicas', 0)} available, "
                     f"{st.get('replicas', 0)} in all, {want} wanted; check `kubectl -n {self.namespace} "
-                    f"describe deploy {name}`)",
-                    retryable=True,
+                    f"describe deploy {name}`)", retryable=True,
                 )
             time.sleep(self.poll_interval_s)
 
@@ -421,9 +422,12 @@ class KubernetesPlatform:
         self._wait_ready(service)
         return self.status(service)
 
-    def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow", share: float = 0.0) -> ServiceStatus:
-        """Not yet: each gateway pod (a Deployment of its own) would need the challenger; `delivery: none` here."""
-        raise PlatformError(f"{service!r}: progressive delivery is not supported on Kubernetes yet; use delivery: none")
+    def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow", share: float = 0.0,
+                       delivery: str | None = None) -> ServiceStatus:
+        """On every ready pod of `service`'s gateway (k8s_gateways); the challenger is a service deployed here."""
+        _ensure_not_on_event_loop("set_challenger")
+        set_on_gateways(self, service, challenger, mode, share, delivery)
+        return self.status(service)
 
     def set_image(self, service: str, image: str) -> ServiceStatus:
         """Roll the replicas onto another image (maxSurge 1, maxUnavailable 0: every old pod serves until
@@ -448,13 +452,9 @@ class KubernetesPlatform:
         svc = self._dict(self._call("get", "services", self.core.read_namespaced_service, service, self.namespace))
         routed = ((svc.get("spec") or {}).get("selector") or {}).get(mf.SERVICE_LABEL)
         replicas = tuple(self._replica_status(p) for p in self._pods(service))
-        return ServiceStatus(
-            name=service,
-            desired_replicas=int((dep.get("spec") or {}).get("replicas") or 0),
-            replicas=replicas,
-            endpoint=f"http://{service}.{self.namespace}.svc:{mf.HTTP_PORT}",
-            routed_to=routed,
-        )
+        return ServiceStatus(name=service, desired_replicas=int((dep.get("spec") or {}).get("replicas") or 0),
+                             replicas=replicas, endpoint=f"http://{service}.{self.namespace}.svc:{mf.HTTP_PORT}",
+                             routed_to=routed)
 
     @staticmethod
     def _replica_status(pod: dict[str, Any]) -> ReplicaStatus:

@@ -373,19 +373,24 @@ class LocalPlatform:
         return self.status(service)
 
     def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow",
-                       share: float = 0.0) -> ServiceStatus:
+                       share: float = 0.0, delivery: str | None = None) -> ServiceStatus:
         """Put the service `challenger` (its gateway) on `service`'s gateway as a progressive delivery's
         challenger, in `mode` (shadow, canary) at `share` (scanflow.serving.challenger), or take it off (None).
-        Not kept in the platform's state: a restarted gateway starts without one; the delivery then gets no
-        more verdicts and the Executor rolls it back once it is overdue (scanflow/standard/executor_delivery.py)."""
+        Not kept in the platform's state: the Executor repeats the call while the delivery runs, which gives a
+        restarted gateway its challenger back (scanflow/standard/executor_delivery.py)."""
         with self._lock:
             endpoint = self._get(service).endpoint
             target = self._get(challenger).endpoint if challenger is not None else None
-        if target is None:
-            procs.call("DELETE", f"{endpoint}/admin/challenger", headers=self._headers())
-        else:
-            procs.call("PUT", f"{endpoint}/admin/challenger", headers=self._headers(),
-                       json={"url": target, "mode": mode, "share": share, "service": challenger})
+        try:
+            if target is None:
+                procs.call("DELETE", f"{endpoint}/admin/challenger", headers=self._headers())
+            else:
+                procs.call("PUT", f"{endpoint}/admin/challenger", headers=self._headers(),
+                           json={"url": target, "mode": mode, "share": share, "service": challenger,
+                                 "delivery": delivery})
+        except procs.HttpError as exc:  # a gateway restarting: the Executor repeats the call
+            raise PlatformError(f"{service!r}: challenger not set on its gateway: {exc}",
+                                retryable=exc.status is None or exc.status >= 500) from None
         return self.status(service)
 
     def swap_model(self, service: str, model_uri: str) -> ServiceStatus:

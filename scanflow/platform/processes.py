@@ -341,7 +341,12 @@ def read_proc_status(pid: int) -> ProcInfo | None:
 
 
 class HttpError(RuntimeError):
-    """An HTTP call failed after its retries (message names method, URL and the last problem)."""
+    """An HTTP call failed after its retries (message names method, URL and the last problem); `status`: the
+    last answer's HTTP status, None when there was no answer."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def call(
@@ -359,13 +364,14 @@ def call(
 
     4xx is not retried: it is a mistake of ours and the message says so. Returns the JSON body or None.
     """
-    last = ""
+    last, status = "", None
     for attempt in range(retries + 1):
         try:
             r = httpx.request(method, url, json=json, headers=headers, timeout=timeout_s)
         except httpx.HTTPError as exc:
-            last = f"{type(exc).__name__}: {exc}"
+            last, status = f"{type(exc).__name__}: {exc}", None
         else:
+            status = r.status_code
             if r.status_code in ok:
                 try:
                     return r.json()
@@ -376,7 +382,7 @@ def call(
                 break
         if attempt < retries:
             time.sleep(backoff_s * 2**attempt)
-    raise HttpError(f"{method} {url} failed: {last}")
+    raise HttpError(f"{method} {url} failed: {last}", status)
 
 
 def is_ready(url: str, timeout_s: float = 2.0) -> bool:

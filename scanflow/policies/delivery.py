@@ -159,8 +159,11 @@ class Stage:
 @dataclass(frozen=True)
 class DeliveryConfig:
     """The stages in order (full promotion after the last), the non-inferiority `margin` and
-    `confidence`, the challenger's error budget, and how many of its requests must have been timed
-    before its p99 is held against the SLO."""
+    `confidence`, the challenger's error budget, how many of its requests must have been timed before its
+    p99 is held against the SLO, and `latency_tolerance`: how much slower than the champion's p99 on the same
+    gateways over the same period (relative) a challenger that breaks the SLO may be before it is rolled back
+    for latency. Why relative too: when the machine or the node is saturated, both models break the SLO, and
+    the challenger's calls also cross one hop more (its own gateway or Service); that is not the model."""
 
     stages: tuple[Stage, ...] = (Stage("shadow", 1.0), Stage("canary", 0.1), Stage("canary", 0.5))
     margin: float = 0.02
@@ -168,13 +171,15 @@ class DeliveryConfig:
     max_error_rate: float = 0.001
     min_timed_requests: int = 200
     planned_labels: float = 500.0
+    latency_tolerance: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.stages:
             raise ValueError("a delivery needs at least one stage (or none at all: a direct swap)")
-        if self.margin < 0 or not 0.5 <= self.confidence < 1.0 or not 0.0 <= self.max_error_rate < 1.0:
-            raise ValueError(f"need margin >= 0, 0.5 <= confidence < 1, 0 <= max_error_rate < 1; got "
-                             f"{self.margin}, {self.confidence}, {self.max_error_rate}")
+        if (self.margin < 0 or not 0.5 <= self.confidence < 1.0 or not 0.0 <= self.max_error_rate < 1.0
+                or self.latency_tolerance < 0):
+            raise ValueError(f"need margin >= 0, 0.5 <= confidence < 1, 0 <= max_error_rate < 1, latency_tolerance >= 0;"
+                             f" got {self.margin}, {self.confidence}, {self.max_error_rate}, {self.latency_tolerance}")
 
     @property
     def alpha(self) -> float:
@@ -188,7 +193,8 @@ class LiveFigures:
     paired: score differences (challenger minus champion) of labelled rows both models answered
     (mirrored in shadow). challenger / champion: scores of labelled rows each answered to clients
     (canary). requests / errors / p99: the challenger's answers as the gateway saw them (mirrored ones
-    in shadow), `timed` of them with a latency; slo_p99_ms: the service's SLO (None: none declared).
+    in shadow), `timed` of them with a latency; champion_p99_ms: the champion's p99 on the same gateways over
+    the same period, of `champion_timed` answers (None: not timed); slo_p99_ms: the service's SLO (None: none declared).
     agreement: the share of mirrored requests both models answered alike (reported, not judged: after a
     drift the challenger is meant to disagree)."""
 
@@ -201,6 +207,8 @@ class LiveFigures:
     p99_ms: float | None = None
     slo_p99_ms: float | None = None
     agreement: float | None = None
+    champion_p99_ms: float | None = None
+    champion_timed: int = 0
 
 
 @dataclass(frozen=True)
@@ -259,10 +267,14 @@ def harm(figures: LiveFigures, config: DeliveryConfig) -> str | None:
     if enough and figures.errors > config.max_error_rate * figures.requests:
         return (f"challenger failed {figures.errors} of {figures.requests} requests "
                 f"(allowed {config.max_error_rate:.2%})")
-    if (figures.slo_p99_ms is not None and figures.p99_ms is not None and figures.timed >= config.min_timed_requests
-            and figures.p99_ms > figures.slo_p99_ms):
-        return (f"challenger p99 {figures.p99_ms:.1f} ms over the SLO {figures.slo_p99_ms:.1f} ms "
-                f"({figures.timed} requests timed)")
+    p99, slo, champion = figures.p99_ms, figures.slo_p99_ms, figures.champion_p99_ms
+    if slo is None or p99 is None or figures.timed < config.min_timed_requests or p99 <= slo:
+        return None
+    if champion is None or figures.champion_timed < config.min_timed_requests:  # nothing to compare with
+        return f"challenger p99 {p99:.1f} ms over the SLO {slo:.1f} ms ({figures.timed} requests timed)"
+    if p99 > champion * (1.0 + config.latency_tolerance):
+        return (f"challenger p99 {p99:.1f} ms over the SLO {slo:.1f} ms and over the champion's {champion:.1f} ms "
+                f"by more than {config.latency_tolerance:.0%} ({figures.timed} requests timed)")
     return None
 
 
@@ -287,6 +299,7 @@ def decide(ctx: DeliveryContext) -> tuple[DeliveryDecision, DeliveryState]:
     inputs = {**ev, "stage_kind": stage.kind, "share": stage.share, "elapsed_s": round(elapsed, 3),
               "labelled": labelled, "min_labelled": stage.min_labelled, "requests": fig.requests,
               "errors": fig.errors, "p99_ms": fig.p99_ms, "slo_p99_ms": fig.slo_p99_ms, "timed": fig.timed,
+              "champion_p99_ms": fig.champion_p99_ms, "champion_timed": fig.champion_timed,
               "agreement": fig.agreement}
 
     def end(action: Action, reason: str) -> tuple[DeliveryDecision, DeliveryState]:

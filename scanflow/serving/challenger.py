@@ -93,6 +93,7 @@ class Challenger:
     mode: ChallengerMode
     share: float
     service: str | None = None  # the challenger's service, as its replicas name their prediction records
+    delivery: str | None = None  # the Executor's id of the delivery (the same on every gateway)
     since: float = field(default_factory=time.time)
     answered: int = 0  # canary: requests it answered to clients
     failed: int = 0  # requests it could not answer (no answer, 5xx), canary and shadow
@@ -102,6 +103,10 @@ class Challenger:
     agreed: int = 0
     in_flight: int = 0
     latencies: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=LATENCY_SAMPLES))
+    # the champion's replicas' latencies on this gateway over the same period, timed the same way (from the
+    # request's dispatch to its answer): what the challenger's p99 is held against
+    champion_latencies: collections.deque[float] = field(
+        default_factory=lambda: collections.deque(maxlen=LATENCY_SAMPLES))
     rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
@@ -129,13 +134,16 @@ class Challenger:
 
     def snapshot(self) -> dict[str, Any]:
         lat = np.fromiter(self.latencies, float) if self.latencies else None
+        champ = np.fromiter(self.champion_latencies, float) if self.champion_latencies else None
         return {
-            "url": self.up.url, "service": self.service, "mode": self.mode, "share": self.share, "since": self.since,
+            "url": self.up.url, "service": self.service, "delivery": self.delivery, "mode": self.mode, "share": self.share, "since": self.since,
             "healthy": self.up.healthy,
             "requests": self.answered + self.mirrored + self.failed,
             "answered": self.answered, "mirrored": self.mirrored, "failed": self.failed, "dropped": self.dropped,
             "in_flight": self.in_flight, "timed": len(self.latencies),
             "p99_ms": None if lat is None else round(float(np.percentile(lat, 99)) * 1000.0, 3),
+            "champion_timed": len(self.champion_latencies),
+            "champion_p99_ms": None if champ is None else round(float(np.percentile(champ, 99)) * 1000.0, 3),
             "compared": self.compared, "agreed": self.agreed,
             "agreement": round(self.agreed / self.compared, 6) if self.compared else None,
         }

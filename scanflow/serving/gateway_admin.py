@@ -46,6 +46,8 @@ class ChallengerRequest(BaseModel):
     mode: ChallengerMode
     share: float = Field(ge=0.0, le=1.0)
     service: str | None = Field(None, max_length=200, description="the challenger's service (its records' name)")
+    delivery: str | None = Field(None, max_length=200, description="which delivery: the Executor's id, echoed in "
+                                 "/admin/state, so every gateway and a restarted one name the same delivery")
 
     @field_validator("url")
     @classmethod

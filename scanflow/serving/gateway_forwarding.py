@@ -116,8 +116,7 @@ class Forwarding:
             if ch.answers(body):
                 self._spawn(self._canary_call(ch, body, done))
                 return
-            if ch.mode == "shadow":
-                done = self._mirroring(ch, body, done)
+            done = self._champion_answers(ch, body, done)
         self._waiting.append((body, done, model))
         self._schedule_dispatch()
 
@@ -156,11 +155,17 @@ class Forwarding:
         else:
             _settle(done, None)
 
-    def _mirroring(self, ch: Challenger, body: bytes, done: Callable[[Outcome], None]) -> Callable[[Outcome], None]:
+    def _champion_answers(self, ch: Challenger, body: bytes, done: Callable[[Outcome], None]) -> Callable[[Outcome], None]:
+        """`done`, also timing the champion's answer (the challenger's p99 is held against the champion's on
+        this gateway, timed the same way) and, in shadow, mirroring it."""
+        t0 = time.perf_counter()
+
         def answered(outcome: Outcome) -> None:
             done(outcome)
-            if outcome is not None and outcome[0] == 200 and ch.mirrors():
-                self.mirror(ch, body, outcome[1])
+            if outcome is not None and outcome[0] == 200:
+                ch.champion_latencies.append(time.perf_counter() - t0)
+                if ch.mode == "shadow" and ch.mirrors():
+                    self.mirror(ch, body, outcome[1])
         return answered
 
     def mirror(self, ch: Challenger, body: bytes, champion_answer: bytes) -> None:

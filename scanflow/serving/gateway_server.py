@@ -383,19 +383,24 @@ class Gateway(Forwarding):
         return self.state()
 
     async def set_challenger(self, url: str, mode: ChallengerMode, share: float,
-                             service: str | None = None) -> dict[str, object]:
-        """Set the challenger, or move the same one to another stage (its figures keep counting from when
-        it was set); a new URL starts from zero. Health-checked first, and only used while healthy."""
+                             service: str | None = None, delivery: str | None = None) -> dict[str, object]:
+        """Set the challenger, or move the same one (same URL and delivery) to another stage: its figures keep
+        counting from when it was set; another URL or delivery starts from zero. Health-checked first, and
+        only used while healthy. The same call again changes nothing (the Executor repeats it, so a
+        restarted gateway gets its challenger back)."""
         ch = self.challenger
-        if ch is not None and ch.up.url == url:
+        if ch is not None and ch.up.url == url and ch.delivery == delivery:
+            changed = (ch.mode, ch.share) != (mode, share)
             ch.mode, ch.share = mode, share
         else:
+            changed = True
             up = Upstream(url)
             await self.check_health((up,))
-            self.challenger = Challenger(up, mode, share, service)
-            if ch is not None:
+            self.challenger = Challenger(up, mode, share, service, delivery)
+            if ch is not None and ch.up.url != url:
                 self._close_pool_unless_used(ch.up.url)
-        log.warning("service %s: challenger %s in %s at %.0f%%", self.config.service, url, mode, 100 * share)
+        if changed:
+            log.warning("service %s: challenger %s in %s at %.0f%%", self.config.service, url, mode, 100 * share)
         return self.state()
 
     def clear_challenger(self) -> dict[str, object]:
@@ -475,7 +480,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
 
     @api.put("/admin/challenger", dependencies=admin)
     async def challenger(body: ChallengerRequest) -> dict[str, object]:
-        return await gw.set_challenger(body.url, body.mode, body.share, body.service)
+        return await gw.set_challenger(body.url, body.mode, body.share, body.service, body.delivery)
 
     @api.delete("/admin/challenger", dependencies=admin)
     async def no_challenger() -> dict[str, object]:

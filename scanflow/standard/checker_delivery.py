@@ -30,8 +30,9 @@ _TASKS: dict[tuple[str, str], str] = {}  # (model, version) -> "classification" 
 
 
 def delivery_key(challenger: dict[str, Any]) -> str:
-    """Pure: which delivery a gateway's challenger is: its URL and when it was set."""
-    return f"{challenger.get('url')}@{challenger.get('since')}"
+    """Pure: which delivery a gateway's challenger is: the Executor's id for it, the same on every gateway and
+    after a gateway restarts (else its URL and when it was set)."""
+    return str(challenger.get("delivery") or f"{challenger.get('url')}@{challenger.get('since')}")
 
 
 def _task(model: str) -> str:
@@ -107,6 +108,7 @@ async def check(ctx: Context, slo_ms: float | None) -> list[tuple[str, dict[str,
         "mode": ch.get("mode"), "share": float(ch.get("share") or 0.0),
         "paired": fig.paired.__dict__, "challenger": fig.challenger.__dict__, "champion": fig.champion.__dict__,
         "requests": fig.requests, "errors": fig.errors, "timed": fig.timed, "p99_ms": fig.p99_ms,
+        "champion_p99_ms": fig.champion_p99_ms, "champion_timed": fig.champion_timed,
         "slo_p99_ms": fig.slo_p99_ms, "agreement": fig.agreement, "dropped": ledger.dropped,
     }).payload()
     return [("delivery.checked", payload)]

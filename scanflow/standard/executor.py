@@ -321,13 +321,13 @@ def _swap_to(ctx: Context, version: str) -> list[str]:
 def _start_delivery(ctx: Context, svc: Any, version: str, why: str) -> dict[str, Any]:
     deliveries = ctx.state.setdefault("deliveries", {})
     try:
-        started = executor_delivery.start(platform(ctx), svc, _model_name(ctx), version, deliveries)
+        return executor_delivery.start(platform(ctx), svc, _model_name(ctx), version, deliveries, cause=why)
     except executor_delivery.DeliveryRefused as exc:
         raise PermanentError(str(exc)) from None
     except PlatformError as exc:
+        if not exc.retryable:
+            raise PermanentError(f"delivery of v{version} could not start: {exc}") from None
         raise TemporaryError(f"delivery of v{version} could not start: {exc}", delay_s=5.0) from None
-    deliveries[svc.name] = {**started, "cause": why}
-    return deliveries[svc.name]
 
 
 @agent.actuator("start_delivery", max_attempts=3)
@@ -352,27 +352,28 @@ def start_delivery(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @agent.sensor(every=RECONCILE_S)
-def end_overdue_deliveries(ctx: Context) -> None:
-    """A delivery with no verdict long past its declared timeouts is rolled back here
-    (executor_delivery.overdue): its challenger off the gateway, its replicas removed, its version tagged."""
+def tend_deliveries(ctx: Context) -> None:
+    """Each running delivery's stage is put on the gateways again (a restarted gateway gets its challenger
+    back); one with no verdict long past its declared timeouts is rolled back (executor_delivery.overdue):
+    its challenger off the gateway, its replicas removed, its version tagged."""
     plat = ctx.resources.get("platform")
-    for name, rec in (ctx.state.get("deliveries") or {}).items():
+    for name, rec in list((ctx.state.get("deliveries") or {}).items()):
+        if rec.get("state") not in ("running", "ending") or plat is None:
+            continue
         try:
             why = executor_delivery.overdue(rec, ctx.workflow.service(name), time.time())
         except KeyError:  # the service left the workflow: its delivery ends too
             why = f"service {name!r} is no longer declared"
-        if why is None or plat is None:
-            continue
         try:
-            executor_delivery.end(plat, rec)
+            done, reason = executor_delivery.tend(plat, rec, why)
         except PlatformError as exc:
-            ctx.log.warning("ending the overdue delivery of %s failed (retried next time): %s", name, exc)
+            step = "repeating its stage" if rec.get("state") == "running" and not why else "ending it"
+            ctx.log.warning("delivery of v%s to %s: %s failed (next round retries): %s", rec.get("version"), name, step, exc)
             continue
-        monitoring.safe(ctx.state, "record the rollback", monitoring.record_rollback, _model_name(ctx),
-                        rec["version"], why)
-        rec["state"], rec["steps"] = "rolled_back", [*rec.get("steps", []), {"action": "rollback", "at": time.time(),
-                                                                            "reason": why}][-20:]
-        ctx.log.warning("delivery of v%s to %s: %s", rec.get("version"), name, why)
+        if done == "rolled_back":
+            monitoring.safe(ctx.state, "record the rollback", monitoring.record_rollback, _model_name(ctx),
+                            rec["version"], str(reason))
+            ctx.log.warning("delivery of v%s to %s rolled back: %s", rec.get("version"), name, reason)
 
 
 @agent.actuator("deliver", max_attempts=3)

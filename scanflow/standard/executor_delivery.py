@@ -10,11 +10,16 @@ challenger's model version, `delivery.challenger_replicas` replicas, no backup),
 as any service, and its gateway becomes the champion gateway's challenger
 (`Platform.set_challenger`). Its replicas record their predictions under its name, which is how the
 Checker tells the two models' rows apart. The deliveries are kept in the Executor's state by service,
-so a plan that arrives twice (a retry) finds the step already done.
+so a plan that arrives twice (a retry) finds the step already done. Each has an id, given to the gateways
+with the challenger and echoed by them, so the Checker's and the Planner's records name it and a plan meant
+for another delivery is ignored. While it runs, the Executor repeats the stage on the gateways (`tend`): a
+gateway that restarted, or a pod added since, gets its challenger back. One step at a time (`STEPS`): a
+repeat never lands after the step that ended the delivery.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +31,7 @@ from scanflow.spec import Service
 GRACE_S = 120.0  # beyond the declared stage timeouts, how long a delivery may run without a verdict
 
 SUFFIX = "-challenger"
+STEPS = threading.Lock()  # start, apply, end and tend of any delivery, one at a time
 
 
 def challenger_name(service: str) -> str:
@@ -45,39 +51,101 @@ class DeliveryRefused(ValueError):
     """A delivery that cannot start: the service declares none, or one is already running for it."""
 
 
-def start(plat: Any, svc: Service, model_name: str, version: str,
-          deliveries: dict[str, Any] | None = None) -> dict[str, Any]:
+def start(plat: Any, svc: Service, model_name: str, version: str, deliveries: dict[str, Any] | None = None,
+          cause: str = "") -> dict[str, Any]:
     """Deploy the challenger's replicas and put them on the champion's gateway at the first stage. Blocking.
-    Returns the delivery's record (kept by the caller under the service's name in `deliveries`). The same
-    version again while its delivery runs is that delivery (a retried step); another version is refused."""
+    The delivery's record is stored in `deliveries` under the service's name (under STEPS, so two starts
+    never both pass the one-at-a-time check) and returned. The same version again while its delivery runs
+    is that delivery (a retried step); another version is refused."""
+    with STEPS:
+        return _start(plat, svc, model_name, version, {} if deliveries is None else deliveries, cause)
+
+
+def _start(plat: Any, svc: Service, model_name: str, version: str, deliveries: dict[str, Any],
+           cause: str) -> dict[str, Any]:
     if svc.delivery.mode != "progressive":
         raise DeliveryRefused(f"service {svc.name!r} declares no progressive delivery (delivery: none)")
-    running = (deliveries or {}).get(svc.name)
-    if running and running.get("state") == "running":
+    running = deliveries.get(svc.name)
+    if running and running.get("state") in ("running", "ending"):
         if running.get("version") == version:
             return dict(running)
         raise DeliveryRefused(f"a delivery of v{running.get('version')} is running for {svc.name!r}; it ends "
                               "with its promotion or rollback")
     try:  # clears a challenger left on the gateway, and refuses before anything is deployed where the
-        plat.set_challenger(svc.name, None)  # platform cannot split traffic (Kubernetes, for now)
+        plat.set_challenger(svc.name, None)  # platform cannot split traffic (its gateway is not found)
     except PlatformError as exc:
+        if exc.retryable:
+            raise
         raise DeliveryRefused(str(exc)) from None
     spec = challenger_spec(svc, f"models:/{model_name}/{version}")
     plat.deploy(spec)
-    first = svc.delivery.stages[0]
+    first, started = svc.delivery.stages[0], time.time()
+    rec = {"id": f"{svc.name}:v{version}@{started:.3f}", "service": svc.name, "challenger": spec.name,
+           "version": version, "stage": 0, "kind": first.kind, "share": first.share, "state": "running",
+           "started": started, "steps": [], "cause": cause}
     try:
-        plat.set_challenger(svc.name, spec.name, first.kind, first.share)
+        plat.set_challenger(svc.name, spec.name, first.kind, first.share, rec["id"])
     except PlatformError:
-        plat.delete(spec.name)  # no challenger replicas left behind a delivery that did not start
+        try:  # the gateways it did reach lose it again, then no challenger replicas are left behind
+            plat.set_challenger(svc.name, None)
+        finally:
+            plat.delete(spec.name)
         raise
-    return {"service": svc.name, "challenger": spec.name, "version": version, "stage": 0, "kind": first.kind,
-            "share": first.share, "state": "running", "started": time.time(), "steps": []}
+    deliveries[svc.name] = rec
+    return dict(rec)
 
 
 def end(plat: Any, rec: dict[str, Any]) -> None:
-    """Take the challenger off the gateway, then remove its replicas (idempotent). Blocking."""
+    """Take the challenger off the gateway, then remove its replicas (idempotent). Blocking; the caller
+    holds STEPS."""
     plat.set_challenger(rec["service"], None)
     plat.delete(rec["challenger"])
+
+
+def _ending(rec: dict[str, Any], action: str, reason: str) -> dict[str, Any]:
+    """Mark `rec` as ending (before any platform call): from then on nothing puts its stage back on the
+    gateways, and a step that failed half-way is finished by a retry or by `tend`."""
+    if rec.get("state") != "ending":
+        rec["state"], rec["ending"] = "ending", {"action": action, "reason": reason, "promoted": False}
+    return dict(rec["ending"])
+
+
+def tend(plat: Any, rec: dict[str, Any], why_end: str | None) -> tuple[str, str | None]:
+    """One reconcile of a delivery (the Executor's sensor), as (what was done, the rollback's reason):
+    - running: rolled back when `why_end` (overdue): ("rolled_back", why); else its stage put on the gateways
+      again: ("repeated", None);
+    - ending (a step's platform calls failed half-way): the challenger taken off and its replicas removed,
+      then ("rolled_back", reason) or ("promoted", None); a promotion whose swap never completed is left
+      for an operator ("skipped");
+    - ("skipped", None) when another step runs now, or the delivery ended.
+    Blocking; PlatformError when the platform failed (the next round tries again)."""
+    if not STEPS.acquire(timeout=0):
+        return "skipped", None  # a step is running (a deploy can take a while): the next round repeats
+    try:
+        if rec.get("state") == "running" and why_end is None:
+            plat.set_challenger(rec["service"], rec["challenger"], rec.get("kind") or "canary",
+                                float(rec.get("share") or 0.0), rec.get("id"))
+            return "repeated", None
+        if rec.get("state") == "running":
+            _ending(rec, "rollback", str(why_end))
+        if rec.get("state") != "ending":
+            return "skipped", None
+        ending = rec["ending"]
+        if ending["action"] == "promote" and not ending.get("promoted"):
+            return "skipped", None
+        end(plat, rec)
+        return _ended(rec, str(ending["action"]), str(ending["reason"])), (
+            str(ending["reason"]) if ending["action"] == "rollback" else None)
+    finally:
+        STEPS.release()
+
+
+def _ended(rec: dict[str, Any], action: str, reason: str) -> str:
+    rec["state"] = "promoted" if action == "promote" else "rolled_back"
+    rec.pop("ending", None)
+    rec["steps"] = [*rec.get("steps", []), {"action": action, "at": time.time(), "stage": rec.get("stage"),
+                                            "reason": reason}][-20:]
+    return str(rec["state"])
 
 
 def overdue(rec: dict[str, Any], svc: Service, now: float) -> str | None:
@@ -101,27 +169,44 @@ def apply(plat: Any, deliveries: dict[str, Any], p: messages.DeliveryPlan, promo
           rolled_back: Callable[[str, str], None]) -> dict[str, Any]:
     """Carry out one `delivery` plan on the running delivery of `p.service`. `promote(version, reason)` moves
     the champion alias and swaps every service of the model onto it (returns the services swapped);
-    `rolled_back(version, reason)` records the rollback in the registry. Blocking."""
+    `rolled_back(version, reason)` records the rollback in the registry. Blocking. A promotion or rollback
+    marks the delivery as ending first: when its platform calls fail, the retried plan (or `tend`) finishes
+    it, and its stage is never put back on the gateways meanwhile."""
+    with STEPS:
+        return _apply(plat, deliveries, p, promote, rolled_back)
+
+
+def _apply(plat: Any, deliveries: dict[str, Any], p: messages.DeliveryPlan, promote: Callable[[str, str], list[str]],
+           rolled_back: Callable[[str, str], None]) -> dict[str, Any]:
     rec = deliveries.get(p.service)
     if rec is None or rec.get("challenger") != p.challenger_service:
         return {"service": p.service, "ignored": f"no delivery of {p.service!r} with challenger {p.challenger_service!r}"}
-    if rec.get("state") != "running":
-        return {"service": p.service, "ignored": f"delivery already {rec.get('state')}", "version": rec.get("version")}
+    # a plan about an earlier delivery of this service is ignored; a rollback named by a gateway that does not
+    # echo delivery ids (an older process: its key is its URL) is applied all the same, as it is always safe
+    unechoed = p.action == "rollback" and p.delivery.startswith(("http://", "https://"))
+    if rec.get("id") and p.delivery != rec["id"] and not unechoed:
+        return {"service": p.service, "ignored": f"the plan is about delivery {p.delivery!r}, not {rec['id']!r}"}
+    state = rec.get("state")
+    if state not in ("running", "ending") or (state == "ending" and rec["ending"]["action"] != p.action):
+        return {"service": p.service, "ignored": f"delivery already {state}", "version": rec.get("version")}
     out: dict[str, Any] = {"service": p.service, "action": p.action, "version": rec["version"], "reason": p.reason,
                            "challenger_requests": p.figures.get("requests")}
     if p.action == "advance" and p.stage <= int(rec.get("stage", 0)):  # a stale or repeated plan
         return {**out, "ignored": f"the delivery is at stage {rec.get('stage')} already"}
-    if p.action == "advance":
-        plat.set_challenger(p.service, rec["challenger"], p.kind or "canary", p.share)
+    if p.action == "advance":  # the record first: when a gateway fails the call, `tend` brings it to this stage
         rec.update(stage=p.stage, kind=p.kind, share=p.share)
+        plat.set_challenger(p.service, rec["challenger"], p.kind or "canary", p.share, rec.get("id"))
+        rec["steps"] = [*rec.get("steps", []), {"action": p.action, "at": time.time(), "stage": p.stage,
+                                                "share": p.share, "reason": p.reason}][-20:]
     elif p.action == "promote":
-        out["swapped"] = promote(rec["version"], p.reason)
+        if not _ending(rec, "promote", p.reason).get("promoted"):
+            out["swapped"] = promote(rec["version"], p.reason)
+            rec["ending"]["promoted"] = True
         end(plat, rec)
-        rec["state"] = "promoted"
+        _ended(rec, "promote", p.reason)
     else:
+        _ending(rec, "rollback", p.reason)
         end(plat, rec)
         rolled_back(rec["version"], p.reason)
-        rec["state"] = "rolled_back"
-    rec["steps"] = [*rec.get("steps", []), {"action": p.action, "at": time.time(), "stage": p.stage, "share": p.share,
-                                            "reason": p.reason}][-20:]
+        _ended(rec, "rollback", p.reason)
     return {**out, "kind": p.kind, "share": p.share, "stage": p.stage}

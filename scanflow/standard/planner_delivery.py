@@ -30,7 +30,8 @@ def delivery_config(svc: Service) -> DeliveryConfig:
     """Pure: the policy's configuration from the service's `delivery` declaration."""
     d = svc.delivery
     return DeliveryConfig(stages=tuple(Stage(s.kind, s.share, s.min_labelled, s.min_seconds, s.timeout_s) for s in d.stages),
-                          margin=d.margin, confidence=d.confidence, max_error_rate=d.max_error_rate)
+                          margin=d.margin, confidence=d.confidence, max_error_rate=d.max_error_rate,
+                          latency_tolerance=d.latency_tolerance)
 
 
 def live_figures(p: messages.DeliveryChecked) -> LiveFigures:
@@ -40,6 +41,7 @@ def live_figures(p: messages.DeliveryChecked) -> LiveFigures:
 
     return LiveFigures(paired=sums(p.paired), challenger=sums(p.challenger), champion=sums(p.champion),
                        requests=p.requests, errors=p.errors, timed=p.timed, p99_ms=p.p99_ms, slo_p99_ms=p.slo_p99_ms,
+                       champion_p99_ms=p.champion_p99_ms, champion_timed=p.champion_timed,
                        agreement=p.agreement)
 
 

@@ -195,3 +195,23 @@ def test_merge_states_sums_the_challengers_figures_and_keeps_the_worst_p99() -> 
     assert (merged["answered"], merged["failed"], merged["timed"]) == (15, 1, 15)
     assert merged["p99_ms"] == 30.0 and merged["healthy"] is True and merged["agreement"] == 0.75
     assert gateways.merge_states([{"replicas": []}, {"replicas": [], "challenger": None}])["challenger"] is None
+
+
+def test_gateways_challengers_merge_within_one_delivery() -> None:
+    from scanflow.agentkit.gateways import merge_challengers
+
+    def ch(delivery: str, since: float, answered: int, p99: float, champion_p99: float) -> dict[str, object]:
+        return {"url": "http://c:8080", "delivery": delivery, "since": since, "mode": "shadow", "share": 1.0,
+                "healthy": True, "requests": answered, "mirrored": answered, "answered": 0, "failed": 0, "timed": answered,
+                "p99_ms": p99, "champion_timed": answered, "champion_p99_ms": champion_p99, "compared": 0, "agreed": 0}
+
+    # two gateways on the current delivery, one (not reached yet by the Executor's call) on the previous one
+    merged = merge_challengers([ch("d2", 20.0, 100, 30.0, 10.0), None, ch("d1", 5.0, 900, 500.0, 9.0),
+                                ch("d2", 12.0, 50, 40.0, 12.0)])
+    assert merged is not None and merged["delivery"] == "d2" and merged["other_deliveries"] == 1
+    assert (merged["requests"], merged["champion_timed"]) == (150, 150)
+    assert (merged["p99_ms"], merged["champion_p99_ms"], merged["since"]) == (40.0, 12.0, 12.0)
+    # one gateway each: the one set last
+    tie = merge_challengers([ch("d1", 5.0, 900, 500.0, 9.0), ch("d2", 20.0, 100, 30.0, 10.0)])
+    assert tie is not None and tie["delivery"] == "d2" and tie["requests"] == 100
+    assert merge_challengers([None, None]) is None

@@ -65,53 +65,63 @@ class RecordingPlatform:
     def deploy(self, spec: Service) -> None:
         self.calls.append(("deploy", spec.name, spec.model_uri, spec.replicas, spec.backup, spec.delivery.mode))
 
-    def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow", share: float = 0.0) -> None:
-        self.calls.append(("set_challenger", service, challenger, mode, share) if challenger else
+    def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow", share: float = 0.0,
+                       delivery: str | None = None) -> None:
+        self.calls.append(("set_challenger", service, challenger, mode, share, delivery) if challenger else
                           ("set_challenger", service, None))
 
     def delete(self, name: str) -> None:
         self.calls.append(("delete", name))
 
 
-def plan(action: str, **kw: Any) -> messages.DeliveryPlan:
+def plan(action: str, rec: dict[str, Any], **kw: Any) -> messages.DeliveryPlan:
+    """A plan about the delivery `rec` (its id, as the gateways echo it to the Checker and the Planner)."""
     return messages.DeliveryPlan.model_validate({"service": "digits", "challenger_service": "digits-challenger",
-                                                 "delivery": "d", "action": action, **kw})
+                                                 "delivery": rec["id"], "action": action, **kw})
 
 
 def test_the_executor_starts_moves_and_promotes_once() -> None:
     plat = RecordingPlatform()
     rec = executor_delivery.start(plat, SERVICE, "digits", "7")
+    assert rec["id"].startswith("digits:v7@")
     assert plat.calls == [("set_challenger", "digits", None),  # a stale challenger cleared, the platform asked first
                           ("deploy", "digits-challenger", "models:/digits/7", 1, None, "none"),
-                          ("set_challenger", "digits", "digits-challenger", "shadow", 1.0)]
+                          ("set_challenger", "digits", "digits-challenger", "shadow", 1.0, rec["id"])]
     deliveries = {"digits": rec}
     promoted: list[str] = []
     plat.calls.clear()
-    out = executor_delivery.apply(plat, deliveries, plan("advance", kind="canary", share=0.3, stage=1), lambda v, r: [],
-                                  lambda v, r: None)
-    assert out["action"] == "advance" and plat.calls == [("set_challenger", "digits", "digits-challenger", "canary", 0.3)]
-    stale = executor_delivery.apply(plat, deliveries, plan("advance", kind="shadow", share=1.0, stage=1), lambda v, r: [],
-                                    lambda v, r: None)
+    out = executor_delivery.apply(plat, deliveries, plan("advance", rec, kind="canary", share=0.3, stage=1),
+                                  lambda v, r: [], lambda v, r: None)
+    assert out["action"] == "advance"
+    assert plat.calls == [("set_challenger", "digits", "digits-challenger", "canary", 0.3, rec["id"])]
+    stale = executor_delivery.apply(plat, deliveries, plan("advance", rec, kind="shadow", share=1.0, stage=1),
+                                    lambda v, r: [], lambda v, r: None)
     assert "at stage 1 already" in stale["ignored"] and len(plat.calls) == 1  # a repeated plan moves nothing back
-    out = executor_delivery.apply(plat, deliveries, plan("promote", share=1.0, figures={"requests": 90}),
+    out = executor_delivery.apply(plat, deliveries, plan("promote", rec, share=1.0, figures={"requests": 90}),
                                   lambda v, r: promoted.append(v) or ["digits", "digits-backup"], lambda v, r: None)
     assert promoted == ["7"] and out["swapped"] == ["digits", "digits-backup"] and out["challenger_requests"] == 90
     assert plat.calls[-2:] == [("set_challenger", "digits", None), ("delete", "digits-challenger")]
     assert rec["state"] == "promoted" and [s["action"] for s in rec["steps"]] == ["advance", "promote"]
     # the same plan again (a retry after the step finished) does nothing more
-    again = executor_delivery.apply(plat, deliveries, plan("promote", share=1.0), lambda v, r: promoted.append(v) or [],
-                                    lambda v, r: None)
+    again = executor_delivery.apply(plat, deliveries, plan("promote", rec, share=1.0),
+                                    lambda v, r: promoted.append(v) or [], lambda v, r: None)
     assert "already promoted" in again["ignored"] and promoted == ["7"]
 
 
-def test_the_executor_rolls_back_and_ignores_a_plan_for_another_challenger() -> None:
+def test_the_executor_rolls_back_and_ignores_a_plan_for_another_challenger_or_delivery() -> None:
     plat = RecordingPlatform()
-    deliveries = {"digits": executor_delivery.start(plat, SERVICE, "digits", "8")}
+    rec = executor_delivery.start(plat, SERVICE, "digits", "8")
+    deliveries = {"digits": rec}
     tagged: list[tuple[str, str]] = []
     other = messages.DeliveryPlan.model_validate({"service": "digits", "challenger_service": "digits-other",
-                                                  "delivery": "d", "action": "rollback"})
+                                                  "delivery": rec["id"], "action": "rollback"})
     assert "no delivery" in executor_delivery.apply(plat, deliveries, other, lambda v, r: [], lambda v, r: None)["ignored"]
-    out = executor_delivery.apply(plat, deliveries, plan("rollback", reason="p99 over the SLO"), lambda v, r: [],
+    # a late verdict on an earlier delivery of this service (same challenger name) moves nothing
+    earlier = {**rec, "id": "digits:v7@1.000"}
+    calls = len(plat.calls)
+    late = executor_delivery.apply(plat, deliveries, plan("promote", earlier), lambda v, r: [], lambda v, r: None)
+    assert "not" in late["ignored"] and rec["state"] == "running" and len(plat.calls) == calls
+    out = executor_delivery.apply(plat, deliveries, plan("rollback", rec, reason="p99 over the SLO"), lambda v, r: [],
                                   lambda v, r: tagged.append((v, r)))
     assert out["action"] == "rollback" and tagged == [("8", "p99 over the SLO")]
     assert deliveries["digits"]["state"] == "rolled_back" and plat.calls[-1] == ("delete", "digits-challenger")
@@ -156,9 +166,10 @@ def test_drift_windows_leave_the_challengers_records_out() -> None:
 
 
 class NoSplitPlatform(RecordingPlatform):
-    """A platform that cannot put a challenger behind a service (as Kubernetes, for now)."""
+    """A platform that cannot put a challenger behind a service (no gateway found for it)."""
 
-    def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow", share: float = 0.0) -> None:
+    def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow", share: float = 0.0,
+                       delivery: str | None = None) -> None:
         from scanflow.platform.base import PlatformError
 
         raise PlatformError("progressive delivery is not supported here")
@@ -178,3 +189,71 @@ def test_a_delivery_without_verdicts_is_overdue_after_its_declared_timeouts() ->
     assert "no verdict" in (executor_delivery.overdue(rec, SERVICE, 1000.0 + budget + 1) or "")
     assert executor_delivery.overdue({**rec, "state": "promoted"}, SERVICE, 1e12) is None
 
+
+
+def test_tending_repeats_the_stage_while_running_and_never_after_the_end() -> None:
+    plat = RecordingPlatform()
+    rec = executor_delivery.start(plat, SERVICE, "digits", "7")
+    plat.calls.clear()
+    assert executor_delivery.tend(plat, rec, None) == ("repeated", None)  # a restarted gateway gets it back
+    assert plat.calls == [("set_challenger", "digits", "digits-challenger", "shadow", 1.0, rec["id"])]
+    with executor_delivery.STEPS:  # a step runs (a deploy): the repeat waits for the next round
+        assert executor_delivery.tend(plat, rec, None) == ("skipped", None)
+    assert executor_delivery.tend(plat, rec, "no verdict") == ("rolled_back", "no verdict")
+    assert rec["state"] == "rolled_back" and rec["steps"][-1]["reason"] == "no verdict"
+    assert plat.calls[-2:] == [("set_challenger", "digits", None), ("delete", "digits-challenger")]
+    calls = len(plat.calls)
+    assert executor_delivery.tend(plat, rec, None) == ("skipped", None) and len(plat.calls) == calls  # ended
+
+
+class FlakyGatewayPlatform(RecordingPlatform):
+    """Its gateway refuses to take the challenger off `fail` times (a gateway restarting)."""
+
+    def __init__(self, fail: int) -> None:
+        super().__init__()
+        self.fail = fail
+
+    def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow", share: float = 0.0,
+                       delivery: str | None = None) -> None:
+        from scanflow.platform.base import PlatformError
+
+        if challenger is None and self.fail > 0:
+            self.fail -= 1
+            raise PlatformError("gateway restarting", retryable=True)
+        super().set_challenger(service, challenger, mode, share, delivery)
+
+
+def test_a_rollback_cut_short_is_finished_and_its_stage_never_put_back() -> None:
+    from scanflow.platform.base import PlatformError
+
+    plat = FlakyGatewayPlatform(fail=0)
+    rec = executor_delivery.start(plat, SERVICE, "digits", "7")
+    deliveries, tagged = {"digits": rec}, []
+    plat.fail, plat.calls = 2, []
+    with pytest.raises(PlatformError):
+        executor_delivery.apply(plat, deliveries, plan("rollback", rec, reason="worse"), lambda v, r: [],
+                                lambda v, r: tagged.append(v))
+    assert rec["state"] == "ending" and tagged == []
+    # the sensor does not put the shadow back on the gateways; it finishes the rollback (the tag is the caller's)
+    with pytest.raises(PlatformError):
+        executor_delivery.tend(plat, rec, None)
+    assert executor_delivery.tend(plat, rec, None) == ("rolled_back", "worse")
+    assert not [c for c in plat.calls if c[0] == "set_challenger" and c[2] is not None]
+    assert rec["state"] == "rolled_back" and plat.calls[-1] == ("delete", "digits-challenger")
+
+
+def test_a_promotion_cut_short_is_finished_by_its_retry_without_a_second_swap() -> None:
+    from scanflow.platform.base import PlatformError
+
+    plat = FlakyGatewayPlatform(fail=0)
+    rec = executor_delivery.start(plat, SERVICE, "digits", "7")
+    deliveries, swaps = {"digits": rec}, []
+    plat.fail = 1
+    promote = plan("promote", rec, share=1.0)
+    with pytest.raises(PlatformError):
+        executor_delivery.apply(plat, deliveries, promote, lambda v, r: swaps.append(v) or ["digits"], lambda v, r: None)
+    assert rec["state"] == "ending" and swaps == ["7"]
+    late_rollback = executor_delivery.apply(plat, deliveries, plan("rollback", rec), lambda v, r: [], lambda v, r: None)
+    assert "already ending" in late_rollback["ignored"]  # the promotion is finishing: no other verdict now
+    out = executor_delivery.apply(plat, deliveries, promote, lambda v, r: swaps.append(v) or ["digits"], lambda v, r: None)
+    assert swaps == ["7"] and "swapped" not in out and rec["state"] == "promoted"

@@ -100,6 +100,30 @@ def test_failing_answers_roll_back_at_once_and_slow_ones_once_enough_were_timed(
     assert delivery.decide(DeliveryContext(0.0, no_slo, cfg))[0].action == "hold"
 
 
+def test_a_slow_challenger_is_judged_against_the_champion_timed_on_the_same_gateway() -> None:
+    cfg = DeliveryConfig()  # latency_tolerance 1.0: up to twice the champion's p99
+    # the machine is saturated: both break the SLO, the challenger no more than the champion -> not its fault
+    busy = LiveFigures(requests=500, timed=500, p99_ms=180.0, slo_p99_ms=100.0, champion_p99_ms=120.0,
+                       champion_timed=500)
+    assert delivery.decide(DeliveryContext(0.0, busy, cfg))[0].action == "hold"
+    # the champion meets the SLO easily and the challenger takes more than twice as long: the model is slow
+    slow = LiveFigures(requests=500, timed=500, p99_ms=180.0, slo_p99_ms=100.0, champion_p99_ms=60.0,
+                       champion_timed=500)
+    d, _ = delivery.decide(DeliveryContext(0.0, slow, cfg))
+    assert d.action == "rollback" and "over the champion's 60.0 ms" in d.reason and d.inputs["champion_p99_ms"] == 60.0
+    # within the SLO, however slower than the champion: no latency verdict
+    quick = LiveFigures(requests=500, timed=500, p99_ms=90.0, slo_p99_ms=100.0, champion_p99_ms=10.0)
+    assert delivery.decide(DeliveryContext(0.0, quick, cfg))[0].action == "hold"
+    # too few of the champion's answers timed (its gateway does not coalesce): the SLO alone judges
+    unmatched = LiveFigures(requests=500, timed=500, p99_ms=180.0, slo_p99_ms=100.0, champion_p99_ms=120.0,
+                            champion_timed=20)
+    assert delivery.decide(DeliveryContext(0.0, unmatched, cfg))[0].action == "rollback"
+    strict = DeliveryConfig(latency_tolerance=0.0)
+    assert delivery.decide(DeliveryContext(0.0, busy, strict))[0].action == "rollback"
+    with pytest.raises(ValueError, match="latency_tolerance"):
+        DeliveryConfig(latency_tolerance=-0.1)
+
+
 def good(n: int) -> OutcomeSums:
     """n paired rows where the challenger is right 5 % more often: clearly not worse."""
     return OutcomeSums.of(np.tile(np.r_[np.ones(5), np.zeros(95)], n // 100 + 1)[:n])

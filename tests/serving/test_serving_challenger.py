@@ -120,6 +120,8 @@ async def test_shadow_mirrors_answered_requests_with_the_champions_id_and_never_
         await wait_for(lambda: state()["mirrored"] + state()["dropped"] == 120, 30, "every mirror answered")
         s = state()
         assert s["answered"] == 0 and s["failed"] == 0 and s["compared"] == s["mirrored"] >= 1
+        # the champion's answers timed on the same gateway, for the challenger's p99 to be held against
+        assert s["champion_timed"] == 120 and s["champion_p99_ms"] > 0
         # the two versions answer some digits differently: agreement is measured, not assumed
         v2 = (await http.post(shadow.url + "/predict", json={"inputs": digits_rows})).json()["outputs"]
         v1 = (await http.post(champion.url + "/predict", json={"inputs": digits_rows})).json()["outputs"]
