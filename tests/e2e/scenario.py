@@ -22,22 +22,23 @@ class S1Result:
     promotions: list[dict[str, Any]] = field(default_factory=list)
 
 
-def champion(stack: EmbeddedStack) -> str | None:
+def champion(stack: EmbeddedStack, model: str = "digits") -> str | None:
     import mlflow
 
     from scanflow.tracking.registry import CHAMPION, get_alias_version
 
     mlflow.set_tracking_uri(stack.tracking_uri)
-    return get_alias_version("digits", CHAMPION)
+    return get_alias_version(model, CHAMPION)
 
 
 def run_s1(stack: EmbeddedStack, traffic: Traffic, timeout_s: float = 170.0,
-           during: Callable[[], None] | None = None, on_onset: Callable[[], None] | None = None) -> S1Result:
-    """Clean traffic until the service answers, then drift; returns when the new champion serves.
+           during: Callable[[], None] | None = None, on_onset: Callable[[], None] | None = None,
+           model: str = "digits") -> S1Result:
+    """Clean traffic until the service answers, then drift; returns when the new champion of `model` serves.
 
     `on_onset` runs right after the drift starts (the reliability test starts its chaos there).
     """
-    old = wait_for(lambda: champion(stack), 30, what="the bootstrap champion")
+    old = wait_for(lambda: champion(stack, model), 30, what="the bootstrap champion")
     wait_for(lambda: traffic.count() > 50, 60, what="clean traffic answered")
     onset = time.time()
     traffic.drifted = True
@@ -47,7 +48,7 @@ def run_s1(stack: EmbeddedStack, traffic: Traffic, timeout_s: float = 170.0,
     def new_version_serves() -> str | None:
         if during is not None:
             during()
-        cur = champion(stack)
+        cur = champion(stack, model)
         if cur is None or cur == old:
             return None
         recent = [a for a in traffic.snapshot()[-20:] if a.status == 200]
@@ -57,4 +58,4 @@ def run_s1(stack: EmbeddedStack, traffic: Traffic, timeout_s: float = 170.0,
     served = min(a.t for a in traffic.snapshot() if a.version == new)
     from scanflow.tracking.registry import promotion_history
 
-    return S1Result(onset, served, old, new, promotion_history("digits", "champion"))
+    return S1Result(onset, served, old, new, promotion_history(model, "champion"))

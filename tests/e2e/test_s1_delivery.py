@@ -1,5 +1,5 @@
-"""Progressive delivery end to end (digits, `delivery: progressive`): after S1's retrain passes the offline
-gate, the challenger gets its own replicas, is mirrored in shadow, answers a canary share, and is promoted by
+"""Progressive delivery end to end (both shipped workflows, `delivery: progressive`): after S1's retrain passes
+the offline gate, the challenger gets its own replicas, is mirrored in shadow, answers a canary share, and is promoted by
 the Planner on live labelled rows; 0 failed requests, each stage a decision with its figures. Real MLflow,
 agents, gateways and replicas, started by `scanflow up` and driven from outside."""
 
@@ -18,27 +18,29 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 RATE = 60
 
 
-def test_s1_challenger_goes_through_shadow_and_canary_to_promotion(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from scanflow.examples.digits.s1 import traffic_pools
+@pytest.mark.parametrize("example", ["digits", "sensors"])
+def test_s1_challenger_goes_through_shadow_and_canary_to_promotion(tmp_path, example: str) -> None:  # type: ignore[no-untyped-def]
+    import importlib
 
-    pools = traffic_pools()
-    declared = tmp_path / "digits.yaml"
-    declared.write_text(delivery_workflow().to_yaml())
+    pools = importlib.import_module(f"scanflow.examples.{example}.s1").traffic_pools()
+    challenger = f"{example}-challenger"
+    declared = tmp_path / f"{example}.yaml"
+    declared.write_text(delivery_workflow(example).to_yaml())
     stack = UpStack(declared, tmp_path / "home", tmp_path / "up.out")
     try:
         with Traffic(stack.service_url, pools["clean"], pools["drifted"], rate=RATE, clients=3,
                      tracker_url=stack.agent_urls["tracker"], token=stack.token) as traffic:
-            res = run_s1(stack, traffic, timeout_s=480.0)
+            res = run_s1(stack, traffic, timeout_s=480.0, model=example)
             gone = wait_for(lambda: httpx.get(stack.service_url + "/admin/state", timeout=10).json()["challenger"] is None,
                             60, what="the challenger off the gateway")
-            services = wait_for(lambda: (s := stack.get("executor", "/services")) and "digits-challenger" not in s and s,
+            services = wait_for(lambda: (s := stack.get("executor", "/services")) and challenger not in s and s,
                                 60, what="the challenger's service removed")
         plans = stack.get("planner", "/plans")
         executor = stack.decisions("executor")
     finally:
         stack.down()
 
-    assert gone and "digits-challenger" not in services, sorted(services)
+    assert gone and challenger not in services, sorted(services)
     stages = [p for p in plans if p["policy"] == "delivery"]
     assert [p["action"] for p in stages] == ["advance", "promote"], stages
     shadow, canary = stages
@@ -62,7 +64,7 @@ def test_s1_challenger_goes_through_shadow_and_canary_to_promotion(tmp_path) -> 
     first_challenger = min(a.t for a in early)
     old_answers = [a.t for a in answers if a.status == 200 and a.version != res.new_version]
     all_new = min(a.t for a in answers if a.status == 200 and a.t > max(old_answers))
-    print(f"S1 with progressive delivery: onset -> first answer by the challenger {first_challenger - res.onset:.1f}s, "
+    print(f"S1 ({example}) with progressive delivery: onset -> first answer by the challenger {first_challenger - res.onset:.1f}s, "
           f"-> promoted {promoted_at - res.onset:.1f}s, -> every answer by it {all_new - res.onset:.1f}s; "
           f"{traffic.count()} requests, 0 failed; shadow: {shadow['inputs']['paired_rows']} paired rows, "
           f"gap {shadow['inputs']['paired_gap']}; canary: {canary['inputs']['labelled']} labelled rows")

@@ -12,7 +12,7 @@ primary's containers crash -> the Checker sees it -> the Planner routes -> the E
 retrain Job -> promotion -> the replicas roll), `s2` and `s3` (the demo's autoscale and tune scenarios
 through the agents, on the replicas' container CPU limits; tests/harness/tuning_scenarios.py), `resize`
 (in place, a scale-up after it, then one beyond the node) and `upgrade` (an image bump rolls every
-replica, under load; tests/harness/upgrade.py).
+replica, under load; tests/harness/upgrade.py); `delivery`: S1 delivers progressively (delivery_scenario.py).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import yaml
 from scanflow.deploy_secrets import env_name, generate, mlflow_password_key, token_key
 
 from .cluster import ROOT, Cluster
+from .delivery_scenario import s1_with_delivery, with_delivery
 from .policy_scenario import run_netpol
 from .tuning_scenarios import run_tuning
 from .upgrade import run_upgrade
@@ -115,6 +116,7 @@ def main() -> int:
             kill, routed = kill_compose_primary, compose_routed_to_backup
         else:
             docs = render(args.overlay, args.workdir)
+            docs = with_delivery(docs, NS) if "delivery" in args.scenarios else docs
             token, password = operator_of(docs)
             cluster.start()
             cluster.apply(docs)
@@ -129,7 +131,10 @@ def main() -> int:
             run_s4(cluster, gateway, kill, routed, result)
             result["phases"]["s4"] = round(time.monotonic() - t0, 1)
         if "s1" in args.scenarios:
-            run_s1(gateway, token, result)
+            if "delivery" in args.scenarios:
+                s1_with_delivery(run_s1, gateway, token, cluster, result)
+            else:
+                run_s1(gateway, token, result)
             if args.overlay != "compose":
                 s1_on_kubernetes(cluster, result)
             result["phases"]["s1"] = round(time.monotonic() - t0, 1)
@@ -254,7 +259,7 @@ def run_s4(cluster: Cluster, gateway: str, kill: Callable[[Cluster], int], route
     result["s4_failed_samples"] = [str(a) for a in traffic.failed()[:5]]
 
 
-def run_s1(gateway: str, token: str, result: dict[str, Any]) -> None:
+def run_s1(gateway: str, token: str, result: dict[str, Any], during: Callable[[], None] | None = None) -> None:
     """S1: drifted traffic -> the Checker -> the Planner's retrain -> the Executor's training Job (run
     by the emulated kubelet) -> promotion -> the replicas roll onto the new version; 0 failed requests."""
     import mlflow
@@ -274,6 +279,8 @@ def run_s1(gateway: str, token: str, result: dict[str, Any]) -> None:
         traffic.drifted = True
 
         def new_version_serves() -> str | None:
+            if during is not None:  # the delivery scenario's reads of the gateways
+                during()
             cur = get_alias_version("digits", CHAMPION)
             if cur is None or cur == old:
                 return None

@@ -198,6 +198,7 @@ def train(
     validation_points_path: str | None = None,
     adapt: str = "moments",
     drift_inputs_path: str | None = None,
+    serving_delay_ms: float = 0.0,
 ) -> dict[str, Any]:
     """Train, evaluate, log and register a digits model; set `alias` (the very first one: 'champion').
 
@@ -209,6 +210,9 @@ def train(
     `adapt`: "moments" (default) adds synthetic drifted copies of the clean rows when there are extra
     points (`training_rows`); "none" trains on clean + extra only.
     `drift_inputs_path`: .npz with `x`, unlabelled recent inputs of the drifted traffic (see `training_rows`).
+    `serving_delay_ms`: a planted defect for the delivery checks (scanflow.examples.digits.defects.Slowed): a
+    challenger (never the first champion) waits this long on each call, which no accuracy gate sees. 0 (the
+    default) for real use.
     `tracking_uri` None keeps MLflow's configured URI (MLFLOW_TRACKING_URI).
     The run also holds the model's reference data (scanflow.tracking.reference.log_reference): the rows it
     trained on, and the clean calibration split (never trained on) with its labels, from which the agents
@@ -222,9 +226,9 @@ def train(
                          f"{list(SEVERITIES)}, got {drift_kind!r}, {drift_severity!r}")
     if adapt not in ADAPT_CHOICES:
         raise ValueError(f"adapt must be one of {list(ADAPT_CHOICES)}, got {adapt!r}")
-    if epochs < 1 or hidden < 1 or lr <= 0 or members < 1:
-        raise ValueError(f"need epochs >= 1, hidden >= 1, lr > 0 and members >= 1, got {epochs}, {hidden}, {lr}, "
-                         f"{members}")
+    if epochs < 1 or hidden < 1 or lr <= 0 or members < 1 or serving_delay_ms < 0:
+        raise ValueError(f"need epochs >= 1, hidden >= 1, lr > 0, members >= 1 and serving_delay_ms >= 0, got "
+                         f"{epochs}, {hidden}, {lr}, {members}, {serving_delay_ms}")
     extra = load_extra_points(extra_points_path) if extra_points_path else None
     validation = load_extra_points(validation_points_path) if validation_points_path else None
     drift_inputs = load_drift_inputs(drift_inputs_path) if drift_inputs_path else None
@@ -265,7 +269,12 @@ def train(
     with (mlflow.start_run(experiment_id=ensure_experiment(experiment)) if active is None
           else contextlib.nullcontext(active)) as run:
         log.info("logging the model and its reference data to MLflow (run %s)", run.info.run_id)
-        mlflow.log_params(params)
+        slowed = serving_delay_ms > 0 and alias != CHAMPION and not first
+        mlflow.log_params({**params, **({"serving_delay_ms": serving_delay_ms} if slowed else {})})
+        if slowed:
+            from scanflow.examples.digits.defects import Slowed
+
+            model = Slowed(model, serving_delay_ms / 1000.0)
         mlflow.log_metrics({**scores, "final_loss": losses[-1], "train_seconds": train_s,
                             "accuracy_validation": val_acc})
         info = mlflow.pytorch.log_model(
