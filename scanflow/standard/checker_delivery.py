@@ -83,9 +83,7 @@ async def check(ctx: Context, slo_ms: float | None) -> list[tuple[str, dict[str,
     from scanflow.agentkit.detectors import model_name_of
 
     ch = ctx.state.get("challenger")
-    if not ch:
-        ctx.state.pop("delivery", None)
-        ctx.resources.pop("delivery_ledger", None)
+    if not ch:  # the ledger stays: a restarted gateway gets the same delivery back (its id) within seconds
         return []
     svc = primary_service(ctx.workflow)
     challenger_service = str(ch.get("service") or f"{svc.name}-challenger")

@@ -354,26 +354,31 @@ def start_delivery(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
 @agent.sensor(every=RECONCILE_S)
 def tend_deliveries(ctx: Context) -> None:
     """Each running delivery's stage is put on the gateways again (a restarted gateway gets its challenger
-    back); one with no verdict long past its declared timeouts is rolled back (executor_delivery.overdue):
-    its challenger off the gateway, its replicas removed, its version tagged."""
+    back), one that ended half-way is finished, and one with no verdict long past its declared timeouts is
+    rolled back (executor_delivery.tend_all)."""
     plat = ctx.resources.get("platform")
-    for name, rec in list((ctx.state.get("deliveries") or {}).items()):
-        if rec.get("state") not in ("running", "ending") or plat is None:
-            continue
-        try:
-            why = executor_delivery.overdue(rec, ctx.workflow.service(name), time.time())
-        except KeyError:  # the service left the workflow: its delivery ends too
-            why = f"service {name!r} is no longer declared"
-        try:
-            done, reason = executor_delivery.tend(plat, rec, why)
-        except PlatformError as exc:
-            step = "repeating its stage" if rec.get("state") == "running" and not why else "ending it"
-            ctx.log.warning("delivery of v%s to %s: %s failed (next round retries): %s", rec.get("version"), name, step, exc)
-            continue
-        if done == "rolled_back":
-            monitoring.safe(ctx.state, "record the rollback", monitoring.record_rollback, _model_name(ctx),
-                            rec["version"], str(reason))
-            ctx.log.warning("delivery of v%s to %s rolled back: %s", rec.get("version"), name, reason)
+    if plat is not None:
+        executor_delivery.tend_all(
+            plat, ctx.state.get("deliveries") or {}, ctx.workflow, lambda metrics: _promoter(ctx, metrics),
+            lambda version, why: monitoring.safe(ctx.state, "record the rollback", monitoring.record_rollback,
+                                                 _model_name(ctx), version, why), ctx.log)
+
+
+def _promoter(ctx: Context, metrics: dict[str, float]) -> Any:
+    """promote(version, reason) of a delivery: the champion alias moved (with the live figures `metrics`),
+    every service of the model swapped, the services swapped returned. Repeatable (a retry after a failure)."""
+    from scanflow.tracking.registry import set_alias
+
+    name = _model_name(ctx)
+
+    def promote(version: str, reason: str) -> list[str]:
+        set_alias(name, CHAMPION_ALIAS, version, actor="executor", reason=f"progressive delivery: {reason}",
+                  metrics=metrics)
+        swapped = _swap_to(ctx, version)
+        monitoring.safe(ctx.state, "record the swap", monitoring.record_swap, name, version, None, swapped)
+        _loads(ctx).keep_only(version)
+        return swapped
+    return promote
 
 
 @agent.actuator("deliver", max_attempts=3)
@@ -382,18 +387,8 @@ def deliver(ctx: Context, args: dict[str, Any]) -> dict[str, Any]:
     the challenger to its next stage on the gateway; or promoted (the champion alias, with the live
     figures in its history, and every service of the model swapped) and its replicas removed; or rolled
     back (its replicas removed, the rollback tagged on its version)."""
-    from scanflow.tracking.registry import set_alias
-
     p: messages.DeliveryPlan = _typed_plan(ctx, args, messages.DeliveryPlan, "deliver")
-    name = _model_name(ctx)
-
-    def promote(version: str, reason: str) -> list[str]:
-        set_alias(name, CHAMPION_ALIAS, version, actor="executor", reason=f"progressive delivery: {reason}",
-                  metrics=executor_delivery.numeric(p.figures))
-        swapped = _swap_to(ctx, version)
-        monitoring.safe(ctx.state, "record the swap", monitoring.record_swap, name, version, None, swapped)
-        _loads(ctx).keep_only(version)
-        return swapped
+    name, promote = _model_name(ctx), _promoter(ctx, executor_delivery.numeric(p.figures))
 
     def rolled_back(version: str, reason: str) -> None:
         monitoring.safe(ctx.state, "record the rollback", monitoring.record_rollback, name, version, reason)

@@ -67,7 +67,7 @@ def _start(plat: Any, svc: Service, model_name: str, version: str, deliveries: d
         raise DeliveryRefused(f"service {svc.name!r} declares no progressive delivery (delivery: none)")
     running = deliveries.get(svc.name)
     if running and running.get("state") in ("running", "ending"):
-        if running.get("version") == version:
+        if running.get("version") == version and running.get("state") == "running":
             return dict(running)
         raise DeliveryRefused(f"a delivery of v{running.get('version')} is running for {svc.name!r}; it ends "
                               "with its promotion or rollback")
@@ -97,26 +97,57 @@ def _start(plat: Any, svc: Service, model_name: str, version: str, deliveries: d
 
 def end(plat: Any, rec: dict[str, Any]) -> None:
     """Take the challenger off the gateway, then remove its replicas (idempotent). Blocking; the caller
-    holds STEPS."""
-    plat.set_challenger(rec["service"], None)
+    holds STEPS. A gateway that cannot be found (no gateway pod, the service gone: not retryable) has no
+    challenger to take off; the replicas are removed all the same."""
+    try:
+        plat.set_challenger(rec["service"], None)
+    except PlatformError as exc:
+        if exc.retryable:
+            raise
     plat.delete(rec["challenger"])
 
 
-def _ending(rec: dict[str, Any], action: str, reason: str) -> dict[str, Any]:
+def _ending(rec: dict[str, Any], action: str, reason: str, metrics: dict[str, float] | None = None) -> dict[str, Any]:
     """Mark `rec` as ending (before any platform call): from then on nothing puts its stage back on the
     gateways, and a step that failed half-way is finished by a retry or by `tend`."""
-    if rec.get("state") != "ending":
-        rec["state"], rec["ending"] = "ending", {"action": action, "reason": reason, "promoted": False}
+    if rec.get("state") != "ending" or not isinstance(rec.get("ending"), dict):
+        rec["ending"] = {"action": action, "reason": reason, "promoted": False, "metrics": metrics or {}}
+        rec["state"] = "ending"  # after `ending`: a save of the state in between never lacks it
     return dict(rec["ending"])
 
 
-def tend(plat: Any, rec: dict[str, Any], why_end: str | None) -> tuple[str, str | None]:
+def tend_all(plat: Any, deliveries: dict[str, Any], workflow: Any,
+             promote_for: Callable[[dict[str, float]], Callable[[str, str], list[str]]],
+             record_rollback: Callable[[str, str], None], log: Any) -> None:
+    """The Executor's sensor: `tend` each delivery still running or ending. `promote_for(metrics)` gives the
+    promotion a half-done one still needs; `record_rollback(version, reason)` tags a rollback finished here.
+    Never raises: what failed is logged, and the next round tries again."""
+    for name, rec in list(deliveries.items()):
+        if rec.get("state") not in ("running", "ending"):
+            continue
+        try:
+            why = overdue(rec, workflow.service(name), time.time())
+        except KeyError:  # the service left the workflow: its delivery ends too
+            why = f"service {name!r} is no longer declared"
+        try:
+            done, reason = tend(plat, rec, why, promote_for((rec.get("ending") or {}).get("metrics") or {}))
+        except Exception as exc:  # noqa: BLE001 - a platform, registry or swap failure: the next round retries
+            step = "repeating its stage" if rec.get("state") == "running" and not why else "ending it"
+            log.warning("delivery of v%s to %s: %s failed (next round retries): %s", rec.get("version"), name, step, exc)
+            continue
+        if done == "rolled_back":
+            record_rollback(str(rec["version"]), str(reason))
+            log.warning("delivery of v%s to %s rolled back: %s", rec.get("version"), name, reason)
+
+
+def tend(plat: Any, rec: dict[str, Any], why_end: str | None,
+         promote: Callable[[str, str], list[str]] | None = None) -> tuple[str, str | None]:
     """One reconcile of a delivery (the Executor's sensor), as (what was done, the rollback's reason):
     - running: rolled back when `why_end` (overdue): ("rolled_back", why); else its stage put on the gateways
       again: ("repeated", None);
-    - ending (a step's platform calls failed half-way): the challenger taken off and its replicas removed,
-      then ("rolled_back", reason) or ("promoted", None); a promotion whose swap never completed is left
-      for an operator ("skipped");
+    - ending (a step's calls failed half-way): a promotion not done yet is done (`promote`, repeatable; without
+      it: "skipped"), then the challenger taken off and its replicas removed: ("rolled_back", reason) or
+      ("promoted", None);
     - ("skipped", None) when another step runs now, or the delivery ended.
     Blocking; PlatformError when the platform failed (the next round tries again)."""
     if not STEPS.acquire(timeout=0):
@@ -130,9 +161,12 @@ def tend(plat: Any, rec: dict[str, Any], why_end: str | None) -> tuple[str, str 
             _ending(rec, "rollback", str(why_end))
         if rec.get("state") != "ending":
             return "skipped", None
-        ending = rec["ending"]
+        ending = rec.get("ending") or _ending(rec, "rollback", "the delivery's end was cut short")
         if ending["action"] == "promote" and not ending.get("promoted"):
-            return "skipped", None
+            if promote is None:
+                return "skipped", None
+            promote(str(rec["version"]), str(ending["reason"]))
+            ending["promoted"] = True
         end(plat, rec)
         return _ended(rec, str(ending["action"]), str(ending["reason"])), (
             str(ending["reason"]) if ending["action"] == "rollback" else None)
@@ -181,13 +215,12 @@ def _apply(plat: Any, deliveries: dict[str, Any], p: messages.DeliveryPlan, prom
     rec = deliveries.get(p.service)
     if rec is None or rec.get("challenger") != p.challenger_service:
         return {"service": p.service, "ignored": f"no delivery of {p.service!r} with challenger {p.challenger_service!r}"}
-    # a plan about an earlier delivery of this service is ignored; a rollback named by a gateway that does not
-    # echo delivery ids (an older process: its key is its URL) is applied all the same, as it is always safe
-    unechoed = p.action == "rollback" and p.delivery.startswith(("http://", "https://"))
-    if rec.get("id") and p.delivery != rec["id"] and not unechoed:
+    # a plan about an earlier delivery of this service is ignored. A gateway that does not echo delivery ids
+    # (an older process) names the delivery by its URL and when it was set: one set since this delivery began
+    if rec.get("id") and p.delivery != rec["id"] and not _set_since(p.delivery, float(rec.get("started") or 0.0)):
         return {"service": p.service, "ignored": f"the plan is about delivery {p.delivery!r}, not {rec['id']!r}"}
     state = rec.get("state")
-    if state not in ("running", "ending") or (state == "ending" and rec["ending"]["action"] != p.action):
+    if state not in ("running", "ending") or (state == "ending" and (rec.get("ending") or {}).get("action") != p.action):
         return {"service": p.service, "ignored": f"delivery already {state}", "version": rec.get("version")}
     out: dict[str, Any] = {"service": p.service, "action": p.action, "version": rec["version"], "reason": p.reason,
                            "challenger_requests": p.figures.get("requests")}
@@ -199,7 +232,7 @@ def _apply(plat: Any, deliveries: dict[str, Any], p: messages.DeliveryPlan, prom
         rec["steps"] = [*rec.get("steps", []), {"action": p.action, "at": time.time(), "stage": p.stage,
                                                 "share": p.share, "reason": p.reason}][-20:]
     elif p.action == "promote":
-        if not _ending(rec, "promote", p.reason).get("promoted"):
+        if not _ending(rec, "promote", p.reason, numeric(p.figures)).get("promoted"):
             out["swapped"] = promote(rec["version"], p.reason)
             rec["ending"]["promoted"] = True
         end(plat, rec)
@@ -210,3 +243,18 @@ def _apply(plat: Any, deliveries: dict[str, Any], p: messages.DeliveryPlan, prom
         rolled_back(rec["version"], p.reason)
         _ended(rec, "rollback", p.reason)
     return {**out, "kind": p.kind, "share": p.share, "stage": p.stage}
+
+
+CLOCK_SKEW_S = 5.0  # between the Executor's clock and a gateway's
+
+
+def _set_since(key: str, started: float) -> bool:
+    """Pure: whether `key` is a gateway's own name for a challenger (`<url>@<when it was set>`, from a gateway
+    that does not echo delivery ids) set since `started`, the delivery's start."""
+    url, _, since = key.rpartition("@")
+    if not url.startswith(("http://", "https://")):
+        return False
+    try:
+        return float(since) >= started - CLOCK_SKEW_S
+    except ValueError:
+        return False

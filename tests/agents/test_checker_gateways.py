@@ -214,4 +214,7 @@ def test_gateways_challengers_merge_within_one_delivery() -> None:
     # one gateway each: the one set last
     tie = merge_challengers([ch("d1", 5.0, 900, 500.0, 9.0), ch("d2", 20.0, 100, 30.0, 10.0)])
     assert tie is not None and tie["delivery"] == "d2" and tie["requests"] == 100
+    # most gateways hold the earlier delivery (the Executor's latest call reached one): the majority counts
+    lagging = merge_challengers([ch("d1", 5.0, 900, 500.0, 9.0), ch("d1", 6.0, 100, 30.0, 9.0), ch("d2", 20.0, 1, 1.0, 1.0)])
+    assert lagging is not None and lagging["delivery"] == "d1" and lagging["requests"] == 1000
     assert merge_challengers([None, None]) is None

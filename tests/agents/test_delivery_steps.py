@@ -257,3 +257,66 @@ def test_a_promotion_cut_short_is_finished_by_its_retry_without_a_second_swap() 
     assert "already ending" in late_rollback["ignored"]  # the promotion is finishing: no other verdict now
     out = executor_delivery.apply(plat, deliveries, promote, lambda v, r: swaps.append(v) or ["digits"], lambda v, r: None)
     assert swaps == ["7"] and "swapped" not in out and rec["state"] == "promoted"
+
+
+def test_a_promotion_whose_swap_failed_is_finished_by_the_next_round() -> None:
+    plat = RecordingPlatform()
+    rec = executor_delivery.start(plat, SERVICE, "digits", "7")
+    deliveries, swaps = {"digits": rec}, []
+
+    def failing(version: str, reason: str) -> list[str]:
+        raise RuntimeError("a replica did not swap")
+
+    with pytest.raises(RuntimeError):
+        executor_delivery.apply(plat, deliveries, plan("promote", rec, share=1.0, figures={"paired_rows": 120}),
+                                failing, lambda v, r: None)
+    assert rec["state"] == "ending" and rec["ending"]["metrics"] == {"paired_rows": 120.0}
+    # a new delivery of the same version is refused while this one ends (it is not running any more)
+    with pytest.raises(executor_delivery.DeliveryRefused, match="is running"):
+        executor_delivery.start(plat, SERVICE, "digits", "7", deliveries)
+    assert executor_delivery.tend(plat, rec, None) == ("skipped", None)  # no way to promote: left as it is
+    done = executor_delivery.tend(plat, rec, None, lambda v, r: swaps.append(v) or ["digits"])
+    assert done == ("promoted", None) and swaps == ["7"] and rec["state"] == "promoted"
+    assert plat.calls[-1] == ("delete", "digits-challenger")
+
+
+def test_tend_all_logs_what_failed_and_tags_the_rollbacks_it_finishes() -> None:
+    import logging
+
+    plat = FlakyGatewayPlatform(fail=0)
+    rec = executor_delivery.start(plat, SERVICE, "digits", "7")
+    rec["started"] = 1.0  # long overdue
+    wf = SimpleNamespace(service=lambda name: SERVICE)
+    tags: list[tuple[str, str]] = []
+    plat.fail = 1
+    executor_delivery.tend_all(plat, {"digits": rec}, wf, lambda m: lambda v, r: [], lambda v, r: tags.append((v, r)),
+                               logging.getLogger("test"))
+    assert rec["state"] == "ending" and tags == []  # the gateway refused: logged, not raised
+    executor_delivery.tend_all(plat, {"digits": rec}, wf, lambda m: lambda v, r: [], lambda v, r: tags.append((v, r)),
+                               logging.getLogger("test"))
+    assert rec["state"] == "rolled_back" and tags and tags[0][0] == "7" and "no verdict" in tags[0][1]
+
+
+def test_a_gateway_that_does_not_echo_ids_names_the_delivery_by_when_it_was_set() -> None:
+    plat = RecordingPlatform()
+    rec = executor_delivery.start(plat, SERVICE, "digits", "7")
+    deliveries = {"digits": rec}
+    earlier = plan("advance", {"id": f"http://127.0.0.1:9/@{rec['started'] - 60:.3f}"}, kind="canary", share=0.3, stage=1)
+    assert "is about delivery" in executor_delivery.apply(plat, deliveries, earlier, lambda v, r: [],
+                                                          lambda v, r: None)["ignored"]
+    since = plan("advance", {"id": f"http://127.0.0.1:9/@{rec['started'] + 1:.3f}"}, kind="canary", share=0.3, stage=1)
+    assert executor_delivery.apply(plat, deliveries, since, lambda v, r: [], lambda v, r: None)["action"] == "advance"
+    assert rec["stage"] == 1
+
+
+def test_ending_takes_the_replicas_away_even_where_no_gateway_is_left() -> None:
+    from scanflow.platform.base import PlatformError
+
+    class GoneGateway(RecordingPlatform):
+        def set_challenger(self, service: str, challenger: str | None, mode: str = "shadow", share: float = 0.0,
+                           delivery: str | None = None) -> None:
+            raise PlatformError("no pod of its gateway")  # not retryable: nothing to take it off
+
+    plat = GoneGateway()
+    executor_delivery.end(plat, {"service": "digits", "challenger": "digits-challenger"})
+    assert plat.calls == [("delete", "digits-challenger")]

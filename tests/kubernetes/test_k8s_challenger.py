@@ -72,7 +72,7 @@ class Gateway:
 
 @pytest.fixture
 def gateways(tmp_path: Path) -> Iterator[list[Gateway]]:
-    gws = [Gateway(free_port(), tmp_path / f"gateway-{i}.log") for i in range(2)]
+    gws = [Gateway(free_port(), tmp_path / f"gateway-{i}.log") for i in range(3)]
     try:
         for g in gws:
             g.start()
@@ -101,15 +101,16 @@ def test_the_challenger_goes_on_every_ready_gateway_pod_and_back_on_a_restarted_
     assert none.value.retryable is False
     plat.deploy(CHAMPION)
     plat.deploy(CHALLENGER)
-    g1, g2 = gateways
+    g1, g2, starting = gateways
     add_gateway_pod(plat, "digits-gateway-a", g1.port)
     add_gateway_pod(plat, "digits-gateway-b", g2.port)
-    add_gateway_pod(plat, "digits-gateway-new", free_port(), ready=False)  # not Ready (nothing listens): not set
+    add_gateway_pod(plat, "digits-gateway-new", starting.port, ready=False)  # not Ready: no traffic, not set
     add_gateway_pod(plat, "other-gateway-a", free_port(), app="other-gateway")  # another service's gateway
 
     delivery = "digits:v7@1700000000.000"
     plat.set_challenger("digits", "digits-challenger", "shadow", 1.0, delivery)
-    first = [g.challenger() for g in gateways]
+    first = [g.challenger() for g in (g1, g2)]
+    assert starting.challenger() is None
     for ch in first:
         assert ch is not None
         assert (ch["url"], ch["service"], ch["mode"], ch["share"], ch["delivery"]) == (
@@ -126,9 +127,9 @@ def test_the_challenger_goes_on_every_ready_gateway_pod_and_back_on_a_restarted_
     assert (g2.challenger() or {}).get("delivery") == delivery
 
     plat.set_challenger("digits", "digits-challenger", "canary", 0.1, delivery)
-    assert [(g.challenger() or {}).get("mode") for g in gateways] == ["canary", "canary"]
-    plat.set_challenger("digits", None)  # the pod that is not Ready cannot be reached: nothing to take off there
-    assert [g.challenger() for g in gateways] == [None, None]
+    assert [(g.challenger() or {}).get("mode") for g in gateways] == ["canary", "canary", None]
+    plat.set_challenger("digits", None)  # taken off every pod, Ready or not
+    assert [g.challenger() for g in gateways] == [None, None, None]
 
 
 def test_a_wrong_token_or_an_undeployed_challenger_is_refused_with_its_reason(  # type: ignore[no-untyped-def]
