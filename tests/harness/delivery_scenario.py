@@ -1,4 +1,10 @@
-"""S1 with a progressive delivery on the emulated cluster (scenario `delivery`, beside `s1`).
+"""S1 with a progressive delivery on the emulated cluster (scenario `delivery`, beside `s1`), run by hand:
+`unshare -m -n python -m tests.harness --overlay prod --scenarios wired,s4,s1,delivery --workdir W --out R.json`.
+
+Not in the e2e set: on this emulation every pod shares the machine's cores, so the shadow's doubled serving
+work raises the champion's latency during S1, the Planner scales `digits` up, and S2 then starts from two
+replicas and fails its no-flap verdict (seen once in CI, 2026-11-29). On a cluster the challenger has its
+own pods.
 
 The agents get the digits workflow with `delivery: progressive` (short stages, as tests/e2e runs it) from a
 ConfigMap instead of the image's workflow.yaml: the manifests are otherwise the overlay's. During S1 the
