@@ -337,8 +337,9 @@ def infer_answer(native: dict[str, Any], meta: ModelMeta, call: InferCall) -> di
         tensors.append({"name": "label", "datatype": "INT64", "shape": [n], "data": outputs})
         if probs is not None:
             k = len(probs[0]) if n else 0
-            # an array from the batch path (one C-level flatten), else the native answer's nested list
-            flat = probs.ravel().tolist() if isinstance(probs, np.ndarray) else [v for row in probs for v in row]
+            # an array from the batch path, left an array (its caller's orjson option writes it without a
+            # Python float per value), else the native answer's nested list
+            flat = probs.ravel() if isinstance(probs, np.ndarray) else [v for row in probs for v in row]
             tensors.append({"name": "probabilities", "datatype": "FP64", "shape": [n, k], "data": flat})
     else:
         declared = next((t.datatype for t in meta.outputs if t.name == "prediction"), None)
