@@ -212,6 +212,9 @@ class DeliveryChecked(Message):
     p99_ms: float | None = None
     champion_p99_ms: float | None = Field(None, description="the champion's p99 on the same gateways, same period")
     champion_timed: Count = 0
+    recent_p99_ms: float | None = Field(None, description="the challenger's p99 over its newest `recent_timed` answers")
+    recent_timed: Count = 0
+    champion_recent_p99_ms: float | None = Field(None, description="the champion's p99 over its newest answers")
     slo_p99_ms: float | None = None
     agreement: float | None = None
     dropped: Count = Field(0, description="rows that got no label in time (not evidence either way)")

@@ -173,4 +173,7 @@ def figures(ledger: Ledger, gateway_challenger: Mapping[str, Any], slo_p99_ms: f
         timed=int(gateway_challenger.get("timed") or 0), p99_ms=gateway_challenger.get("p99_ms"),
         champion_p99_ms=gateway_challenger.get("champion_p99_ms"),
         champion_timed=int(gateway_challenger.get("champion_timed") or 0),
+        recent_p99_ms=gateway_challenger.get("recent_p99_ms"),
+        recent_timed=int(gateway_challenger.get("recent_timed") or 0),
+        champion_recent_p99_ms=gateway_challenger.get("champion_recent_p99_ms"),
         slo_p99_ms=slo_p99_ms, agreement=gateway_challenger.get("agreement"))

@@ -77,8 +77,8 @@ def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-_CHALLENGER_COUNTS = ("requests", "answered", "mirrored", "failed", "dropped", "in_flight", "timed", "compared", "agreed",
-                      "champion_timed")
+_CHALLENGER_COUNTS = ("requests", "answered", "mirrored", "failed", "dropped", "in_flight", "timed", "recent_timed",
+                      "compared", "agreed", "champion_timed")
 
 
 def merge_challengers(challengers: list[dict[str, Any] | None]) -> dict[str, Any] | None:
@@ -98,7 +98,7 @@ def merge_challengers(challengers: list[dict[str, Any] | None]) -> dict[str, Any
     out["other_deliveries"] = left_out
     for key in _CHALLENGER_COUNTS:
         out[key] = sum(int(c.get(key) or 0) for c in got)
-    for key in ("p99_ms", "champion_p99_ms"):
+    for key in ("p99_ms", "champion_p99_ms", "recent_p99_ms", "champion_recent_p99_ms"):
         p99s = [float(c[key]) for c in got if c.get(key) is not None]
         out[key] = max(p99s) if p99s else None
     out["healthy"] = any(bool(c.get("healthy")) for c in got)

@@ -27,10 +27,14 @@ choice keeps the bound valid. The chance that a challenger worse than the champi
 ever promoted on that evidence stays near `1 - confidence` however often the Planner looks
 (tests/policies/test_delivery.py simulates it). Paired and unpaired evidence each get half of alpha.
 
-Errors and latency need no statistics to end a stage: the challenger's answers failing beyond
+Errors and latency need no statistics to end a stage. The challenger's answers failing beyond
 `max_error_rate` (once `min_timed_requests` of them were seen, or MIN_ERRORS failed: one timeout in the
-first requests is not a verdict), or its p99 over the SLO once enough of its requests were timed, roll
-back at once.
+first requests is not a verdict) roll back at once. Its p99 over the SLO (and over the champion's by more
+than `latency_tolerance`) once enough of its requests were timed rolls back once it is *confirmed*: at a
+later look, the p99 of its newest answers, every one of them answered after the breach was first seen,
+breaks the same bounds. Why: a p99 of a few hundred answers is decided by its few slowest, and a burst
+(mirrors queued behind a challenger that was slow for a moment while the machine was busy) is not the
+model; a slow model breaks the bounds again on fresh answers, one window later.
 A stage that waits for labels rolls back at its timeout: no evidence is no promotion.
 """
 
@@ -209,17 +213,22 @@ class LiveFigures:
     agreement: float | None = None
     champion_p99_ms: float | None = None
     champion_timed: int = 0
+    recent_p99_ms: float | None = None  # the challenger's p99 over its newest `recent_timed` answers
+    recent_timed: int = 0
+    champion_recent_p99_ms: float | None = None  # the champion's, over its newest answers
 
 
 @dataclass(frozen=True)
 class DeliveryState:
     """Where a delivery stands: the stage index, when that stage began, whether non-inferiority was
-    shown, and how it ended."""
+    shown, how it ended, and `slow_since_timed`: the challenger's timed answers when a latency breach was
+    first seen (None: none pending confirmation)."""
 
     stage: int = 0
     stage_started: float | None = None
     shown_not_worse: bool = False
     phase: Phase = "running"
+    slow_since_timed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -261,21 +270,54 @@ def _finite(x: float) -> float | None:
     return None if not math.isfinite(x) else round(float(x), 6)
 
 
-def harm(figures: LiveFigures, config: DeliveryConfig) -> str | None:
-    """Pure: why the challenger must go at once (its answers failing, its p99 over the SLO), or None."""
+def failing(figures: LiveFigures, config: DeliveryConfig) -> str | None:
+    """Pure: why the challenger's answers failing must end the delivery at once, or None."""
     enough = figures.requests >= config.min_timed_requests or figures.errors >= MIN_ERRORS
     if enough and figures.errors > config.max_error_rate * figures.requests:
         return (f"challenger failed {figures.errors} of {figures.requests} requests "
                 f"(allowed {config.max_error_rate:.2%})")
-    p99, slo, champion = figures.p99_ms, figures.slo_p99_ms, figures.champion_p99_ms
-    if slo is None or p99 is None or figures.timed < config.min_timed_requests or p99 <= slo:
+    return None
+
+
+def too_slow(p99: float | None, timed: int, champion: float | None, champion_timed: int, slo: float | None,
+             config: DeliveryConfig) -> str | None:
+    """Pure: why a challenger p99 of `timed` answers is too slow (over the SLO, and over the champion's
+    p99 by more than `latency_tolerance` when enough of the champion's answers were timed), or None."""
+    if slo is None or p99 is None or timed < config.min_timed_requests or p99 <= slo:
         return None
-    if champion is None or figures.champion_timed < config.min_timed_requests:  # nothing to compare with
-        return f"challenger p99 {p99:.1f} ms over the SLO {slo:.1f} ms ({figures.timed} requests timed)"
+    if champion is None or champion_timed < config.min_timed_requests:  # nothing to compare with
+        return f"challenger p99 {p99:.1f} ms over the SLO {slo:.1f} ms ({timed} requests timed)"
     if p99 > champion * (1.0 + config.latency_tolerance):
         return (f"challenger p99 {p99:.1f} ms over the SLO {slo:.1f} ms and over the champion's {champion:.1f} ms "
-                f"by more than {config.latency_tolerance:.0%} ({figures.timed} requests timed)")
+                f"by more than {config.latency_tolerance:.0%} ({timed} requests timed)")
     return None
+
+
+def latency(figures: LiveFigures, config: DeliveryConfig, slow_since: int | None) -> tuple[str | None, int | None]:
+    """Pure: (why the challenger goes for latency, or None; the new `slow_since_timed`).
+
+    A breach of the p99 of its answers so far is only noted (its timed count kept); it is confirmed once
+    the newest answers the gateway keeps a p99 of all came after it (`timed - slow_since >= recent_timed`)
+    and their p99 breaks the bounds against the champion's newest; unconfirmed, the note is dropped. A
+    gateway that reports no recent p99 (an older one) is judged on its p99 so far, `min_timed_requests`
+    answers after the note."""
+    fig = figures
+    if slow_since is None:
+        seen = too_slow(fig.p99_ms, fig.timed, fig.champion_p99_ms, fig.champion_timed, fig.slo_p99_ms, config)
+        return None, (fig.timed if seen is not None else None)
+    if fig.recent_p99_ms is None:
+        p99, timed, champion, champion_timed = fig.p99_ms, fig.timed, fig.champion_p99_ms, fig.champion_timed
+        fresh = config.min_timed_requests
+    else:
+        p99, timed, fresh = fig.recent_p99_ms, fig.recent_timed, fig.recent_timed
+        champion = fig.champion_recent_p99_ms if fig.champion_recent_p99_ms is not None else fig.champion_p99_ms
+        champion_timed = min(fig.champion_timed, fig.recent_timed)
+    if timed < config.min_timed_requests or fig.timed - slow_since < fresh:
+        return None, slow_since  # not enough fresh answers yet to confirm or clear it
+    why = too_slow(p99, timed, champion, champion_timed, fig.slo_p99_ms, config)
+    if why is None:
+        return None, None
+    return f"{why} on its newest answers, confirming the breach seen at {slow_since} timed", slow_since
 
 
 def decide(ctx: DeliveryContext) -> tuple[DeliveryDecision, DeliveryState]:
@@ -300,7 +342,8 @@ def decide(ctx: DeliveryContext) -> tuple[DeliveryDecision, DeliveryState]:
               "labelled": labelled, "min_labelled": stage.min_labelled, "requests": fig.requests,
               "errors": fig.errors, "p99_ms": fig.p99_ms, "slo_p99_ms": fig.slo_p99_ms, "timed": fig.timed,
               "champion_p99_ms": fig.champion_p99_ms, "champion_timed": fig.champion_timed,
-              "agreement": fig.agreement}
+              "recent_p99_ms": fig.recent_p99_ms, "recent_timed": fig.recent_timed,
+              "champion_recent_p99_ms": fig.champion_recent_p99_ms, "agreement": fig.agreement}
 
     def end(action: Action, reason: str) -> tuple[DeliveryDecision, DeliveryState]:
         phase: Phase = "rolled_back" if action == "rollback" else "promoted" if action == "promote" else "running"
@@ -311,7 +354,10 @@ def decide(ctx: DeliveryContext) -> tuple[DeliveryDecision, DeliveryState]:
         share = {"rollback": 0.0, "promote": 1.0}.get(action, now_stage.share)  # the challenger's share from now
         return DeliveryDecision(reason, inputs, action=action, stage=nxt, kind=now_stage.kind, share=share), new_state
 
-    why = harm(fig, cfg)
+    slow, slow_since = latency(fig, cfg, st.slow_since_timed)
+    st = replace(st, slow_since_timed=slow_since)
+    inputs["slow_since_timed"] = slow_since
+    why = failing(fig, cfg) or slow
     if why is not None:
         return end("rollback", why)
     if ev["worse"]:
@@ -319,7 +365,8 @@ def decide(ctx: DeliveryContext) -> tuple[DeliveryDecision, DeliveryState]:
                                f"at {cfg.confidence:.0%} confidence")
     # a canary after a shadow stage needs no new proof (the shadow's holds, and "worse" above still
     # rolls back on its own rows); a canary with no shadow before it is judged on unpaired rows
-    if elapsed >= stage.min_seconds and labelled >= stage.min_labelled and shown:
+    # a latency breach awaiting confirmation holds the stage: a slow model must not be promoted meanwhile
+    if elapsed >= stage.min_seconds and labelled >= stage.min_labelled and shown and st.slow_since_timed is None:
         last = st.stage + 1 >= len(cfg.stages)
         return end("promote" if last else "advance",
                    f"{stage.kind} at {stage.share:.0%} passed after {elapsed:.0f} s: {labelled} labelled rows, "
@@ -328,7 +375,9 @@ def decide(ctx: DeliveryContext) -> tuple[DeliveryDecision, DeliveryState]:
         missing = (f"{labelled} of {stage.min_labelled} labelled rows" if labelled < stage.min_labelled
                    else "no evidence that the challenger is not worse")
         return end("rollback", f"{stage.kind} stage timed out after {elapsed:.0f} s: {missing}")
+    pending = "" if st.slow_since_timed is None else \
+        f"; p99 over the bounds at {st.slow_since_timed} timed, confirming on fresh answers"
     return DeliveryDecision(f"{stage.kind} at {stage.share:.0%}: {labelled}/{stage.min_labelled} labelled rows, "
-                            f"{elapsed:.0f}/{stage.min_seconds:.0f} s", inputs, action="hold", stage=st.stage,
+                            f"{elapsed:.0f}/{stage.min_seconds:.0f} s{pending}", inputs, action="hold", stage=st.stage,
                             kind=stage.kind, share=stage.share), st
 

@@ -15,7 +15,8 @@ set (`PUT /admin/challenger`, from the Executor during a progressive delivery), 
   and counted, and no client waits for one.
 
 The challenger's figures (answers, failures, p99 of its latencies, and in shadow how often its outputs
-equal the champion's) are kept here from the moment it was set, so each delivery starts from zero.
+equal the champion's) are kept here from the moment it was set, so each delivery starts from zero. Both
+models' p99s come twice: over the latest LATENCY_SAMPLES answers, and over the newest RECENT_SAMPLES.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from scanflow.serving.routing import Upstream
 ChallengerMode = Literal["shadow", "canary"]
 MAX_MIRRORS_IN_FLIGHT = 32  # mirrored requests waiting on the challenger at once; more are dropped
 LATENCY_SAMPLES = 4096  # the challenger's latest latencies kept for its p99
+# the newest answers the `recent_` p99s cover: what a latency breach is confirmed on, once every one of
+# them came after the breach was first seen (a burst, e.g. mirrors queued while the machine was busy,
+# ages out of it; a slow model does not)
+RECENT_SAMPLES = 256
 
 
 def client_id(body: bytes) -> str | None:
@@ -83,6 +88,13 @@ def same_outputs(champion_answer: bytes, challenger_answer: bytes) -> bool | Non
     if not isinstance(a, dict) or not isinstance(b, dict) or "outputs" not in a or "outputs" not in b:
         return None
     return bool(a["outputs"] == b["outputs"])
+
+
+def p99_ms(seconds: np.ndarray | None, newest: int | None = None) -> float | None:
+    """Pure: the p99 in ms of latencies in seconds, oldest first (of the `newest` of them when given)."""
+    if seconds is None or not len(seconds):
+        return None
+    return round(float(np.percentile(seconds if newest is None else seconds[-newest:], 99)) * 1000.0, 3)
 
 
 @dataclass(eq=False)
@@ -141,9 +153,10 @@ class Challenger:
             "requests": self.answered + self.mirrored + self.failed,
             "answered": self.answered, "mirrored": self.mirrored, "failed": self.failed, "dropped": self.dropped,
             "in_flight": self.in_flight, "timed": len(self.latencies),
-            "p99_ms": None if lat is None else round(float(np.percentile(lat, 99)) * 1000.0, 3),
+            "p99_ms": p99_ms(lat), "recent_timed": min(len(self.latencies), RECENT_SAMPLES),
+            "recent_p99_ms": p99_ms(lat, RECENT_SAMPLES),
             "champion_timed": len(self.champion_latencies),
-            "champion_p99_ms": None if champ is None else round(float(np.percentile(champ, 99)) * 1000.0, 3),
+            "champion_p99_ms": p99_ms(champ), "champion_recent_p99_ms": p99_ms(champ, RECENT_SAMPLES),
             "compared": self.compared, "agreed": self.agreed,
             "agreement": round(self.agreed / self.compared, 6) if self.compared else None,
         }

@@ -107,6 +107,8 @@ async def check(ctx: Context, slo_ms: float | None) -> list[tuple[str, dict[str,
         "paired": fig.paired.__dict__, "challenger": fig.challenger.__dict__, "champion": fig.champion.__dict__,
         "requests": fig.requests, "errors": fig.errors, "timed": fig.timed, "p99_ms": fig.p99_ms,
         "champion_p99_ms": fig.champion_p99_ms, "champion_timed": fig.champion_timed,
+        "recent_p99_ms": fig.recent_p99_ms, "recent_timed": fig.recent_timed,
+        "champion_recent_p99_ms": fig.champion_recent_p99_ms,
         "slo_p99_ms": fig.slo_p99_ms, "agreement": fig.agreement, "dropped": ledger.dropped,
     }).payload()
     return [("delivery.checked", payload)]

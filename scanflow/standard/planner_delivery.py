@@ -42,6 +42,8 @@ def live_figures(p: messages.DeliveryChecked) -> LiveFigures:
     return LiveFigures(paired=sums(p.paired), challenger=sums(p.challenger), champion=sums(p.champion),
                        requests=p.requests, errors=p.errors, timed=p.timed, p99_ms=p.p99_ms, slo_p99_ms=p.slo_p99_ms,
                        champion_p99_ms=p.champion_p99_ms, champion_timed=p.champion_timed,
+                       recent_p99_ms=p.recent_p99_ms, recent_timed=p.recent_timed,
+                       champion_recent_p99_ms=p.champion_recent_p99_ms,
                        agreement=p.agreement)
 
 

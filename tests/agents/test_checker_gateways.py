@@ -187,13 +187,14 @@ def test_instances_are_the_addresses_of_one_family(monkeypatch: pytest.MonkeyPat
 def test_merge_states_sums_the_challengers_figures_and_keeps_the_worst_p99() -> None:
     a = {"replicas": [], "challenger": {"url": "http://c:1", "mode": "canary", "share": 0.1, "healthy": False,
                                         "answered": 10, "failed": 1, "timed": 10, "p99_ms": 12.0, "compared": 0,
-                                        "agreed": 0}}
+                                        "agreed": 0, "recent_timed": 10, "recent_p99_ms": 40.0}}
     b = {"replicas": [], "challenger": {"url": "http://c:1", "mode": "canary", "share": 0.1, "healthy": True,
                                         "answered": 5, "failed": 0, "timed": 5, "p99_ms": 30.0, "compared": 4,
-                                        "agreed": 3}}
+                                        "agreed": 3, "recent_timed": 5, "recent_p99_ms": 8.0}}
     merged = gateways.merge_states([a, b])["challenger"]
-    assert (merged["answered"], merged["failed"], merged["timed"]) == (15, 1, 15)
+    assert (merged["answered"], merged["failed"], merged["timed"], merged["recent_timed"]) == (15, 1, 15, 15)
     assert merged["p99_ms"] == 30.0 and merged["healthy"] is True and merged["agreement"] == 0.75
+    assert merged["recent_p99_ms"] == 40.0 and merged["champion_recent_p99_ms"] is None
     assert gateways.merge_states([{"replicas": []}, {"replicas": [], "challenger": None}])["challenger"] is None
 
 

@@ -7,6 +7,7 @@ The statistical cases simulate labelled rows as a deployed Planner would see the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -17,6 +18,7 @@ from scanflow.policies import delivery
 from scanflow.policies.delivery import (
     DeliveryConfig,
     DeliveryContext,
+    DeliveryDecision,
     DeliveryState,
     LiveFigures,
     OutcomeSums,
@@ -92,12 +94,25 @@ def test_failing_answers_roll_back_at_once_and_slow_ones_once_enough_were_timed(
     assert "failed 10 of 50" in d.reason
     assert delivery.decide(DeliveryContext(0.0, LiveFigures(requests=400, errors=1), cfg))[0].action == "rollback"
     slow = LiveFigures(requests=500, timed=500, p99_ms=180.0, slo_p99_ms=100.0)
-    d, _ = delivery.decide(DeliveryContext(0.0, slow, cfg))
-    assert d.action == "rollback" and "over the SLO" in d.reason
+    assert confirmed(slow, cfg).action == "rollback"
     few = LiveFigures(requests=50, timed=50, p99_ms=180.0, slo_p99_ms=100.0)
     assert delivery.decide(DeliveryContext(0.0, few, cfg))[0].action == "hold"
     no_slo = LiveFigures(requests=500, timed=500, p99_ms=180.0)
     assert delivery.decide(DeliveryContext(0.0, no_slo, cfg))[0].action == "hold"
+
+
+def later(fig: LiveFigures, fresh: int = 256) -> LiveFigures:
+    """The same challenger `fresh` timed answers later, its newest `fresh` ones as slow as all before."""
+    return dataclasses.replace(fig, requests=fig.requests + fresh, timed=fig.timed + fresh, recent_p99_ms=fig.p99_ms,
+                               recent_timed=fresh, champion_recent_p99_ms=fig.champion_p99_ms)
+
+
+def confirmed(fig: LiveFigures, cfg: DeliveryConfig) -> DeliveryDecision:
+    """The decision on `fig`'s latency once seen, then seen again on fresh answers as slow."""
+    d, st = delivery.decide(DeliveryContext(0.0, fig, cfg))
+    if d.action != "hold":
+        return d
+    return delivery.decide(DeliveryContext(3.0, later(fig), cfg, st))[0]
 
 
 def test_a_slow_challenger_is_judged_against_the_champion_timed_on_the_same_gateway() -> None:
@@ -105,23 +120,52 @@ def test_a_slow_challenger_is_judged_against_the_champion_timed_on_the_same_gate
     # the machine is saturated: both break the SLO, the challenger no more than the champion -> not its fault
     busy = LiveFigures(requests=500, timed=500, p99_ms=180.0, slo_p99_ms=100.0, champion_p99_ms=120.0,
                        champion_timed=500)
-    assert delivery.decide(DeliveryContext(0.0, busy, cfg))[0].action == "hold"
+    assert confirmed(busy, cfg).action == "hold"
     # the champion meets the SLO easily and the challenger takes more than twice as long: the model is slow
     slow = LiveFigures(requests=500, timed=500, p99_ms=180.0, slo_p99_ms=100.0, champion_p99_ms=60.0,
                        champion_timed=500)
-    d, _ = delivery.decide(DeliveryContext(0.0, slow, cfg))
+    d = confirmed(slow, cfg)
     assert d.action == "rollback" and "over the champion's 60.0 ms" in d.reason and d.inputs["champion_p99_ms"] == 60.0
+    assert d.inputs["slow_since_timed"] == 500 and "confirming the breach seen at 500 timed" in d.reason
     # within the SLO, however slower than the champion: no latency verdict
     quick = LiveFigures(requests=500, timed=500, p99_ms=90.0, slo_p99_ms=100.0, champion_p99_ms=10.0)
-    assert delivery.decide(DeliveryContext(0.0, quick, cfg))[0].action == "hold"
+    assert confirmed(quick, cfg).action == "hold"
     # too few of the champion's answers timed (its gateway does not coalesce): the SLO alone judges
     unmatched = LiveFigures(requests=500, timed=500, p99_ms=180.0, slo_p99_ms=100.0, champion_p99_ms=120.0,
                             champion_timed=20)
-    assert delivery.decide(DeliveryContext(0.0, unmatched, cfg))[0].action == "rollback"
+    assert confirmed(unmatched, cfg).action == "rollback"
     strict = DeliveryConfig(latency_tolerance=0.0)
-    assert delivery.decide(DeliveryContext(0.0, busy, strict))[0].action == "rollback"
+    assert confirmed(busy, strict).action == "rollback"
     with pytest.raises(ValueError, match="latency_tolerance"):
         DeliveryConfig(latency_tolerance=-0.1)
+
+
+def test_a_latency_burst_that_fresh_answers_do_not_repeat_is_not_a_rollback() -> None:
+    """A good challenger whose first ~300 answers held a burst (mirrors queued while the machine was busy):
+    noted, the stage held (no promotion meanwhile), then cleared once its newest answers meet the SLO."""
+    cfg = DeliveryConfig(stages=(Stage("shadow", 1.0, min_labelled=100, min_seconds=0.0),))
+    burst = LiveFigures(paired=good(2000), requests=308, timed=308, p99_ms=323.9, slo_p99_ms=50.0,
+                        champion_p99_ms=65.3, champion_timed=308, recent_p99_ms=323.9, recent_timed=256,
+                        champion_recent_p99_ms=65.3)
+    d, st = delivery.decide(DeliveryContext(0.0, burst, cfg))
+    assert (d.action, st.slow_since_timed) == ("hold", 308) and "confirming on fresh answers" in d.reason
+    # 100 answers on, the newest 256 still overlap the burst: neither confirmed nor cleared
+    d, st = delivery.decide(DeliveryContext(2.0, dataclasses.replace(burst, timed=408, requests=408), cfg, st))
+    assert (d.action, st.slow_since_timed) == ("hold", 308)
+    # 256 fresh answers within the SLO: the note goes, and the evidence promotes
+    fresh = dataclasses.replace(burst, timed=564, requests=564, recent_p99_ms=30.0, champion_recent_p99_ms=28.0)
+    d, st = delivery.decide(DeliveryContext(5.0, fresh, cfg, st))
+    assert (d.action, st.slow_since_timed) == ("promote", None)
+    # the same burst repeated on fresh answers is a rollback, its reason naming both looks
+    again = dataclasses.replace(fresh, recent_p99_ms=300.0, champion_recent_p99_ms=60.0)
+    _, st = delivery.decide(DeliveryContext(0.0, burst, cfg))
+    d, st = delivery.decide(DeliveryContext(5.0, again, cfg, st))
+    assert (d.action, st.phase) == ("rollback", "rolled_back") and "300.0 ms" in d.reason
+    # a gateway that reports no recent p99: confirmed on its p99 so far, min_timed_requests answers later
+    old = dataclasses.replace(burst, recent_p99_ms=None, recent_timed=0, champion_recent_p99_ms=None)
+    _, st = delivery.decide(DeliveryContext(0.0, old, cfg))
+    d, _ = delivery.decide(DeliveryContext(5.0, dataclasses.replace(old, timed=508, requests=508), cfg, st))
+    assert d.action == "rollback"
 
 
 def good(n: int) -> OutcomeSums:

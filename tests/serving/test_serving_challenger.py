@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import httpx
+import numpy as np
 import orjson
 import pytest
 from serving_helpers import read_body, wait_for
@@ -19,6 +20,18 @@ from scanflow.serving.challenger import Challenger
 from scanflow.serving.routing import Upstream
 
 FRONTS = pytest.mark.parametrize("front", ["fast", "asgi"])
+
+
+def test_the_recent_p99_covers_only_the_newest_answers() -> None:
+    """A burst in the challenger's first answers stays in its p99 so far, and ages out of its recent one."""
+    c = Challenger(Upstream("http://127.0.0.1:9"), "shadow", 1.0)
+    assert c.snapshot()["recent_p99_ms"] is None and c.snapshot()["recent_timed"] == 0
+    for seconds in [0.3] * 10 + [0.01] * chal.RECENT_SAMPLES:
+        assert c.record(200, seconds)
+    s = c.snapshot()
+    assert s["timed"] == 10 + chal.RECENT_SAMPLES and s["recent_timed"] == chal.RECENT_SAMPLES
+    assert s["p99_ms"] > 250.0 and s["recent_p99_ms"] == 10.0
+    assert chal.p99_ms(None) is None and chal.p99_ms(np.array([0.001, 0.002]), 1) == 2.0
 
 
 def test_the_split_follows_the_client_id_and_the_mirror_names_the_champions_request() -> None:
