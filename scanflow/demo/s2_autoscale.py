@@ -74,6 +74,7 @@ from scanflow.demo.s2_stack import (
     restore_declared,
     run_executor_actuator,
     serving_replicas,
+    start_declared,
 )
 from scanflow.demo.sim import SimConfig, Trace, compare
 from scanflow.loadgen_engine import Second
@@ -159,6 +160,10 @@ def _through_agents(ctx: DemoContext) -> ScenarioResult:
     svc = primary_service(stack.workflow)
     url = stack.service_url
     declared = svc.resources.model_dump(mode="json")
+    serving = start_declared(stack, svc, url)
+    if serving != svc.replicas:
+        res.error = f"the service did not come back to its declared {svc.replicas} replicas (gateway: {serving})"
+        return res
     ctx.say(f"S2: CPU limit {REPLICA_CPU} core per replica through the Executor")
     try:  # the Executor reads the limit back from the replica's cgroup: it fails where none applies
         change = run_executor_actuator(stack, "set_resources", {"service": svc.name, "threads": 1,

@@ -140,3 +140,20 @@ def restore_declared(stack: Any, svc: Any, declared: dict[str, Any]) -> None:
             run_executor_actuator(stack, actuator, args)
         except (RuntimeError, httpx.HTTPError, ValueError):
             pass  # best effort: the verdict stands; the next deploy applies the declared spec
+
+
+def start_declared(stack: Any, svc: Any, url: str, timeout_s: float = 180.0) -> int | None:
+    """Scale the service to its declared replica count and wait until its gateway routes to that many;
+    the count it routes to at the end (None: unreadable). Why: a run before this one may have left more
+    (a Planner whose own autoscale strategy scaled during S1's load); S2 calibrates one replica and
+    judges the moves from the declared count."""
+    if serving_replicas(url) == svc.replicas:
+        return svc.replicas
+    try:
+        run_executor_actuator(stack, "scale", {"service": svc.name, "replicas": svc.replicas})
+    except (RuntimeError, httpx.HTTPError, ValueError):
+        return serving_replicas(url)  # the scenario reads what it starts from and says so
+    deadline = time.monotonic() + timeout_s
+    while (n := serving_replicas(url)) != svc.replicas and time.monotonic() < deadline:
+        time.sleep(0.5)  # the gateway lists a replica once it is ready or drops it once drained: no event to await
+    return n

@@ -310,3 +310,22 @@ def test_traffic_after_s1_is_the_drifted_world_never_the_pool() -> None:
     assert np.array_equal(drifted, post_drift_pool()[0][: len(drifted)])
     pool = traffic_pools()["drifted"][0]  # S1's own traffic (and the serving reference's rows): never resent
     assert not (np.abs(pool[:, None, :] - drifted[None, :50, :]).max(axis=2) < 1e-6).any()
+
+
+def test_s2_starts_from_the_declared_replicas_a_run_before_it_left_scaled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Planner that scaled to 4 during S1's load: S2 asks the Executor for the declared count and waits
+    until the gateway routes to it; a gateway that stays scaled is reported, not calibrated on."""
+    from types import SimpleNamespace
+
+    from scanflow.demo import s2_stack
+
+    routed = iter([4, 4, 3, 1])
+    asked: list[tuple[str, dict[str, object]]] = []
+    monkeypatch.setattr(s2_stack, "serving_replicas", lambda url: next(routed))
+    monkeypatch.setattr(s2_stack, "run_executor_actuator", lambda stack, name, args: asked.append((name, args)) or {})
+    monkeypatch.setattr(s2_stack.time, "sleep", lambda s: None)
+    svc = SimpleNamespace(name="digits", replicas=1)
+    assert s2_stack.start_declared(object(), svc, "http://gw") == 1
+    assert asked == [("scale", {"service": "digits", "replicas": 1})]
+    monkeypatch.setattr(s2_stack, "serving_replicas", lambda url: 4)
+    assert s2_stack.start_declared(object(), svc, "http://gw", timeout_s=0.0) == 4
