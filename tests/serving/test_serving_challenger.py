@@ -171,7 +171,16 @@ async def test_a_lagging_shadow_is_bounded_and_never_slows_a_client(serve_app, d
         answers = await _post_all(http, gw.url, [{"inputs": [digits_rows[0]], "request_id": f"c-{i}"} for i in range(100)])
         assert [a.status_code for a in answers] == [200] * 100  # answered while every mirror is held
         assert time.monotonic() - t0 < 15
-        s = (await http.get(gw.url + "/admin/state")).json()["challenger"]
+        # a mirror is decided after its client has the answer: wait until the gateway decided all 100
+        def state() -> dict[str, Any]:
+            return dict(httpx.get(gw.url + "/admin/state").json()["challenger"])
+
+        def decided() -> int:
+            s = state()
+            return int(s["in_flight"]) + int(s["dropped"])
+
+        await wait_for(lambda: decided() >= 100, 30, "every mirror decided")
+        s = state()
         assert s["in_flight"] == chal.MAX_MIRRORS_IN_FLIGHT and s["dropped"] == 100 - chal.MAX_MIRRORS_IN_FLIGHT
         await wait_for(lambda: len(seen) == chal.MAX_MIRRORS_IN_FLIGHT, 10, "the mirrors to reach the shadow")
         # each mirror carries the champion's request id, not the client's
